@@ -1,0 +1,4 @@
+//! The WAN lab: namespaces, the user-space delay box, the lab origin.
+pub mod delaybox;
+pub mod netns;
+pub mod origin;

@@ -1,0 +1,22 @@
+//! edgewarm: an edge TLS proxy that takes round trips off the long link.
+//!
+//! The data path, in the order a connection meets it:
+//!
+//! - [`listener`]: accept loop (connection limit, EMFILE back-off, optional PROXY header).
+//! - [`peek`]: read the TLS ClientHello without decrypting it; [`peek::clienthello`] is the
+//!   pure parser (complete / need more / error).
+//! - [`route`]: SNI → route (exact, wildcard, no-SNI, default); never an open proxy.
+//! - [`tunnel`]: blind tunnel: connect the origin, replay the hello.
+//! - [`relay`]: move bytes both ways (splice(2), userspace fallback), half-close, idle timeout.
+//!
+//! Around it:
+//!
+//! - [`config`]: YAML config, validated before any port is bound.
+//! - [`server`]: ties the path together; `run(listeners, config, shutdown)`; reload and drain.
+//! - [`metrics`], [`admin`], [`accesslog`], [`error`]: what operators see.
+//! - [`sockopt`]: every setsockopt and raw syscall; the only module allowed `unsafe`.
+//! - [`lab`], [`load`]: the WAN lab (delay box, namespaces, origin) and the load generator.
+
+pub mod lab;
+pub mod load;
+pub mod peek;

@@ -1,0 +1,1 @@
+//! Load generator: every request on a new TCP + TLS connection (to be written).

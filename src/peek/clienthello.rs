@@ -1,0 +1,1 @@
+//! Pure ClientHello parser (to be written).

@@ -1,0 +1,2 @@
+//! Reading the ClientHello off a fresh connection.
+pub mod clienthello;
