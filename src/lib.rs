@@ -17,6 +17,17 @@
 //! - [`sockopt`]: every setsockopt and raw syscall; the only module allowed `unsafe`.
 //! - [`lab`], [`load`]: the WAN lab (delay box, namespaces, origin) and the load generator.
 
+pub mod accesslog;
+pub mod admin;
+pub mod config;
+pub mod error;
 pub mod lab;
+pub mod listener;
 pub mod load;
+pub mod metrics;
 pub mod peek;
+pub mod relay;
+pub mod route;
+pub mod server;
+pub mod sockopt;
+pub mod tunnel;

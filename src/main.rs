@@ -1,1 +1,155 @@
-fn main() {}
+//! The `edgewarm` command: argument parsing, logging set-up and signals. Everything else is
+//! in the library.
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use anyhow::Context;
+use clap::{Parser, Subcommand, ValueEnum};
+use edgewarm::config::Config;
+use edgewarm::server::{Bound, Server};
+use tokio::signal::unix::{signal, SignalKind};
+
+/// Config errors exit with 64 (EX_USAGE) before any port is bound, so a supervisor can tell a
+/// bad file from a crash.
+const EXIT_CONFIG: u8 = 64;
+/// A listener could not be bound (address in use, no permission): EX_UNAVAILABLE.
+const EXIT_BIND: u8 = 69;
+
+#[derive(Parser)]
+#[command(name = "edgewarm", version, about = "Edge TLS proxy: SNI routing without decryption")]
+struct Cli {
+    /// Log line format.
+    #[arg(long, value_enum, default_value_t = LogFormat::Text, global = true)]
+    log_format: LogFormat,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum LogFormat {
+    Text,
+    Json,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run the proxy.
+    Run {
+        #[arg(long, short)]
+        config: PathBuf,
+    },
+    /// Validate a config file and exit (0 good, 64 bad).
+    Check {
+        #[arg(long, short)]
+        config: PathBuf,
+    },
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    init_logging(cli.log_format);
+    match cli.command {
+        Command::Check { config } => match Config::load(&config) {
+            Ok(c) => {
+                println!("{}: ok ({} listeners, {} routes)", config.display(), c.listeners.len(), c.routes.len());
+                ExitCode::SUCCESS
+            }
+            Err(e) => config_error(&config, &e),
+        },
+        Command::Run { config: path } => {
+            let config = match Config::load(&path) {
+                Ok(c) => c,
+                Err(e) => return config_error(&path, &e),
+            };
+            let runtime = match tokio::runtime::Runtime::new() {
+                Ok(r) => r,
+                Err(e) => {
+                    eprintln!("edgewarm: cannot start runtime: {e}");
+                    return ExitCode::FAILURE;
+                }
+            };
+            match runtime.block_on(run(path, config)) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => {
+                    eprintln!("edgewarm: {e:#}");
+                    ExitCode::from(EXIT_BIND)
+                }
+            }
+        }
+    }
+}
+
+fn config_error(path: &Path, e: &edgewarm::config::ConfigError) -> ExitCode {
+    eprintln!("edgewarm: {}: {e}", path.display());
+    ExitCode::from(EXIT_CONFIG)
+}
+
+async fn run(path: PathBuf, config: Config) -> anyhow::Result<()> {
+    let server = Server::new(&config).context("configuration")?;
+    let bound = Bound::bind(&config)?;
+    if config.listeners.iter().any(|l| l.tcp_fastopen > 0)
+        && !matches!(edgewarm::sockopt::fastopen_sysctl(), Some(v) if v & 2 != 0)
+    {
+        tracing::warn!("net.ipv4.tcp_fastopen lacks the server bit (2): listeners will not accept data in SYNs");
+    }
+    let admin_addr = bound.admin.local_addr()?;
+    tracing::info!(admin = %admin_addr, version = env!("CARGO_PKG_VERSION"), "edgewarm starting");
+    let admin_stop = tokio_util::sync::CancellationToken::new();
+    let admin = tokio::spawn(edgewarm::admin::serve(bound.admin, server.clone(), admin_stop.clone().cancelled_owned()));
+    tokio::spawn(signals(path, server.clone()));
+    server.run(bound.listeners).await;
+    admin_stop.cancel();
+    let _ = admin.await;
+    tracing::info!("edgewarm stopped");
+    Ok(())
+}
+
+/// SIGHUP reloads; the first SIGTERM/SIGINT drains, a second one cuts open tunnels at once.
+async fn signals(path: PathBuf, server: Arc<Server>) {
+    let (Ok(mut hup), Ok(mut term), Ok(mut int)) =
+        (signal(SignalKind::hangup()), signal(SignalKind::terminate()), signal(SignalKind::interrupt()))
+    else {
+        tracing::error!("cannot install signal handlers");
+        return;
+    };
+    let mut stopping = false;
+    loop {
+        tokio::select! {
+            _ = hup.recv() => match Config::load(&path) {
+                Ok(config) => match server.reload(&config) {
+                    Ok(()) => tracing::info!(config = %path.display(), "configuration reloaded"),
+                    Err(e) => tracing::error!(config = %path.display(), error = %e, "reload refused, keeping the running configuration"),
+                },
+                Err(e) => {
+                    server.metrics().config_reloads.get_or_create(&edgewarm::metrics::ResultLabel { result: "error" }).inc();
+                    tracing::error!(config = %path.display(), error = %e, "reload failed, keeping the running configuration");
+                }
+            },
+            _ = term.recv() => stopping = stop(&server, stopping),
+            _ = int.recv() => stopping = stop(&server, stopping),
+        }
+    }
+}
+
+fn stop(server: &Server, already: bool) -> bool {
+    if already {
+        tracing::info!("second stop signal: closing open connections now");
+        server.cut_now();
+    } else {
+        tracing::info!("stop signal: no longer accepting, draining open connections");
+        server.shutdown();
+    }
+    true
+}
+
+fn init_logging(format: LogFormat) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    match format {
+        LogFormat::Text => builder.init(),
+        LogFormat::Json => builder.json().flatten_event(true).init(),
+    }
+}

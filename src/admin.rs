@@ -1,0 +1,70 @@
+//! The admin listener: `/metrics` (OpenMetrics text), `/ready` (200 while accepting, 503 while
+//! starting or draining, so a load balancer stops sending first), `/live` (200 while the
+//! process runs). Plain HTTP/1.1 on loopback by default; hyper does the HTTP.
+
+use std::convert::Infallible;
+use std::future::Future;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use http_body_util::Full;
+use hyper::body::Incoming;
+use hyper::server::conn::http1;
+use hyper::service::service_fn;
+use hyper::{Method, Request, Response, StatusCode};
+use hyper_util::rt::TokioIo;
+use tokio::net::TcpListener;
+
+use crate::server::Server;
+
+/// Serve until `shutdown` resolves. Each admin connection gets its own task.
+pub async fn serve(listener: TcpListener, server: Arc<Server>, shutdown: impl Future<Output = ()>) {
+    tokio::pin!(shutdown);
+    loop {
+        let (stream, _) = tokio::select! {
+            r = listener.accept() => match r {
+                Ok(ok) => ok,
+                Err(e) => {
+                    tracing::debug!(error = %e, "admin accept failed");
+                    // Same reasoning as the proxy's accept loop: never spin on EMFILE.
+                    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                    continue;
+                }
+            },
+            () = &mut shutdown => return,
+        };
+        let server = server.clone();
+        tokio::spawn(async move {
+            let service = service_fn(move |req| {
+                let server = server.clone();
+                async move { Ok::<_, Infallible>(respond(&req, &server)) }
+            });
+            let _ = http1::Builder::new().serve_connection(TokioIo::new(stream), service).await;
+        });
+    }
+}
+
+fn respond(req: &Request<Incoming>, server: &Server) -> Response<Full<Bytes>> {
+    let text = |status: StatusCode, body: &'static str| {
+        let mut r = Response::new(Full::new(Bytes::from_static(body.as_bytes())));
+        *r.status_mut() = status;
+        r
+    };
+    if req.method() != Method::GET && req.method() != Method::HEAD {
+        return text(StatusCode::METHOD_NOT_ALLOWED, "GET only\n");
+    }
+    match req.uri().path() {
+        "/metrics" => {
+            let mut r = Response::new(Full::new(Bytes::from(server.metrics().encode())));
+            r.headers_mut().insert(
+                hyper::header::CONTENT_TYPE,
+                hyper::header::HeaderValue::from_static("application/openmetrics-text; version=1.0.0; charset=utf-8"),
+            );
+            r
+        }
+        "/ready" if server.is_ready() => text(StatusCode::OK, "ready\n"),
+        "/ready" => text(StatusCode::SERVICE_UNAVAILABLE, "not ready\n"),
+        "/live" => text(StatusCode::OK, "live\n"),
+        _ => text(StatusCode::NOT_FOUND, "not found: try /metrics /ready /live\n"),
+    }
+}

@@ -1,0 +1,188 @@
+//! The YAML configuration: its types, loading, and validation.
+//!
+//! Loading is two steps so that every error names the key it is about and nothing is bound
+//! before the whole file is known to be good: [`Config::parse`] (syntax, unknown keys, types —
+//! the YAML parser gives the key path and line) then [`Config::validate`] (meaning: addresses,
+//! SNI patterns, duplicates, required fields). `edgewarm check` runs exactly the same code.
+//! Every key and its default is documented in docs/config.md.
+
+mod duration;
+mod validate;
+
+use std::net::SocketAddr;
+use std::path::Path;
+use std::time::Duration;
+
+use serde::Deserialize;
+
+pub(crate) use validate::sni_pattern;
+pub use validate::OriginAddr;
+
+/// A configuration problem, always naming the key (`routes[2].origin`) it is about.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("cannot read {path}: {source}")]
+    Read { path: String, source: std::io::Error },
+    #[error("{0}")]
+    Syntax(String),
+    #[error("{key}: {message}")]
+    Invalid { key: String, message: String },
+}
+
+impl ConfigError {
+    pub(crate) fn invalid(key: impl Into<String>, message: impl Into<String>) -> Self {
+        Self::Invalid { key: key.into(), message: message.into() }
+    }
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Config {
+    #[serde(default)]
+    pub admin: AdminConfig,
+    pub listeners: Vec<ListenerConfig>,
+    #[serde(default)]
+    pub timeouts: Timeouts,
+    pub routes: Vec<RouteConfig>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AdminConfig {
+    /// `/metrics`, `/ready`, `/live`.
+    #[serde(default = "default_admin_listen")]
+    pub listen: SocketAddr,
+    /// The admin listener must be on loopback unless this is set: metrics name every route and
+    /// origin, which is not for the public.
+    #[serde(default)]
+    pub allow_non_loopback: bool,
+}
+
+impl Default for AdminConfig {
+    fn default() -> Self {
+        Self { listen: default_admin_listen(), allow_non_loopback: false }
+    }
+}
+
+fn default_admin_listen() -> SocketAddr {
+    SocketAddr::from(([127, 0, 0, 1], 9900))
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ListenerConfig {
+    pub listen: SocketAddr,
+    /// TCP Fast Open queue length (pending TFO requests); 0 turns server-side TFO off.
+    #[serde(default = "default_tfo_queue")]
+    pub tcp_fastopen: u32,
+    /// Expect a PROXY protocol v1 or v2 header before the ClientHello.
+    #[serde(default)]
+    pub proxy_protocol: bool,
+    /// Connections open at once on this listener; beyond it, new ones wait in the kernel backlog.
+    #[serde(default = "default_max_connections")]
+    pub max_connections: usize,
+}
+
+fn default_tfo_queue() -> u32 {
+    256
+}
+fn default_max_connections() -> usize {
+    10_000
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Timeouts {
+    /// The whole ClientHello (and PROXY header) must arrive within this.
+    #[serde(default = "default_client_hello", with = "duration")]
+    pub client_hello: Duration,
+    /// Resolving and connecting to the origin, all addresses together.
+    #[serde(default = "default_connect", with = "duration")]
+    pub connect: Duration,
+    /// A tunnel with no bytes in either direction for this long is closed.
+    #[serde(default = "default_idle", with = "duration")]
+    pub idle: Duration,
+    /// On SIGTERM/SIGINT, open tunnels get this long to finish before they are cut.
+    #[serde(default = "default_shutdown_grace", with = "duration")]
+    pub shutdown_grace: Duration,
+}
+
+impl Default for Timeouts {
+    fn default() -> Self {
+        Self {
+            client_hello: default_client_hello(),
+            connect: default_connect(),
+            idle: default_idle(),
+            shutdown_grace: default_shutdown_grace(),
+        }
+    }
+}
+
+fn default_client_hello() -> Duration {
+    Duration::from_secs(10)
+}
+fn default_connect() -> Duration {
+    Duration::from_secs(5)
+}
+fn default_idle() -> Duration {
+    Duration::from_secs(300)
+}
+fn default_shutdown_grace() -> Duration {
+    Duration::from_secs(30)
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Action {
+    /// Splice the client's bytes to the origin without decrypting.
+    Tunnel,
+    /// Refuse with an `unrecognized_name` alert.
+    Reject,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RouteConfig {
+    /// `a.example.com` exact, `*.example.com` any name below example.com (most specific wins),
+    /// `""` a ClientHello without SNI, `"*"` the default.
+    pub sni: String,
+    pub action: Action,
+    /// `host:port`, resolved at connect time; every address is tried in turn.
+    #[serde(default)]
+    pub origin: Option<String>,
+    /// Send the replayed ClientHello in the SYN (TCP_FASTOPEN_CONNECT).
+    #[serde(default)]
+    pub origin_tcp_fastopen: bool,
+}
+
+impl Config {
+    /// Parse YAML text: syntax, types and unknown keys.
+    pub fn parse(text: &str) -> Result<Self, ConfigError> {
+        // serde_path_to_error names the full key (`timeouts.idle`) even for errors raised inside
+        // a field's own deserializer, where the YAML parser alone only knows the parent.
+        let de = serde_norway::Deserializer::from_str(text);
+        serde_path_to_error::deserialize(de).map_err(|e| {
+            let path = e.path().to_string();
+            let inner = e.into_inner().to_string();
+            // The YAML error may already start with (part of) the path; say it once.
+            let message = match inner.split_once(": ") {
+                Some((prefix, rest)) if path.starts_with(prefix) => rest,
+                _ => &inner,
+            };
+            if path.is_empty() || path == "." {
+                ConfigError::Syntax(inner.clone())
+            } else {
+                ConfigError::Syntax(format!("{path}: {message}"))
+            }
+        })
+    }
+
+    /// Read, parse and validate a file: what `check`, `run` and SIGHUP all use.
+    pub fn load(path: &Path) -> Result<Self, ConfigError> {
+        let text = std::fs::read_to_string(path)
+            .map_err(|source| ConfigError::Read { path: path.display().to_string(), source })?;
+        let config = Self::parse(&text)?;
+        config.validate()?;
+        Ok(config)
+    }
+}

@@ -1,0 +1,194 @@
+//! Semantic checks that serde cannot express. Each error names the key path.
+
+use std::collections::HashSet;
+use std::fmt;
+use std::time::Duration;
+
+use super::{Action, Config, ConfigError};
+
+/// An origin as written in the config: a host name or IP literal and a port. Resolution happens
+/// at connect time (every address tried), so DNS changes are picked up without a reload.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct OriginAddr {
+    pub host: String,
+    pub port: u16,
+}
+
+impl OriginAddr {
+    pub fn parse(text: &str) -> Result<Self, String> {
+        let (host, port) = text.rsplit_once(':').ok_or("expected host:port, e.g. origin.internal:443")?;
+        let port: u16 = port.parse().map_err(|_| format!("invalid port {port:?}"))?;
+        if port == 0 {
+            return Err("port 0 is not a destination".into());
+        }
+        let host = match host.strip_prefix('[').and_then(|h| h.strip_suffix(']')) {
+            Some(v6) => {
+                v6.parse::<std::net::Ipv6Addr>().map_err(|_| format!("invalid IPv6 address {v6:?}"))?;
+                v6
+            }
+            None if host.contains(':') => return Err("write IPv6 origins as [addr]:port".into()),
+            None => host,
+        };
+        if host.is_empty() || !host.bytes().all(|b| b.is_ascii_alphanumeric() || b"-._".contains(&b) || b == b':') {
+            return Err(format!("invalid host {host:?}"));
+        }
+        Ok(Self { host: host.to_string(), port })
+    }
+}
+
+impl fmt::Display for OriginAddr {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.host.contains(':') {
+            write!(f, "[{}]:{}", self.host, self.port)
+        } else {
+            write!(f, "{}:{}", self.host, self.port)
+        }
+    }
+}
+
+/// Checks an SNI pattern and returns it normalised (lower case, no trailing dot).
+pub(crate) fn sni_pattern(raw: &str) -> Result<String, String> {
+    if raw.is_empty() || raw == "*" {
+        return Ok(raw.to_string());
+    }
+    let name = raw.strip_suffix('.').unwrap_or(raw).to_ascii_lowercase();
+    let host = name.strip_prefix("*.").unwrap_or(&name);
+    let valid_label = |l: &str| {
+        !l.is_empty() && l.len() <= 63 && l.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+    };
+    if host.len() > 253 || !host.split('.').all(valid_label) {
+        return Err(format!(
+            "invalid SNI pattern {raw:?}: use a host name, \"*.domain\", \"\" (no SNI) or \"*\" (default)"
+        ));
+    }
+    Ok(name)
+}
+
+impl Config {
+    /// Everything that can be known wrong without touching the network.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let admin = &self.admin;
+        if !admin.listen.ip().is_loopback() && !admin.allow_non_loopback {
+            return Err(ConfigError::invalid(
+                "admin.listen",
+                format!(
+                    "{} is not a loopback address; set admin.allow_non_loopback: true to expose metrics",
+                    admin.listen
+                ),
+            ));
+        }
+        if self.listeners.is_empty() {
+            return Err(ConfigError::invalid("listeners", "at least one listener is required"));
+        }
+        let mut addrs = HashSet::new();
+        for (i, l) in self.listeners.iter().enumerate() {
+            // Port 0 (tests: "any free port") can never clash.
+            if l.listen.port() != 0 && (!addrs.insert(l.listen) || l.listen == admin.listen) {
+                return Err(ConfigError::invalid(
+                    format!("listeners[{i}].listen"),
+                    format!("{} is used twice", l.listen),
+                ));
+            }
+            if l.max_connections == 0 {
+                return Err(ConfigError::invalid(format!("listeners[{i}].max_connections"), "must be at least 1"));
+            }
+        }
+        let t = &self.timeouts;
+        for (key, value) in
+            [("timeouts.client_hello", t.client_hello), ("timeouts.connect", t.connect), ("timeouts.idle", t.idle)]
+        {
+            if value == Duration::ZERO {
+                return Err(ConfigError::invalid(key, "must be greater than zero"));
+            }
+        }
+        if self.routes.is_empty() {
+            return Err(ConfigError::invalid("routes", "at least one route is required"));
+        }
+        let mut seen = HashSet::new();
+        for (i, r) in self.routes.iter().enumerate() {
+            let key = |field: &str| format!("routes[{i}].{field}");
+            let pattern = sni_pattern(&r.sni).map_err(|m| ConfigError::invalid(key("sni"), m))?;
+            if !seen.insert(pattern.clone()) {
+                return Err(ConfigError::invalid(key("sni"), format!("{:?} is routed twice", r.sni)));
+            }
+            match (r.action, &r.origin) {
+                (Action::Tunnel, None) => {
+                    return Err(ConfigError::invalid(key("origin"), "required for action tunnel"))
+                }
+                (Action::Tunnel, Some(origin)) => {
+                    OriginAddr::parse(origin).map_err(|m| ConfigError::invalid(key("origin"), m))?;
+                }
+                (Action::Reject, Some(_)) => {
+                    return Err(ConfigError::invalid(key("origin"), "action reject takes no origin"))
+                }
+                (Action::Reject, None) => {}
+            }
+            if r.action == Action::Reject && r.origin_tcp_fastopen {
+                return Err(ConfigError::invalid(key("origin_tcp_fastopen"), "action reject has no origin"));
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const GOOD: &str = "
+listeners:
+  - listen: 127.0.0.1:8443
+routes:
+  - sni: a.example.com
+    action: tunnel
+    origin: origin-a.internal:443
+  - sni: \"*\"
+    action: reject
+";
+
+    fn err(yaml: &str) -> String {
+        match Config::parse(yaml).and_then(|c| c.validate()) {
+            Ok(()) => panic!("accepted: {yaml}"),
+            Err(e) => e.to_string(),
+        }
+    }
+
+    #[test]
+    fn good_config_and_defaults() {
+        let c = Config::parse(GOOD).unwrap();
+        c.validate().unwrap();
+        assert_eq!(c.admin.listen.to_string(), "127.0.0.1:9900");
+        assert_eq!(c.timeouts.client_hello, Duration::from_secs(10));
+        assert_eq!(c.listeners[0].tcp_fastopen, 256);
+    }
+
+    #[test]
+    fn misspelt_key_is_named_with_line() {
+        let e = err(&GOOD.replace("origin: origin-a", "orign: origin-a"));
+        assert!(e.contains("orign") && e.contains("line"), "{e}");
+        let e = err(&format!("{GOOD}timeouts:\n  conect: 5s\n"));
+        assert!(e.contains("conect"), "{e}");
+    }
+
+    #[test]
+    fn semantic_errors_name_the_key() {
+        assert!(err(&GOOD.replace("origin-a.internal:443", "origin-a.internal")).starts_with("routes[0].origin"));
+        assert!(err(&GOOD.replace("a.example.com", "a..example.com")).starts_with("routes[0].sni"));
+        assert!(err(&GOOD.replace("\"*\"", "A.example.com.")).starts_with("routes[1].sni"));
+        assert!(err(&GOOD.replace("127.0.0.1:8443", "127.0.0.1:9900")).starts_with("listeners[0].listen"));
+        assert!(err(&format!("{GOOD}admin:\n  listen: 0.0.0.0:9900\n")).starts_with("admin.listen"));
+        let e = err(&format!("{GOOD}timeouts:\n  idle: 10\n"));
+        assert!(e.contains("timeouts.idle") && e.contains("invalid duration"), "{e}");
+        let e = err(&GOOD.replace("action: reject", "action: open"));
+        assert!(e.contains("routes[1].action"), "{e}");
+    }
+
+    #[test]
+    fn origin_addresses() {
+        assert_eq!(OriginAddr::parse("[::1]:443").unwrap().to_string(), "[::1]:443");
+        assert_eq!(OriginAddr::parse("o.internal:8443").unwrap().port, 8443);
+        for bad in ["::1:443", "o.internal:0", "o.internal:https", ":443", "o internal:443"] {
+            assert!(OriginAddr::parse(bad).is_err(), "{bad}");
+        }
+    }
+}

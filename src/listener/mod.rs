@@ -1,0 +1,67 @@
+//! The accept loop: deliberately trivial. It waits for a connection slot, accepts, and hands
+//! the socket to its own task ([`conn::handle`]); nothing per-connection happens here, so one
+//! slow client can never hold up the next accept.
+//!
+//! At `max_connections` it stops accepting and lets the kernel backlog queue the rest (the
+//! backlog, not our memory, absorbs a burst). When accept fails for lack of descriptors or
+//! memory it backs off (10 ms doubling to 1 s) instead of spinning on a listener that stays
+//! readable; other accept errors concern only the one connection and are skipped.
+
+pub mod conn;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::net::TcpListener;
+use tokio::sync::Semaphore;
+
+use crate::config::ListenerConfig;
+use crate::metrics::{ListenerLabel, ReasonLabel};
+use crate::server::Server;
+
+const BACKOFF_MIN: Duration = Duration::from_millis(10);
+const BACKOFF_MAX: Duration = Duration::from_secs(1);
+
+pub async fn accept_loop(listener: TcpListener, config: ListenerConfig, server: Arc<Server>) {
+    let Ok(local) = listener.local_addr() else { return };
+    let limit = Arc::new(Semaphore::new(config.max_connections));
+    let accepted = server.metrics().accepted.get_or_create(&ListenerLabel { listener: local.to_string() }).clone();
+    let config = Arc::new(config);
+    let mut backoff = BACKOFF_MIN;
+    tracing::info!(listen = %local, tcp_fastopen = config.tcp_fastopen, proxy_protocol = config.proxy_protocol, "listening");
+    loop {
+        let permit = tokio::select! {
+            p = limit.clone().acquire_owned() => match p { Ok(p) => p, Err(_) => return },
+            () = server.stopping().cancelled() => return,
+        };
+        let result = tokio::select! {
+            r = listener.accept() => r,
+            () = server.stopping().cancelled() => return,
+        };
+        match result {
+            Ok((stream, peer)) => {
+                backoff = BACKOFF_MIN;
+                accepted.inc();
+                let (server2, config) = (server.clone(), config.clone());
+                server.tracker().spawn(async move {
+                    conn::handle(stream, peer, local, &config, &server2).await;
+                    drop(permit);
+                });
+            }
+            Err(e) if is_resource_exhaustion(&e) => {
+                server.metrics().accept_errors.get_or_create(&ReasonLabel { reason: "resources".into() }).inc();
+                tracing::warn!(listen = %local, error = %e, backoff = ?backoff, "accept failed: out of resources, backing off");
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(BACKOFF_MAX);
+            }
+            Err(e) => {
+                server.metrics().accept_errors.get_or_create(&ReasonLabel { reason: "connection".into() }).inc();
+                tracing::debug!(listen = %local, error = %e, "accept failed for one connection");
+            }
+        }
+    }
+}
+
+fn is_resource_exhaustion(e: &std::io::Error) -> bool {
+    matches!(e.raw_os_error(), Some(libc::EMFILE | libc::ENFILE | libc::ENOBUFS | libc::ENOMEM))
+}

@@ -1,0 +1,148 @@
+//! Prometheus metrics, registered in an explicit registry (no globals) so tests can run many
+//! servers in one process and read each one's numbers.
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
+use prometheus_client::registry::Registry;
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ListenerLabel {
+    pub listener: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RouteLabel {
+    pub route: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RouteReason {
+    pub route: String,
+    pub reason: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ReasonLabel {
+    pub reason: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RouteDirection {
+    pub route: String,
+    pub direction: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ResultLabel {
+    pub result: &'static str,
+}
+
+type HistogramFamily<L> = Family<L, Histogram, fn() -> Histogram>;
+
+/// 0.5 ms to ~16 s in doublings: covers loopback through a long intercontinental link.
+fn latency_histogram() -> Histogram {
+    Histogram::new(exponential_buckets(0.0005, 2.0, 16))
+}
+
+pub struct Metrics {
+    pub accepted: Family<ListenerLabel, Counter>,
+    pub active: Gauge,
+    pub closed: Family<RouteReason, Counter>,
+    pub hello_parsed: Counter,
+    pub hello_rejected: Family<ReasonLabel, Counter>,
+    pub bytes: Family<RouteDirection, Counter>,
+    pub origin_connect_seconds: HistogramFamily<RouteLabel>,
+    pub origin_connect_errors: Family<RouteReason, Counter>,
+    pub first_origin_byte_seconds: HistogramFamily<RouteLabel>,
+    pub accept_errors: Family<ReasonLabel, Counter>,
+    pub config_reloads: Family<ResultLabel, Counter>,
+    registry: Registry,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Metrics {
+    pub fn new() -> Self {
+        let mut registry = Registry::with_prefix("edgewarm");
+        let m = Self {
+            accepted: Family::default(),
+            active: Gauge::default(),
+            closed: Family::default(),
+            hello_parsed: Counter::default(),
+            hello_rejected: Family::default(),
+            bytes: Family::default(),
+            origin_connect_seconds: Family::new_with_constructor(latency_histogram),
+            origin_connect_errors: Family::default(),
+            first_origin_byte_seconds: Family::new_with_constructor(latency_histogram),
+            accept_errors: Family::default(),
+            config_reloads: Family::default(),
+            registry: Registry::default(),
+        };
+        registry.register("connections_accepted", "Client connections accepted", m.accepted.clone());
+        registry.register("connections_active", "Client connections open now", m.active.clone());
+        registry.register("connections_closed", "Client connections closed, by route and reason", m.closed.clone());
+        registry.register("clienthello_parsed", "ClientHellos read completely", m.hello_parsed.clone());
+        registry.register(
+            "clienthello_rejected",
+            "Connections refused at the ClientHello stage, by reason",
+            m.hello_rejected.clone(),
+        );
+        registry.register("bytes", "Bytes relayed, by route and direction", m.bytes.clone());
+        registry.register(
+            "origin_connect_duration_seconds",
+            "Resolve + TCP connect to the origin (with TFO: until the SYN carrying the hello is sent)",
+            m.origin_connect_seconds.clone(),
+        );
+        registry.register(
+            "origin_connect_errors",
+            "Failed origin connects, by route and reason",
+            m.origin_connect_errors.clone(),
+        );
+        registry.register(
+            "accept_to_first_origin_byte_seconds",
+            "From accept to the origin's first byte (its ServerHello)",
+            m.first_origin_byte_seconds.clone(),
+        );
+        registry.register("accept_errors", "accept(2) failures, by errno kind", m.accept_errors.clone());
+        registry.register("config_reloads", "Configuration reloads, by result", m.config_reloads.clone());
+        Self { registry, ..m }
+    }
+
+    /// The OpenMetrics text exposition.
+    pub fn encode(&self) -> String {
+        let mut out = String::new();
+        // Writing into a String cannot fail.
+        let _ = prometheus_client::encoding::text::encode(&mut out, &self.registry);
+        out
+    }
+
+    /// One sample's value from the exposition, for tests and the lab:
+    /// `sample("edgewarm_clienthello_rejected_total", &[("reason", "http")])`.
+    pub fn sample(&self, name: &str, labels: &[(&str, &str)]) -> Option<f64> {
+        sample(&self.encode(), name, labels)
+    }
+}
+
+/// Find one sample in an OpenMetrics text exposition; missing means not yet incremented.
+pub fn sample(text: &str, name: &str, labels: &[(&str, &str)]) -> Option<f64> {
+    text.lines().filter(|l| !l.starts_with('#')).find_map(|line| {
+        let (series, value) = line.rsplit_once(' ')?;
+        let (metric, rest) = series.split_once('{').unwrap_or((series, "}"));
+        if metric != name {
+            return None;
+        }
+        let all = labels.iter().all(|(k, v)| rest.contains(&format!("{k}=\"{v}\"")));
+        if all {
+            value.parse().ok()
+        } else {
+            None
+        }
+    })
+}

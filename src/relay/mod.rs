@@ -1,0 +1,167 @@
+//! Moving bytes both ways between two TCP sockets until both sides are done.
+//!
+//! Each direction is a pump: read from one socket, write everything to the other, and on end of
+//! file shut down the write side of the other (half-close: a client that has finished sending
+//! can still receive). The relay ends when both pumps reach end of file, when either side
+//! fails (the other is then closed too), after `idle` with no bytes either way, or when
+//! shutdown cuts it.
+//!
+//! By default the pumps use `splice(2)` through a pipe per direction, so payload never enters
+//! user space ([`splice`]); [`copy`] is the portable fallback, used when splice is refused.
+//! Both directions run inside the connection's one task (`join`), so a tunnel costs one task and,
+//! with splice, two pipes — no buffers of ours.
+
+mod copy;
+mod splice;
+
+use std::io;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use prometheus_client::metrics::counter::Counter;
+use tokio::net::TcpStream;
+use tokio_util::sync::CancellationToken;
+
+/// How the relay moves bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Mode {
+    #[default]
+    Splice,
+    Copy,
+}
+
+/// Which socket an error came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Side {
+    Client,
+    Origin,
+}
+
+/// How a relay ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum End {
+    /// Both directions reached end of file.
+    Done,
+    Idle,
+    /// A read or write on that side failed (reset, broken pipe).
+    Reset(Side),
+    Shutdown,
+}
+
+/// Per-direction accounting, shared with the metrics counter so long tunnels show up in
+/// `/metrics` as they go rather than when they close.
+pub struct Direction {
+    bytes: AtomicU64,
+    counter: Counter,
+}
+
+impl Direction {
+    pub fn new(counter: Counter) -> Self {
+        Self { bytes: AtomicU64::new(0), counter }
+    }
+
+    pub fn bytes(&self) -> u64 {
+        self.bytes.load(Ordering::Relaxed)
+    }
+
+    pub(crate) fn add(&self, n: usize) {
+        self.bytes.fetch_add(n as u64, Ordering::Relaxed);
+        self.counter.inc_by(n as u64);
+    }
+}
+
+/// Time of the latest byte moved either way, as nanoseconds since the relay started: an atomic
+/// rather than a `Cell` so the connection future stays `Send`.
+struct Activity {
+    start: Instant,
+    last: AtomicU64,
+}
+
+impl Activity {
+    fn touch(&self) {
+        let nanos = u64::try_from(self.start.elapsed().as_nanos()).unwrap_or(u64::MAX);
+        self.last.store(nanos, Ordering::Relaxed);
+    }
+
+    fn last(&self) -> Instant {
+        self.start + Duration::from_nanos(self.last.load(Ordering::Relaxed))
+    }
+}
+
+pub struct Relay<'a> {
+    pub mode: Mode,
+    pub idle: Duration,
+    pub up: &'a Direction,
+    pub down: &'a Direction,
+    pub cancel: &'a CancellationToken,
+}
+
+/// A pump's failure: which socket, and the error.
+type PumpResult = Result<(), (Side, io::Error)>;
+
+impl Relay<'_> {
+    /// Relay until the end; `on_first_down` runs once when the origin's first byte arrives.
+    pub async fn run(&self, client: &TcpStream, origin: &TcpStream, on_first_down: impl FnOnce() + Send) -> End {
+        let activity = Activity { start: Instant::now(), last: AtomicU64::new(0) };
+        let mut first = Some(on_first_down);
+        let mut notify_first = move || {
+            if let Some(f) = first.take() {
+                f();
+            }
+        };
+        let up = self.pump(client, origin, Side::Client, Side::Origin, self.up, &activity, || {});
+        let down = self.pump(origin, client, Side::Origin, Side::Client, self.down, &activity, &mut notify_first);
+        let both = async {
+            // try_join: the first failure ends the relay; the other direction is dropped with it.
+            match tokio::try_join!(up, down) {
+                Ok(_) => End::Done,
+                Err((side, _)) => End::Reset(side),
+            }
+        };
+        tokio::select! {
+            end = both => end,
+            () = idle_watch(&activity, self.idle) => End::Idle,
+            () = self.cancel.cancelled() => End::Shutdown,
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    async fn pump(
+        &self,
+        src: &TcpStream,
+        dst: &TcpStream,
+        src_side: Side,
+        dst_side: Side,
+        dir: &Direction,
+        activity: &Activity,
+        mut on_data: impl FnMut(),
+    ) -> PumpResult {
+        let mut moved = |n: usize| {
+            on_data();
+            dir.add(n);
+            activity.touch();
+        };
+        match self.mode {
+            Mode::Splice => match splice::pump(src, dst, src_side, dst_side, &mut moved).await {
+                Ok(result) => result?,
+                // Refused before any byte moved: the same bytes go the portable way.
+                Err(splice::Fallback) => copy::pump(src, dst, src_side, dst_side, &mut moved).await?,
+            },
+            Mode::Copy => copy::pump(src, dst, src_side, dst_side, &mut moved).await?,
+        }
+        // End of file from src: pass the half-close on. A failure here means dst is gone,
+        // which its own pump will report; nothing more to send either way.
+        let _ = socket2::SockRef::from(dst).shutdown(std::net::Shutdown::Write);
+        Ok(())
+    }
+}
+
+async fn idle_watch(activity: &Activity, idle: Duration) {
+    loop {
+        let deadline = activity.last() + idle;
+        if Instant::now() >= deadline {
+            return;
+        }
+        tokio::time::sleep_until(deadline.into()).await;
+    }
+}

@@ -1,0 +1,191 @@
+//! The `edgewarm` binary as a user runs it, with real clients: curl and openssl s_client
+//! through edgewarm to an `openssl s_server` origin; config errors; SIGHUP; SIGTERM.
+
+mod common;
+
+use std::io::Write;
+use std::net::TcpStream;
+use std::path::Path;
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+const BIN: &str = env!("CARGO_BIN_EXE_edgewarm");
+
+/// Kills the child on drop, so a failing test leaves no process behind.
+struct Guard(Child);
+
+impl Drop for Guard {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+fn wait_for_port(port: u16) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(Instant::now() < deadline, "nothing listening on {port}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn check(path: &Path) -> Output {
+    Command::new(BIN).args(["check", "--config"]).arg(path).output().unwrap()
+}
+
+#[test]
+fn check_accepts_the_example_and_names_a_misspelt_key() {
+    let example = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/edge.yaml");
+    let out = check(&example);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+
+    let dir = tempfile::tempdir().unwrap();
+    let bad = dir.path().join("bad.yaml");
+    let text = std::fs::read_to_string(&example).unwrap().replace("client_hello: 10s", "clienthello: 10s");
+    std::fs::write(&bad, text).unwrap();
+    let out = check(&bad);
+    assert_eq!(out.status.code(), Some(64));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("timeouts.clienthello") && err.contains("line"), "{err}");
+
+    // `run` refuses the same file before binding anything.
+    let out = Command::new(BIN).args(["run", "--config"]).arg(&bad).output().unwrap();
+    assert_eq!(out.status.code(), Some(64));
+}
+
+struct Setup {
+    _dir: tempfile::TempDir,
+    dir: std::path::PathBuf,
+    edge_port: u16,
+    admin_port: u16,
+    origin_port: u16,
+}
+
+fn config_text(s: &Setup, sni: &str) -> String {
+    format!(
+        "admin: {{listen: \"127.0.0.1:{}\"}}\nlisteners:\n  - listen: \"127.0.0.1:{}\"\nroutes:\n  - {{sni: {sni}, action: tunnel, origin: \"127.0.0.1:{}\"}}\n",
+        s.admin_port, s.edge_port, s.origin_port
+    )
+}
+
+fn admin(s: &Setup, path: &str) -> String {
+    let mut c = TcpStream::connect(("127.0.0.1", s.admin_port)).unwrap();
+    write!(c, "GET {path} HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n").unwrap();
+    let mut out = String::new();
+    std::io::Read::read_to_string(&mut c, &mut out).unwrap();
+    out
+}
+
+fn metric(s: &Setup, name: &str, labels: &[(&str, &str)]) -> f64 {
+    edgewarm::metrics::sample(&admin(s, "/metrics"), name, labels).unwrap_or(0.0)
+}
+
+fn curl(s: &Setup, name: &str) -> Output {
+    Command::new("curl")
+        .args(["-sS", "--max-time", "10", "--resolve"])
+        .arg(format!("{name}:{}:127.0.0.1", s.edge_port))
+        .arg("--cacert")
+        .arg(s.dir.join("ca.pem"))
+        .arg(format!("https://{name}:{}/", s.edge_port))
+        .output()
+        .expect("curl is installed")
+}
+
+#[test]
+fn curl_and_openssl_through_the_binary_with_reload_and_stop() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = Setup {
+        dir: dir.path().to_path_buf(),
+        _dir: dir,
+        edge_port: free_port(),
+        admin_port: free_port(),
+        origin_port: free_port(),
+    };
+    common::certs(&["a.test", "b.test"]).write(&s.dir);
+    let _origin = Guard(
+        Command::new("openssl")
+            .args(["s_server", "-quiet", "-www", "-accept"])
+            .arg(format!("127.0.0.1:{}", s.origin_port))
+            .arg("-cert")
+            .arg(s.dir.join("cert.pem"))
+            .arg("-key")
+            .arg(s.dir.join("key.pem"))
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("openssl is installed"),
+    );
+    let config = s.dir.join("edge.yaml");
+    std::fs::write(&config, config_text(&s, "a.test")).unwrap();
+    let mut edge = Guard(
+        Command::new(BIN)
+            .args(["run", "--config"])
+            .arg(&config)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    wait_for_port(s.origin_port);
+    wait_for_port(s.edge_port);
+    wait_for_port(s.admin_port);
+    assert!(admin(&s, "/ready").starts_with("HTTP/1.1 200"));
+
+    // curl, TLS end to end with the origin; edgewarm only saw the ClientHello.
+    let out = curl(&s, "a.test");
+    assert!(out.status.success(), "curl: {}", String::from_utf8_lossy(&out.stderr));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("s_server"), "origin page expected");
+
+    // openssl s_client with a name edgewarm does not route: refused with unrecognized_name.
+    let out = Command::new("openssl")
+        .args(["s_client", "-connect"])
+        .arg(format!("127.0.0.1:{}", s.edge_port))
+        .args(["-servername", "c.test"])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr).to_lowercase();
+    assert!(err.contains("unrecognized name"), "{err}");
+    assert_eq!(metric(&s, "edgewarm_clienthello_rejected_total", &[("reason", "unknown_sni")]), 1.0);
+    assert_eq!(metric(&s, "edgewarm_connections_closed_total", &[("route", "a.test"), ("reason", "done")]), 1.0);
+
+    let hup = |pid: u32| assert!(Command::new("kill").args(["-HUP", &pid.to_string()]).status().unwrap().success());
+    let wait_metric = |labels: &[(&str, &str)], want: f64| {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while metric(&s, "edgewarm_config_reloads_total", labels) < want {
+            assert!(Instant::now() < deadline, "reload not seen: {labels:?}");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    };
+
+    // SIGHUP with a broken file: logged, counted, old routes kept.
+    std::fs::write(&config, "listeners: [oops").unwrap();
+    hup(edge.0.id());
+    wait_metric(&[("result", "error")], 1.0);
+    assert!(curl(&s, "a.test").status.success());
+
+    // SIGHUP with a good file: b.test now routes, a.test no longer does.
+    std::fs::write(&config, config_text(&s, "b.test")).unwrap();
+    hup(edge.0.id());
+    wait_metric(&[("result", "ok")], 1.0);
+    assert!(curl(&s, "b.test").status.success());
+    assert!(!curl(&s, "a.test").status.success());
+
+    // SIGTERM: drains (nothing open) and exits 0.
+    assert!(Command::new("kill").args(["-TERM", &edge.0.id().to_string()]).status().unwrap().success());
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let status = loop {
+        if let Some(st) = edge.0.try_wait().unwrap() {
+            break st;
+        }
+        assert!(Instant::now() < deadline, "edgewarm did not exit on SIGTERM");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert!(status.success(), "{status:?}");
+}

@@ -1,0 +1,230 @@
+//! Shared test fixtures: certificates, an in-process edgewarm, origins, and a real rustls
+//! client. Everything listens on 127.0.0.1 port 0 and is torn down with the test's runtime.
+#![allow(dead_code)]
+
+use std::net::SocketAddr;
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use edgewarm::config::Config;
+use edgewarm::server::{Bound, Server};
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer, ServerName};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use tokio_rustls::{TlsAcceptor, TlsConnector};
+use tokio_util::sync::CancellationToken;
+
+/// A CA and a leaf certificate for some names, in PEM and DER.
+pub struct Certs {
+    pub ca_pem: String,
+    pub ca_der: CertificateDer<'static>,
+    pub cert_pem: String,
+    pub key_pem: String,
+    pub cert_der: CertificateDer<'static>,
+    pub key_der: PrivatePkcs8KeyDer<'static>,
+}
+
+pub fn certs(names: &[&str]) -> Certs {
+    let ca_key = rcgen::KeyPair::generate().unwrap();
+    let mut ca_params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+    ca_params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+    ca_params.distinguished_name.push(rcgen::DnType::CommonName, "edgewarm test CA");
+    let ca = ca_params.self_signed(&ca_key).unwrap();
+    let key = rcgen::KeyPair::generate().unwrap();
+    let params = rcgen::CertificateParams::new(names.iter().map(|n| n.to_string()).collect::<Vec<_>>()).unwrap();
+    let cert = params.signed_by(&key, &ca, &ca_key).unwrap();
+    Certs {
+        ca_pem: ca.pem(),
+        ca_der: ca.der().clone(),
+        cert_pem: cert.pem(),
+        key_pem: key.serialize_pem(),
+        cert_der: cert.der().clone(),
+        key_der: PrivatePkcs8KeyDer::from(key.serialize_der()),
+    }
+}
+
+impl Certs {
+    pub fn write(&self, dir: &Path) {
+        std::fs::write(dir.join("ca.pem"), &self.ca_pem).unwrap();
+        std::fs::write(dir.join("cert.pem"), &self.cert_pem).unwrap();
+        std::fs::write(dir.join("key.pem"), &self.key_pem).unwrap();
+    }
+
+    pub fn acceptor(&self) -> TlsAcceptor {
+        let config = rustls::ServerConfig::builder()
+            .with_no_client_auth()
+            .with_single_cert(vec![self.cert_der.clone()], PrivateKeyDer::Pkcs8(self.key_der.clone_key()))
+            .unwrap();
+        TlsAcceptor::from(Arc::new(config))
+    }
+
+    pub fn connector(&self) -> TlsConnector {
+        let mut roots = rustls::RootCertStore::empty();
+        roots.add(self.ca_der.clone()).unwrap();
+        let config = rustls::ClientConfig::builder().with_root_certificates(roots).with_no_client_auth();
+        TlsConnector::from(Arc::new(config))
+    }
+}
+
+/// An edgewarm running in this test's runtime.
+pub struct Edge {
+    pub addr: SocketAddr,
+    pub admin: SocketAddr,
+    pub server: Arc<Server>,
+    admin_stop: CancellationToken,
+    pub run: tokio::task::JoinHandle<()>,
+}
+
+/// Start edgewarm with `routes` (YAML list items) and optional extra top-level YAML, e.g. a
+/// `timeouts:` block. `listener_extra` goes into the listener entry (e.g. `proxy_protocol: true`).
+pub async fn edge(routes: &str, extra: &str, listener_extra: &str) -> Edge {
+    let yaml = format!(
+        "admin:\n  listen: 127.0.0.1:0\nlisteners:\n  - listen: 127.0.0.1:0\n    {listener_extra}\n{extra}\nroutes:\n{routes}"
+    );
+    let config = Config::parse(&yaml).unwrap_or_else(|e| panic!("{e}\n{yaml}"));
+    config.validate().unwrap();
+    let server = Server::new(&config).unwrap();
+    let bound = Bound::bind(&config).unwrap();
+    let addr = bound.local_addrs()[0];
+    let admin = bound.admin.local_addr().unwrap();
+    let admin_stop = CancellationToken::new();
+    tokio::spawn(edgewarm::admin::serve(bound.admin, server.clone(), admin_stop.clone().cancelled_owned()));
+    let s = server.clone();
+    let run = tokio::spawn(async move { s.run(bound.listeners).await });
+    // `run` marks the server ready once its accept loops are spawned.
+    while !server.is_ready() {
+        tokio::task::yield_now().await;
+    }
+    Edge { addr, admin, server, admin_stop, run }
+}
+
+impl Edge {
+    pub fn metric(&self, name: &str, labels: &[(&str, &str)]) -> f64 {
+        self.server.metrics().sample(name, labels).unwrap_or(0.0)
+    }
+
+    /// Wait until every accepted connection has been closed and logged, so metrics are final.
+    pub async fn settle(&self) {
+        for _ in 0..2000 {
+            if self.server.open_connections() == 0 {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        panic!("connections still open: {}", self.server.open_connections());
+    }
+
+    pub async fn stop(self) {
+        self.server.shutdown();
+        self.run.await.unwrap();
+        self.admin_stop.cancel();
+    }
+}
+
+/// A TLS origin that answers each line it reads with `origin says: <line>` and echoes
+/// everything after a line `ECHO`; used by the rustls-client tests.
+pub async fn tls_echo_origin(certs: &Certs) -> SocketAddr {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let acceptor = certs.acceptor();
+    tokio::spawn(async move {
+        loop {
+            let Ok((tcp, _)) = listener.accept().await else { return };
+            let acceptor = acceptor.clone();
+            tokio::spawn(async move {
+                let Ok(mut tls) = acceptor.accept(tcp).await else { return };
+                let mut buf = vec![0u8; 64 * 1024];
+                loop {
+                    match tls.read(&mut buf).await {
+                        Ok(0) | Err(_) => break,
+                        Ok(n) => {
+                            if tls.write_all(&buf[..n]).await.is_err() {
+                                break;
+                            }
+                        }
+                    }
+                }
+                let _ = tls.shutdown().await;
+            });
+        }
+    });
+    addr
+}
+
+/// Bytes a raw-TCP origin received, shared with the test.
+pub type Received = Arc<Mutex<Vec<Vec<u8>>>>;
+
+/// A plain TCP origin that records everything each connection sends (until EOF), then replies
+/// with `reply` and closes. Edgewarm is blind, so a TCP origin is enough to test the relay.
+pub async fn recording_origin(reply: Vec<u8>) -> (SocketAddr, Received) {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let received: Received = Arc::default();
+    let rec = received.clone();
+    tokio::spawn(async move {
+        loop {
+            let Ok((mut tcp, _)) = listener.accept().await else { return };
+            let (rec, reply) = (rec.clone(), reply.clone());
+            tokio::spawn(async move {
+                let mut got = Vec::new();
+                let _ = tcp.read_to_end(&mut got).await;
+                rec.lock().unwrap().push(got);
+                let _ = tcp.write_all(&reply).await;
+                let _ = tcp.shutdown().await;
+            });
+        }
+    });
+    (addr, received)
+}
+
+/// A real ClientHello from rustls (default provider, so a post-quantum key share) for `sni`.
+pub fn client_hello(sni: &str) -> Vec<u8> {
+    let config =
+        rustls::ClientConfig::builder().with_root_certificates(rustls::RootCertStore::empty()).with_no_client_auth();
+    let mut config = config;
+    config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+    let name = ServerName::try_from(sni.to_string()).unwrap();
+    let mut conn = rustls::ClientConnection::new(Arc::new(config), name).unwrap();
+    let mut out = Vec::new();
+    while conn.wants_write() {
+        conn.write_tls(&mut out).unwrap();
+    }
+    out
+}
+
+/// Re-cut a single-record hello into records carrying at most `size` handshake bytes each.
+pub fn refragment(hello: &[u8], size: usize) -> Vec<u8> {
+    let body = &hello[5..];
+    let mut out = Vec::new();
+    for chunk in body.chunks(size) {
+        out.extend_from_slice(&[0x16, hello[1], hello[2]]);
+        out.extend_from_slice(&(chunk.len() as u16).to_be_bytes());
+        out.extend_from_slice(chunk);
+    }
+    out
+}
+
+/// Read until EOF (or error), with a bound so a hung proxy fails the test instead of hanging it.
+pub async fn read_all(stream: &mut TcpStream) -> Vec<u8> {
+    let mut out = Vec::new();
+    let _ = tokio::time::timeout(Duration::from_secs(20), stream.read_to_end(&mut out))
+        .await
+        .expect("peer did not close within 20 s");
+    out
+}
+
+/// A routes block tunnelling `sni` to `origin`, refusing everything else.
+pub fn route_to(sni: &str, origin: SocketAddr) -> String {
+    format!("  - {{sni: {sni}, action: tunnel, origin: \"{origin}\"}}\n")
+}
+
+/// GET a path on the admin listener; returns (status, body).
+pub async fn admin_get(admin: SocketAddr, path: &str) -> (u16, String) {
+    let mut s = TcpStream::connect(admin).await.unwrap();
+    s.write_all(format!("GET {path} HTTP/1.1\r\nHost: admin\r\nConnection: close\r\n\r\n").as_bytes()).await.unwrap();
+    let text = String::from_utf8(read_all(&mut s).await).unwrap();
+    let status = text.split(' ').nth(1).unwrap().parse().unwrap();
+    let body = text.split_once("\r\n\r\n").map(|(_, b)| b.to_string()).unwrap_or_default();
+    (status, body)
+}

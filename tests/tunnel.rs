@@ -1,0 +1,301 @@
+//! The blind tunnel end to end: real sockets on 127.0.0.1, real ClientHellos from rustls, real
+//! TLS between client and origin through edgewarm.
+
+mod common;
+
+use common::*;
+use rustls::pki_types::ServerName;
+use sha2::{Digest, Sha256};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+const CLOSED: &str = "edgewarm_connections_closed_total";
+const REJECTED: &str = "edgewarm_clienthello_rejected_total";
+
+#[tokio::test]
+async fn rustls_client_reaches_tls_origin_through_the_tunnel() {
+    let certs = certs(&["a.test"]);
+    let origin = tls_echo_origin(&certs).await;
+    let edge = edge(&route_to("a.test", origin), "", "").await;
+
+    for round in 0..3 {
+        let tcp = TcpStream::connect(edge.addr).await.unwrap();
+        let name = ServerName::try_from("a.test").unwrap();
+        let mut tls = certs.connector().connect(name, tcp).await.unwrap();
+        let msg = format!("hello through edgewarm {round}");
+        tls.write_all(msg.as_bytes()).await.unwrap();
+        let mut buf = vec![0u8; msg.len()];
+        tls.read_exact(&mut buf).await.unwrap();
+        assert_eq!(buf, msg.as_bytes());
+        tls.shutdown().await.unwrap();
+        let mut rest = Vec::new();
+        let _ = tls.read_to_end(&mut rest).await;
+    }
+    edge.settle().await;
+    assert_eq!(edge.metric("edgewarm_connections_accepted_total", &[]), 3.0);
+    assert_eq!(edge.metric(CLOSED, &[("route", "a.test"), ("reason", "done")]), 3.0);
+    assert!(edge.metric("edgewarm_bytes_total", &[("route", "a.test"), ("direction", "origin_to_client")]) > 0.0);
+    assert_eq!(edge.metric("edgewarm_clienthello_parsed_total", &[]), 3.0);
+    let metrics = edge.server.metrics().encode();
+    assert!(metrics.contains("edgewarm_accept_to_first_origin_byte_seconds_count{route=\"a.test\"} 3"), "{metrics}");
+    edge.stop().await;
+}
+
+/// Send raw bytes, half-close, and return what edgewarm answered.
+async fn exchange(edge: &Edge, bytes: &[u8]) -> Vec<u8> {
+    let mut s = TcpStream::connect(edge.addr).await.unwrap();
+    s.write_all(bytes).await.unwrap();
+    s.shutdown().await.unwrap();
+    read_all(&mut s).await
+}
+
+#[tokio::test]
+async fn unknown_sni_is_refused_with_unrecognized_name() {
+    let (origin, received) = recording_origin(vec![]).await;
+    let edge = edge(&route_to("a.test", origin), "", "").await;
+    let answer = exchange(&edge, &client_hello("evil.test")).await;
+    assert_eq!(answer, [0x15, 3, 3, 0, 2, 2, 112], "fatal unrecognized_name alert");
+    edge.settle().await;
+    assert_eq!(edge.metric(REJECTED, &[("reason", "unknown_sni")]), 1.0);
+    assert_eq!(edge.metric(CLOSED, &[("route", "<none>"), ("reason", "unknown_sni")]), 1.0);
+    assert!(received.lock().unwrap().is_empty(), "nothing reached an origin");
+    edge.stop().await;
+}
+
+#[tokio::test]
+async fn reject_route_and_default() {
+    let (origin, received) = recording_origin(vec![]).await;
+    let routes = format!("{}  - {{sni: \"*\", action: reject}}\n", route_to("a.test", origin));
+    let edge = edge(&routes, "", "").await;
+    assert_eq!(exchange(&edge, &client_hello("other.test")).await, [0x15, 3, 3, 0, 2, 2, 112]);
+    edge.settle().await;
+    assert_eq!(edge.metric(REJECTED, &[("reason", "route_reject")]), 1.0);
+    assert_eq!(edge.metric(CLOSED, &[("route", "*"), ("reason", "route_reject")]), 1.0);
+    assert!(received.lock().unwrap().is_empty());
+    edge.stop().await;
+}
+
+#[tokio::test]
+async fn bad_input_is_refused_counted_and_never_forwarded() {
+    let (origin, received) = recording_origin(vec![]).await;
+    let edge = edge(&route_to("a.test", origin), "", "").await;
+
+    // Plain HTTP on the TLS port gets an HTTP answer saying so.
+    let answer = exchange(&edge, b"GET / HTTP/1.1\r\nHost: a.test\r\n\r\n").await;
+    let answer = String::from_utf8(answer).unwrap();
+    assert!(answer.starts_with("HTTP/1.1 400") && answer.contains("https://"), "{answer}");
+
+    // Bytes that are neither TLS nor HTTP: closed without an answer.
+    assert!(exchange(&edge, &[0x00, 0xff, 0x13, 0x37, 9, 9, 9, 9]).await.is_empty());
+
+    // A hello cut short, then EOF.
+    let hello = client_hello("a.test");
+    assert!(exchange(&edge, &hello[..hello.len() / 2]).await.is_empty());
+
+    // A handshake header announcing more than 64 KiB.
+    let huge = [0x16, 3, 1, 0x40, 0x00, 0x01, 0x01, 0x20, 0x00];
+    assert_eq!(exchange(&edge, &huge).await, [0x15, 3, 3, 0, 2, 2, 50], "decode_error alert");
+
+    edge.settle().await;
+    for reason in ["http", "not_tls", "truncated", "too_large"] {
+        assert_eq!(edge.metric(REJECTED, &[("reason", reason)]), 1.0, "{reason}");
+    }
+    assert!(received.lock().unwrap().is_empty(), "no bad input reached the origin");
+    edge.stop().await;
+}
+
+#[tokio::test]
+async fn slow_hello_times_out() {
+    let (origin, received) = recording_origin(vec![]).await;
+    let edge = edge(&route_to("a.test", origin), "timeouts: {client_hello: 200ms}", "").await;
+    let hello = client_hello("a.test");
+    let mut s = TcpStream::connect(edge.addr).await.unwrap();
+    // Slowloris: a valid start, then nothing. The edge must close on its own.
+    s.write_all(&hello[..10]).await.unwrap();
+    assert!(read_all(&mut s).await.is_empty());
+    edge.settle().await;
+    assert_eq!(edge.metric(REJECTED, &[("reason", "hello_timeout")]), 1.0);
+    assert!(received.lock().unwrap().is_empty());
+    edge.stop().await;
+}
+
+#[tokio::test]
+async fn hello_split_across_segments_and_records_is_replayed_unchanged() {
+    let (origin, received) = recording_origin(b"served".to_vec()).await;
+    let edge = edge(&route_to("a.test", origin), "", "").await;
+    let hello = client_hello("a.test");
+    assert!(hello.len() > 1200, "post-quantum key share expected, got {} bytes", hello.len());
+    for (i, variant) in [hello.clone(), refragment(&hello, 200), refragment(&hello, 7)].into_iter().enumerate() {
+        let mut s = TcpStream::connect(edge.addr).await.unwrap();
+        // Dribble it: many small TCP segments (NODELAY is on for the test socket too).
+        s.set_nodelay(true).unwrap();
+        for chunk in variant.chunks(97) {
+            s.write_all(chunk).await.unwrap();
+            tokio::time::sleep(std::time::Duration::from_millis(1)).await;
+        }
+        s.write_all(b"after the hello").await.unwrap();
+        s.shutdown().await.unwrap();
+        assert_eq!(read_all(&mut s).await, b"served", "variant {i}");
+        let mut expected = variant.clone();
+        expected.extend_from_slice(b"after the hello");
+        assert_eq!(received.lock().unwrap().last().unwrap(), &expected, "variant {i} replayed byte for byte");
+    }
+    edge.settle().await;
+    assert_eq!(edge.metric(CLOSED, &[("route", "a.test"), ("reason", "done")]), 3.0);
+    edge.stop().await;
+}
+
+#[tokio::test]
+async fn half_close_keeps_the_other_direction_open() {
+    // The origin reads to EOF and only then answers: the client's FIN must reach it while the
+    // origin→client direction stays open for the answer.
+    let (origin, received) = recording_origin(vec![7u8; 300_000]).await;
+    let edge = edge(&route_to("a.test", origin), "", "").await;
+    let mut s = TcpStream::connect(edge.addr).await.unwrap();
+    s.write_all(&client_hello("a.test")).await.unwrap();
+    s.write_all(b"request").await.unwrap();
+    s.shutdown().await.unwrap();
+    let answer = read_all(&mut s).await;
+    assert_eq!(answer.len(), 300_000);
+    assert!(received.lock().unwrap()[0].ends_with(b"request"));
+    edge.settle().await;
+    assert_eq!(edge.metric(CLOSED, &[("route", "a.test"), ("reason", "done")]), 1.0);
+    assert_eq!(
+        edge.metric("edgewarm_bytes_total", &[("route", "a.test"), ("direction", "origin_to_client")]),
+        300_000.0
+    );
+    edge.stop().await;
+}
+
+#[tokio::test]
+async fn origin_refused_gets_an_alert_and_a_metric() {
+    let port = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap()
+    }; // closed again: connecting is refused
+    let edge = edge(&route_to("a.test", port), "", "").await;
+    assert_eq!(exchange(&edge, &client_hello("a.test")).await, [0x15, 3, 3, 0, 2, 2, 80]);
+    edge.settle().await;
+    assert_eq!(edge.metric(CLOSED, &[("route", "a.test"), ("reason", "origin_refused")]), 1.0);
+    assert_eq!(edge.metric("edgewarm_origin_connect_errors_total", &[("reason", "origin_refused")]), 1.0);
+    edge.stop().await;
+}
+
+#[tokio::test]
+async fn origin_connect_timeout() {
+    // A listener whose accept queue is full drops further SYNs: connects hang until timeout.
+    let socket = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+    socket.bind(&"127.0.0.1:0".parse::<std::net::SocketAddr>().unwrap().into()).unwrap();
+    socket.listen(0).unwrap();
+    let full = socket.local_addr().unwrap().as_socket().unwrap();
+    let mut fillers = Vec::new();
+    for _ in 0..4 {
+        if let Ok(Ok(s)) = tokio::time::timeout(std::time::Duration::from_millis(300), TcpStream::connect(full)).await {
+            fillers.push(s);
+        }
+    }
+    let edge = edge(&route_to("a.test", full), "timeouts: {connect: 300ms}", "").await;
+    assert_eq!(exchange(&edge, &client_hello("a.test")).await, [0x15, 3, 3, 0, 2, 2, 80]);
+    edge.settle().await;
+    assert_eq!(edge.metric(CLOSED, &[("route", "a.test"), ("reason", "origin_timeout")]), 1.0);
+    drop(socket);
+    edge.stop().await;
+}
+
+#[tokio::test]
+async fn idle_tunnel_is_closed() {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let origin = listener.local_addr().unwrap();
+    // An origin that accepts and then says nothing, keeping the socket open.
+    let hold = tokio::spawn(async move {
+        let (s, _) = listener.accept().await.unwrap();
+        tokio::time::sleep(std::time::Duration::from_secs(30)).await;
+        drop(s);
+    });
+    let edge = edge(&route_to("a.test", origin), "timeouts: {idle: 200ms}", "").await;
+    let mut s = TcpStream::connect(edge.addr).await.unwrap();
+    s.write_all(&client_hello("a.test")).await.unwrap();
+    assert!(read_all(&mut s).await.is_empty());
+    edge.settle().await;
+    assert_eq!(edge.metric(CLOSED, &[("route", "a.test"), ("reason", "idle_timeout")]), 1.0);
+    hold.abort();
+    edge.stop().await;
+}
+
+/// Client and origin both stream 32 MiB at the same time; both ends hash what they got.
+async fn large_transfer(extra: &str) {
+    const SIZE: usize = 32 << 20;
+    fn pattern(seed: u8) -> Vec<u8> {
+        let mut x = u32::from(seed) | 1;
+        (0..SIZE)
+            .map(|_| {
+                x ^= x << 13;
+                x ^= x >> 17;
+                x ^= x << 5;
+                x as u8
+            })
+            .collect()
+    }
+    let up = pattern(1);
+    let down = pattern(2);
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let origin_addr = listener.local_addr().unwrap();
+    let hello = client_hello("a.test");
+    let hello_len = hello.len();
+    let down2 = down.clone();
+    let origin = tokio::spawn(async move {
+        let (s, _) = listener.accept().await.unwrap();
+        let (mut r, mut w) = s.into_split();
+        let writer = tokio::spawn(async move {
+            w.write_all(&down2).await.unwrap();
+            w.shutdown().await.unwrap();
+        });
+        let mut got = Vec::new();
+        r.read_to_end(&mut got).await.unwrap();
+        writer.await.unwrap();
+        got
+    });
+    let edge = edge(&route_to("a.test", origin_addr), extra, "").await;
+    let s = TcpStream::connect(edge.addr).await.unwrap();
+    let (mut r, mut w) = s.into_split();
+    let up2 = up.clone();
+    let writer = tokio::spawn(async move {
+        w.write_all(&hello).await.unwrap();
+        w.write_all(&up2).await.unwrap();
+        w.shutdown().await.unwrap();
+    });
+    let mut got_down = Vec::new();
+    r.read_to_end(&mut got_down).await.unwrap();
+    writer.await.unwrap();
+    let got_up = origin.await.unwrap();
+    assert_eq!(Sha256::digest(&got_down), Sha256::digest(&down), "origin→client bytes identical");
+    assert_eq!(Sha256::digest(&got_up[hello_len..]), Sha256::digest(&up), "client→origin bytes identical");
+    edge.settle().await;
+    assert_eq!(edge.metric(CLOSED, &[("route", "a.test"), ("reason", "done")]), 1.0);
+    assert_eq!(
+        edge.metric("edgewarm_bytes_total", &[("route", "a.test"), ("direction", "client_to_origin")]),
+        (SIZE + hello_len) as f64
+    );
+    edge.stop().await;
+}
+
+#[tokio::test]
+async fn large_transfer_each_way_is_byte_identical() {
+    large_transfer("").await;
+}
+
+#[tokio::test]
+async fn proxy_protocol_header_is_consumed_not_forwarded() {
+    let (origin, received) = recording_origin(b"ok".to_vec()).await;
+    let edge = edge(&route_to("a.test", origin), "", "proxy_protocol: true").await;
+    let hello = client_hello("a.test");
+    let mut bytes = b"PROXY TCP4 192.0.2.7 198.51.100.1 40000 443\r\n".to_vec();
+    bytes.extend_from_slice(&hello);
+    assert_eq!(exchange(&edge, &bytes).await, b"ok");
+    assert_eq!(received.lock().unwrap()[0], hello);
+    // Without the header, the listener refuses the connection.
+    assert!(exchange(&edge, &hello).await.is_empty());
+    edge.settle().await;
+    assert_eq!(edge.metric(REJECTED, &[("reason", "proxy_header")]), 1.0);
+    edge.stop().await;
+}
