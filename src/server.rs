@@ -19,7 +19,7 @@ use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use crate::config::{Config, ConfigError, ListenerConfig, Timeouts};
+use crate::config::{Config, ConfigError, ListenerConfig, RelayMode, Timeouts};
 use crate::listener;
 use crate::metrics::{Metrics, ResultLabel};
 use crate::relay;
@@ -36,7 +36,14 @@ pub struct Snapshot {
 
 impl Snapshot {
     pub fn new(config: &Config) -> Result<Self, ConfigError> {
-        Ok(Self { routes: RouteTable::new(config)?, timeouts: config.timeouts.clone(), relay: relay::Mode::default() })
+        Ok(Self {
+            routes: RouteTable::new(config)?,
+            timeouts: config.timeouts.clone(),
+            relay: match config.relay {
+                RelayMode::Splice => relay::Mode::Splice,
+                RelayMode::Copy => relay::Mode::Copy,
+            },
+        })
     }
 }
 

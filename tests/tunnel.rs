@@ -285,6 +285,11 @@ async fn large_transfer_each_way_is_byte_identical() {
 }
 
 #[tokio::test]
+async fn large_transfer_with_the_copy_relay() {
+    large_transfer("relay: copy").await;
+}
+
+#[tokio::test]
 async fn proxy_protocol_header_is_consumed_not_forwarded() {
     let (origin, received) = recording_origin(b"ok".to_vec()).await;
     let edge = edge(&route_to("a.test", origin), "", "proxy_protocol: true").await;

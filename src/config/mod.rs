@@ -44,6 +44,17 @@ pub struct Config {
     #[serde(default)]
     pub timeouts: Timeouts,
     pub routes: Vec<RouteConfig>,
+    /// How tunnels move bytes: `splice` (kernel pipe, no copy to user space) or `copy`.
+    #[serde(default)]
+    pub relay: RelayMode,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RelayMode {
+    #[default]
+    Splice,
+    Copy,
 }
 
 #[derive(Debug, Clone, Deserialize)]

@@ -23,9 +23,8 @@ use tokio::net::TcpStream;
 use tokio_util::sync::CancellationToken;
 
 /// How the relay moves bytes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Mode {
-    #[default]
     Splice,
     Copy,
 }

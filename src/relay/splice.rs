@@ -14,7 +14,7 @@ use super::{PumpResult, Side};
 use crate::sockopt;
 
 /// Largest single splice: the pipe's capacity.
-const CHUNK: usize = 64 * 1024;
+const CHUNK: usize = 256 * 1024;
 
 /// Splice cannot be used for this pair (refused before any byte moved); use the copy pump.
 pub struct Fallback;

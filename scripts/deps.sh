@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# Install what edgewarm's tests and lab need on a fresh Debian machine (idempotent, quiet).
+# Real peers and clients come from Debian: curl, openssl, nghttp2-client; iproute2 and
+# util-linux give `ip` and `unshare` for the network-namespace tests.
+set -euo pipefail
+packages=(curl openssl iproute2 util-linux procps ca-certificates)
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  if [ "$(id -u)" -ne 0 ]; then
+    echo "scripts/deps.sh: need root to install: ${missing[*]}" >&2
+    exit 1
+  fi
+  echo "installing: ${missing[*]}"
+  apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
