@@ -20,9 +20,8 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio_util::sync::CancellationToken;
 
 fn hello() -> Vec<u8> {
-    let mut config = rustls::ClientConfig::builder()
-        .with_root_certificates(rustls::RootCertStore::empty())
-        .with_no_client_auth();
+    let mut config =
+        rustls::ClientConfig::builder().with_root_certificates(rustls::RootCertStore::empty()).with_no_client_auth();
     config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
     let name = rustls::pki_types::ServerName::try_from("a.test").unwrap();
     let mut conn = rustls::ClientConnection::new(Arc::new(config), name).unwrap();

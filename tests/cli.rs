@@ -122,12 +122,13 @@ fn curl_and_openssl_through_the_binary_with_reload_and_stop() {
     );
     let config = s.dir.join("edge.yaml");
     std::fs::write(&config, config_text(&s, "a.test")).unwrap();
+    let log = s.dir.join("edge.log");
     let mut edge = Guard(
         Command::new(BIN)
-            .args(["run", "--config"])
+            .args(["--log-format", "json", "run", "--config"])
             .arg(&config)
             .stdout(Stdio::null())
-            .stderr(Stdio::null())
+            .stderr(std::fs::File::create(&log).unwrap())
             .spawn()
             .unwrap(),
     );
@@ -188,4 +189,22 @@ fn curl_and_openssl_through_the_binary_with_reload_and_stop() {
         std::thread::sleep(Duration::from_millis(20));
     };
     assert!(status.success(), "{status:?}");
+
+    // One JSON access-log line per connection, with the fields an operator greps for.
+    let text = std::fs::read_to_string(&log).unwrap();
+    let lines: Vec<serde_json::Value> =
+        text.lines().map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON ({e}): {l}"))).collect();
+    let access: Vec<_> = lines.iter().filter(|l| l["target"] == "edgewarm::access").collect();
+    // The port probe (connect, close), curl ×4 (one refused after the reload), s_client.
+    assert_eq!(access.len(), 6, "{text}");
+    assert_eq!(access[0]["reason"], "truncated", "the port probe");
+    let first = access[1];
+    assert_eq!(first["sni"], "a.test");
+    assert_eq!(first["route"], "a.test");
+    assert_eq!(first["reason"], "done");
+    assert_eq!(first["level"], "INFO");
+    assert!(first["alpn"].as_str().unwrap().contains("http/1.1"), "{first}");
+    assert!(first["bytes_down"].as_u64().unwrap() > 0);
+    assert!(access.iter().any(|l| l["sni"] == "c.test" && l["reason"] == "unknown_sni"));
+    assert!(lines.iter().any(|l| l["message"] == "reload failed, keeping the running configuration"));
 }

@@ -1,7 +1,12 @@
-//! TCP Fast Open on both sides: client → edgewarm listener, and edgewarm → origin with the
-//! replayed ClientHello riding in the SYN. TFO needs `net.ipv4.tcp_fastopen=3`, a per-namespace
-//! setting, so the real test re-runs itself inside a fresh network namespace (`unshare --net`)
-//! where it may set it; that namespace disappears with the process, also on failure.
+//! Tests that need a network namespace of their own, each re-running one ignored inner test of
+//! this file inside a fresh namespace (`unshare --net`) that disappears with the process, also
+//! on failure:
+//!
+//! - TCP Fast Open on both sides: client → edgewarm listener, and edgewarm → origin with the
+//!   replayed ClientHello riding in the SYN. TFO needs `net.ipv4.tcp_fastopen=3`, a
+//!   per-namespace setting we may only change in a namespace we own.
+//! - An unreachable origin: in a namespace with only `lo`, any non-local address fails at once
+//!   with ENETUNREACH, and no packet can leave the machine.
 
 mod common;
 
@@ -12,18 +17,48 @@ use common::*;
 use edgewarm::config::OriginAddr;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-#[test]
-fn fast_open_on_both_sides_in_a_private_namespace() {
+/// Run the ignored test `inner` of this binary in a fresh network namespace with `lo` up and
+/// `net.ipv4.tcp_fastopen=3`.
+fn in_private_namespace(inner: &str) {
     let exe = std::env::current_exe().unwrap();
     let out = Command::new("unshare")
         .args(["--net", "--", "sh", "-c"])
-        .arg("ip link set lo up && echo 3 > /proc/sys/net/ipv4/tcp_fastopen && exec \"$0\" --exact fast_open_inner --ignored --nocapture")
+        .arg("ip link set lo up && echo 3 > /proc/sys/net/ipv4/tcp_fastopen && exec \"$0\" --exact \"$1\" --ignored --nocapture")
         .arg(exe)
+        .arg(inner)
         .output()
         .expect("unshare (util-linux) is installed");
     let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
-    assert!(out.status.success(), "inner test failed (needs root):\n{text}");
-    assert!(text.contains("1 passed"), "inner test did not run:\n{text}");
+    assert!(out.status.success(), "inner test {inner} failed (it needs root):\n{text}");
+    assert!(text.contains("1 passed"), "inner test {inner} did not run:\n{text}");
+}
+
+#[test]
+fn fast_open_on_both_sides_in_a_private_namespace() {
+    in_private_namespace("fast_open_inner");
+}
+
+#[test]
+fn unreachable_origin_in_a_private_namespace() {
+    in_private_namespace("unreachable_inner");
+}
+
+#[tokio::test]
+#[ignore = "run by unreachable_origin_in_a_private_namespace inside its own network namespace"]
+async fn unreachable_inner() {
+    // 192.0.2.0/24 is TEST-NET-1; this namespace has no route to anything but loopback.
+    let edge = edge("  - {sni: a.test, action: tunnel, origin: \"192.0.2.1:443\"}\n", "", "").await;
+    let mut s = tokio::net::TcpStream::connect(edge.addr).await.unwrap();
+    s.write_all(&client_hello("a.test")).await.unwrap();
+    s.shutdown().await.unwrap();
+    assert_eq!(read_all(&mut s).await, [0x15, 3, 3, 0, 2, 2, 80], "internal_error alert");
+    edge.settle().await;
+    assert_eq!(
+        edge.metric("edgewarm_connections_closed_total", &[("route", "a.test"), ("reason", "origin_unreachable")]),
+        1.0
+    );
+    assert_eq!(edge.metric("edgewarm_origin_connect_errors_total", &[("reason", "origin_unreachable")]), 1.0);
+    edge.stop().await;
 }
 
 /// TcpExt counters of this network namespace.
