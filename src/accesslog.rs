@@ -21,6 +21,12 @@ pub struct AccessLog {
     pub sni: Option<String>,
     pub alpn: Vec<String>,
     pub route: Option<String>,
+    /// prewarm: the ALPN protocol negotiated with the client.
+    pub alpn_selected: Option<String>,
+    /// prewarm: the client's TLS version.
+    pub tls_version: Option<String>,
+    /// prewarm: `hit` (warm connection) or `miss` (connected on demand).
+    pub pool: Option<&'static str>,
     pub origin: Option<String>,
     pub origin_addr: Option<SocketAddr>,
     pub bytes_up: u64,
@@ -68,6 +74,9 @@ macro_rules! access_event {
             sni = %Opt(&l.sni),
             alpn = %l.alpn.join(","),
             route = %Opt(&l.route),
+            alpn_selected = %Opt(&l.alpn_selected),
+            tls = %Opt(&l.tls_version),
+            pool = %Opt(&l.pool),
             origin = %Opt(&l.origin),
             origin_addr = %Opt(&l.origin_addr),
             bytes_up = l.bytes_up,

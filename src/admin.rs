@@ -1,4 +1,4 @@
-//! The admin listener: `/metrics` (OpenMetrics text), `/ready` (200 while accepting, 503 while
+//! The admin listener: `/metrics` (OpenMetrics text), `/pools` (JSON, per warm pool), `/ready` (200 while accepting, 503 while
 //! starting or draining, so a load balancer stops sending first), `/live` (200 while the
 //! process runs). Plain HTTP/1.1 on loopback by default; hyper does the HTTP.
 
@@ -62,9 +62,15 @@ fn respond(req: &Request<Incoming>, server: &Server) -> Response<Full<Bytes>> {
             );
             r
         }
+        "/pools" => {
+            let mut r = Response::new(Full::new(Bytes::from(server.pools().status().to_string())));
+            r.headers_mut()
+                .insert(hyper::header::CONTENT_TYPE, hyper::header::HeaderValue::from_static("application/json"));
+            r
+        }
         "/ready" if server.is_ready() => text(StatusCode::OK, "ready\n"),
         "/ready" => text(StatusCode::SERVICE_UNAVAILABLE, "not ready\n"),
         "/live" => text(StatusCode::OK, "live\n"),
-        _ => text(StatusCode::NOT_FOUND, "not found: try /metrics /ready /live\n"),
+        _ => text(StatusCode::NOT_FOUND, "not found: try /metrics /pools /ready /live\n"),
     }
 }

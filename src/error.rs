@@ -25,6 +25,10 @@ pub enum CloseReason {
     OriginRefused,
     OriginUnreachable,
     OriginTimeout,
+    /// The client's TLS handshake with edgewarm failed (prewarm routes).
+    ClientTls,
+    /// The origin side of a prewarm route failed; the label says how.
+    Origin(&'static str),
     /// Still open when the shutdown grace period ran out.
     Shutdown,
     /// A local resource failed (pipe, socket option).
@@ -46,6 +50,8 @@ impl CloseReason {
             Self::OriginRefused => "origin_refused",
             Self::OriginUnreachable => "origin_unreachable",
             Self::OriginTimeout => "origin_timeout",
+            Self::ClientTls => "client_tls",
+            Self::Origin(reason) => reason,
             Self::Shutdown => "shutdown",
             Self::Internal => "internal",
         }
@@ -53,7 +59,11 @@ impl CloseReason {
 
     pub fn level(self) -> Level {
         match self {
-            Self::OriginRefused | Self::OriginUnreachable | Self::OriginTimeout | Self::OriginReset => Level::WARN,
+            Self::OriginRefused
+            | Self::OriginUnreachable
+            | Self::OriginTimeout
+            | Self::OriginReset
+            | Self::Origin(_) => Level::WARN,
             Self::Internal => Level::ERROR,
             _ => Level::INFO,
         }

@@ -40,6 +40,22 @@ pub struct ResultLabel {
     pub result: &'static str,
 }
 
+/// A warm-connection pool: the route it serves, the origin, the ALPN it speaks.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct PoolLabels {
+    pub route: String,
+    pub origin: String,
+    pub alpn: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct PoolReason {
+    pub route: String,
+    pub origin: String,
+    pub alpn: String,
+    pub reason: &'static str,
+}
+
 type HistogramFamily<L> = Family<L, Histogram, fn() -> Histogram>;
 
 /// 0.5 ms to ~16 s in doublings: covers loopback through a long intercontinental link.
@@ -59,7 +75,67 @@ pub struct Metrics {
     pub first_origin_byte_seconds: HistogramFamily<RouteLabel>,
     pub accept_errors: Family<ReasonLabel, Counter>,
     pub config_reloads: Family<ResultLabel, Counter>,
+    pub pool: PoolMetrics,
     registry: Registry,
+}
+
+/// Per-pool metrics (labels route, origin, alpn).
+pub struct PoolMetrics {
+    pub hits: Family<PoolLabels, Counter>,
+    pub misses: Family<PoolLabels, Counter>,
+    pub ready: Family<PoolLabels, Gauge>,
+    pub connecting: Family<PoolLabels, Gauge>,
+    pub target: Family<PoolLabels, Gauge>,
+    pub opened: Family<PoolLabels, Counter>,
+    /// Discarded before use: `dead` (origin closed or reset it), `overflow` (origin sent more
+    /// than we buffer), `alpn_mismatch`.
+    pub discarded: Family<PoolReason, Counter>,
+    /// Closed unused after `max_idle`: the waste.
+    pub expired: Family<PoolLabels, Counter>,
+    pub connect_errors: Family<PoolReason, Counter>,
+    /// Connect attempts made while the origin was failing (after backoff).
+    pub retries: Family<PoolLabels, Counter>,
+    pub handshake_seconds: HistogramFamily<PoolLabels>,
+}
+
+impl PoolMetrics {
+    fn new() -> Self {
+        Self {
+            hits: Family::default(),
+            misses: Family::default(),
+            ready: Family::default(),
+            connecting: Family::default(),
+            target: Family::default(),
+            opened: Family::default(),
+            discarded: Family::default(),
+            expired: Family::default(),
+            connect_errors: Family::default(),
+            retries: Family::default(),
+            handshake_seconds: Family::new_with_constructor(latency_histogram),
+        }
+    }
+
+    fn register(&self, r: &mut Registry) {
+        r.register("pool_hits", "Clients given a warm origin connection", self.hits.clone());
+        r.register("pool_misses", "Clients that found the pool empty and connected on demand", self.misses.clone());
+        r.register("pool_ready", "Warm connections ready now", self.ready.clone());
+        r.register("pool_connecting", "Origin connections being warmed now", self.connecting.clone());
+        r.register("pool_target", "Warm connections the pool aims to hold", self.target.clone());
+        r.register("pool_opened", "Origin TLS connections completed (warm and on demand)", self.opened.clone());
+        r.register("pool_discarded", "Warm connections discarded before use, by reason", self.discarded.clone());
+        r.register("pool_expired", "Warm connections closed unused after max_idle (waste)", self.expired.clone());
+        r.register(
+            "pool_connect_errors",
+            "Failed origin connects or handshakes, by reason",
+            self.connect_errors.clone(),
+        );
+        r.register("pool_retries", "Connect attempts made after a failure (backoff)", self.retries.clone());
+        r.register(
+            "pool_handshake_duration_seconds",
+            "Origin TCP connect + TLS handshake",
+            self.handshake_seconds.clone(),
+        );
+    }
 }
 
 impl Default for Metrics {
@@ -83,6 +159,7 @@ impl Metrics {
             first_origin_byte_seconds: Family::new_with_constructor(latency_histogram),
             accept_errors: Family::default(),
             config_reloads: Family::default(),
+            pool: PoolMetrics::new(),
             registry: Registry::default(),
         };
         registry.register("connections_accepted", "Client connections accepted", m.accepted.clone());
@@ -112,6 +189,7 @@ impl Metrics {
         );
         registry.register("accept_errors", "accept(2) failures, by errno kind", m.accept_errors.clone());
         registry.register("config_reloads", "Configuration reloads, by result", m.config_reloads.clone());
+        m.pool.register(&mut registry);
         Self { registry, ..m }
     }
 

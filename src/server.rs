@@ -22,6 +22,7 @@ use tokio_util::task::TaskTracker;
 use crate::config::{Config, ConfigError, ListenerConfig, RelayMode, Timeouts};
 use crate::listener;
 use crate::metrics::{Metrics, ResultLabel};
+use crate::pool::registry::Pools;
 use crate::relay;
 use crate::route::RouteTable;
 use crate::sockopt;
@@ -83,6 +84,7 @@ fn bind_plain(addr: SocketAddr) -> std::io::Result<TcpListener> {
 
 pub struct Server {
     metrics: Arc<Metrics>,
+    pools: Pools,
     snapshot: watch::Sender<Arc<Snapshot>>,
     /// The config as loaded, to refuse reloads that change what is bound.
     bound_config: std::sync::Mutex<Config>,
@@ -95,10 +97,15 @@ pub struct Server {
 }
 
 impl Server {
+    /// Build the server for `config` and start its pools (so: inside the tokio runtime).
     pub fn new(config: &Config) -> Result<Arc<Self>, ConfigError> {
         let snapshot = Arc::new(Snapshot::new(config)?);
+        let metrics = Arc::new(Metrics::new());
+        let pools = Pools::new(metrics.clone());
+        pools.sync(&snapshot.routes, snapshot.timeouts.connect);
         Ok(Arc::new(Self {
-            metrics: Arc::new(Metrics::new()),
+            metrics,
+            pools,
             snapshot: watch::Sender::new(snapshot),
             bound_config: std::sync::Mutex::new(config.clone()),
             ready: AtomicBool::new(false),
@@ -110,6 +117,10 @@ impl Server {
 
     pub fn metrics(&self) -> &Arc<Metrics> {
         &self.metrics
+    }
+
+    pub fn pools(&self) -> &Pools {
+        &self.pools
     }
 
     pub fn snapshot(&self) -> Arc<Snapshot> {
@@ -151,6 +162,8 @@ impl Server {
             return Err(ConfigError::invalid("listeners", "cannot change on reload; restart edgewarm"));
         }
         *bound = config.clone();
+        // Pools first: a connection that sees the new snapshot must find its pools.
+        self.pools.sync(&snapshot.routes, snapshot.timeouts.connect);
         self.snapshot.send_replace(Arc::new(snapshot));
         Ok(())
     }
@@ -171,6 +184,8 @@ impl Server {
         self.ready.store(true, Ordering::Relaxed);
         while accept_loops.join_next().await.is_some() {}
         self.ready.store(false, Ordering::Relaxed);
+        // No new clients: warm connections would only be wasted.
+        self.pools.retire_all();
         self.drain().await;
     }
 

@@ -149,6 +149,8 @@ pub enum Action {
     Tunnel,
     /// Refuse with an `unrecognized_name` alert.
     Reject,
+    /// Terminate TLS here and continue on an origin TLS connection handshaked in advance.
+    Prewarm,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -164,6 +166,102 @@ pub struct RouteConfig {
     /// Send the replayed ClientHello in the SYN (TCP_FASTOPEN_CONNECT).
     #[serde(default)]
     pub origin_tcp_fastopen: bool,
+    /// prewarm: certificate chain (PEM) presented to clients.
+    #[serde(default)]
+    pub cert: Option<std::path::PathBuf>,
+    /// prewarm: private key (PEM: PKCS#8, PKCS#1 RSA or SEC1 EC).
+    #[serde(default)]
+    pub key: Option<std::path::PathBuf>,
+    /// prewarm: ALPN protocols offered to clients, in preference order; each gets its own pool.
+    #[serde(default)]
+    pub alpn: Vec<String>,
+    /// prewarm: oldest TLS version accepted from clients.
+    #[serde(default)]
+    pub min_tls: TlsVersion,
+    /// prewarm: accept TLS 1.3 0-RTT early data from clients (replayable: see docs/config.md).
+    #[serde(default)]
+    pub early_data: bool,
+    /// prewarm: the TLS client side towards the origin.
+    #[serde(default)]
+    pub origin_tls: OriginTls,
+    /// prewarm: pool sizing.
+    #[serde(default)]
+    pub pool: PoolConfig,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+pub enum TlsVersion {
+    #[serde(rename = "1.2")]
+    #[default]
+    Tls12,
+    #[serde(rename = "1.3")]
+    Tls13,
+}
+
+#[derive(Debug, Clone, Default, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct OriginTls {
+    /// Server name sent to and verified against the origin; default: the client's SNI
+    /// (for wildcard routes) or the route's name.
+    #[serde(default)]
+    pub sni: Option<String>,
+    /// CA bundle (PEM) to verify the origin with; default: the system roots.
+    #[serde(default)]
+    pub ca: Option<std::path::PathBuf>,
+    /// `false` disables origin certificate verification. Insecure; logged at start-up.
+    #[serde(default = "yes")]
+    pub verify: bool,
+    /// Client certificate chain (PEM) for mTLS to the origin.
+    #[serde(default)]
+    pub client_cert: Option<std::path::PathBuf>,
+    #[serde(default)]
+    pub client_key: Option<std::path::PathBuf>,
+}
+
+fn yes() -> bool {
+    true
+}
+
+#[derive(Debug, Clone, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct PoolConfig {
+    /// Warm connections kept ready even without demand.
+    #[serde(default = "default_pool_min")]
+    pub min: usize,
+    /// Ceiling on ready + connecting.
+    #[serde(default = "default_pool_max")]
+    pub max: usize,
+    /// A warm connection unused for this long is closed (keep it below the origin's own idle
+    /// timeout so the origin never closes one first).
+    #[serde(default = "default_pool_max_idle", with = "duration")]
+    pub max_idle: Duration,
+    /// How often the pool re-predicts demand.
+    #[serde(default = "default_pool_period", with = "duration")]
+    pub period: Duration,
+}
+
+impl Default for PoolConfig {
+    fn default() -> Self {
+        Self {
+            min: default_pool_min(),
+            max: default_pool_max(),
+            max_idle: default_pool_max_idle(),
+            period: default_pool_period(),
+        }
+    }
+}
+
+fn default_pool_min() -> usize {
+    2
+}
+fn default_pool_max() -> usize {
+    200
+}
+fn default_pool_max_idle() -> Duration {
+    Duration::from_secs(60)
+}
+fn default_pool_period() -> Duration {
+    Duration::from_secs(1)
 }
 
 impl Config {

@@ -112,10 +112,10 @@ impl Config {
                 return Err(ConfigError::invalid(key("sni"), format!("{:?} is routed twice", r.sni)));
             }
             match (r.action, &r.origin) {
-                (Action::Tunnel, None) => {
-                    return Err(ConfigError::invalid(key("origin"), "required for action tunnel"))
+                (Action::Tunnel | Action::Prewarm, None) => {
+                    return Err(ConfigError::invalid(key("origin"), "required for actions tunnel and prewarm"))
                 }
-                (Action::Tunnel, Some(origin)) => {
+                (Action::Tunnel | Action::Prewarm, Some(origin)) => {
                     OriginAddr::parse(origin).map_err(|m| ConfigError::invalid(key("origin"), m))?;
                 }
                 (Action::Reject, Some(_)) => {
@@ -126,9 +126,78 @@ impl Config {
             if r.action == Action::Reject && r.origin_tcp_fastopen {
                 return Err(ConfigError::invalid(key("origin_tcp_fastopen"), "action reject has no origin"));
             }
+            if r.action == Action::Prewarm {
+                validate_prewarm(r, &key)?;
+            } else {
+                let prewarm_only = [
+                    ("cert", r.cert.is_some()),
+                    ("key", r.key.is_some()),
+                    ("alpn", !r.alpn.is_empty()),
+                    ("early_data", r.early_data),
+                    ("origin_tls", r.origin_tls != Default::default()),
+                    ("pool", r.pool != Default::default()),
+                ];
+                if let Some((field, _)) = prewarm_only.iter().find(|(_, set)| *set) {
+                    return Err(ConfigError::invalid(key(field), "only for action prewarm"));
+                }
+            }
         }
         Ok(())
     }
+}
+
+fn validate_prewarm(r: &super::RouteConfig, key: &dyn Fn(&str) -> String) -> Result<(), ConfigError> {
+    if r.cert.is_none() {
+        return Err(ConfigError::invalid(key("cert"), "required for action prewarm"));
+    }
+    if r.key.is_none() {
+        return Err(ConfigError::invalid(key("key"), "required for action prewarm"));
+    }
+    let mut seen = HashSet::new();
+    for (j, p) in r.alpn.iter().enumerate() {
+        if p.is_empty() || p.len() > 255 || !seen.insert(p) {
+            return Err(ConfigError::invalid(
+                key(&format!("alpn[{j}]")),
+                format!("invalid or repeated protocol {p:?}"),
+            ));
+        }
+    }
+    let t = &r.origin_tls;
+    if t.client_cert.is_some() != t.client_key.is_some() {
+        return Err(ConfigError::invalid(key("origin_tls.client_key"), "client_cert and client_key go together"));
+    }
+    if !t.verify && t.ca.is_some() {
+        return Err(ConfigError::invalid(key("origin_tls.ca"), "a CA with verify: false would be ignored"));
+    }
+    if let Some(sni) = &t.sni {
+        rustls::pki_types::ServerName::try_from(sni.as_str())
+            .map_err(|_| ConfigError::invalid(key("origin_tls.sni"), format!("invalid server name {sni:?}")))?;
+    }
+    // One pool per route, never one per client-chosen name: otherwise anyone could make
+    // edgewarm open pools (and origin connections) by sending made-up names under a wildcard.
+    if (r.sni.starts_with('*') || r.sni.is_empty()) && t.sni.is_none() {
+        return Err(ConfigError::invalid(
+            key("origin_tls.sni"),
+            "required on wildcard, default and no-SNI prewarm routes (the pool needs one origin name)",
+        ));
+    }
+    if r.origin_tcp_fastopen {
+        return Err(ConfigError::invalid(
+            key("origin_tcp_fastopen"),
+            "prewarm connects before clients arrive; Fast Open would shorten no client's wait",
+        ));
+    }
+    let p = &r.pool;
+    if p.max == 0 || p.min > p.max {
+        return Err(ConfigError::invalid(
+            key("pool.max"),
+            format!("need 1 <= max and min <= max (min {}, max {})", p.min, p.max),
+        ));
+    }
+    if p.period == Duration::ZERO || p.max_idle == Duration::ZERO {
+        return Err(ConfigError::invalid(key("pool.period"), "pool durations must be greater than zero"));
+    }
+    Ok(())
 }
 
 #[cfg(test)]

@@ -37,6 +37,9 @@ pub async fn handle(
         sni: None,
         alpn: Vec::new(),
         route: None,
+        alpn_selected: None,
+        tls_version: None,
+        pool: None,
         origin: None,
         origin_addr: None,
         bytes_up: 0,
@@ -79,6 +82,10 @@ pub async fn handle(
             RouteAction::Reject => {
                 let _ = client.write_all(&peek::alert(peek::ALERT_UNRECOGNIZED_NAME)).await;
                 CloseReason::RouteReject
+            }
+            RouteAction::Prewarm(prewarm) => {
+                crate::pool::serve::serve(client, hello, &route.name, prewarm, server, &snapshot, accepted, &mut log)
+                    .await
             }
             RouteAction::Tunnel { origin, fastopen } => {
                 log.origin = Some(origin.to_string());

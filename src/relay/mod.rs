@@ -13,6 +13,7 @@
 
 mod copy;
 mod splice;
+mod stream;
 
 use std::io;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -77,6 +78,10 @@ struct Activity {
 }
 
 impl Activity {
+    fn new() -> Self {
+        Self { start: Instant::now(), last: AtomicU64::new(0) }
+    }
+
     fn touch(&self) {
         let nanos = u64::try_from(self.start.elapsed().as_nanos()).unwrap_or(u64::MAX);
         self.last.store(nanos, Ordering::Relaxed);
@@ -101,7 +106,7 @@ type PumpResult = Result<(), (Side, io::Error)>;
 impl Relay<'_> {
     /// Relay until the end; `on_first_down` runs once when the origin's first byte arrives.
     pub async fn run(&self, client: &TcpStream, origin: &TcpStream, on_first_down: impl FnOnce() + Send) -> End {
-        let activity = Activity { start: Instant::now(), last: AtomicU64::new(0) };
+        let activity = Activity::new();
         let mut first = Some(on_first_down);
         let mut notify_first = move || {
             if let Some(f) = first.take() {
@@ -110,6 +115,16 @@ impl Relay<'_> {
         };
         let up = self.pump(client, origin, Side::Client, Side::Origin, self.up, &activity, || {});
         let down = self.pump(origin, client, Side::Origin, Side::Client, self.down, &activity, &mut notify_first);
+        self.finish(up, down, &activity).await
+    }
+
+    /// Run both directions to their end, or until idle or shutdown.
+    async fn finish(
+        &self,
+        up: impl std::future::Future<Output = PumpResult>,
+        down: impl std::future::Future<Output = PumpResult>,
+        activity: &Activity,
+    ) -> End {
         let both = async {
             // try_join: the first failure ends the relay; the other direction is dropped with it.
             match tokio::try_join!(up, down) {
@@ -119,7 +134,7 @@ impl Relay<'_> {
         };
         tokio::select! {
             end = both => end,
-            () = idle_watch(&activity, self.idle) => End::Idle,
+            () = idle_watch(activity, self.idle) => End::Idle,
             () = self.cancel.cancelled() => End::Shutdown,
         }
     }

@@ -8,16 +8,37 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use crate::config::{sni_pattern, Action, Config, ConfigError, OriginAddr};
+use crate::config::{sni_pattern, Action, Config, ConfigError, OriginAddr, PoolConfig};
+use crate::tls::client::ClientTls;
+use crate::tls::origin::OriginTls;
 
 /// What to do with a connection whose hello matched a route.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone)]
 pub enum RouteAction {
     Tunnel { origin: OriginAddr, fastopen: bool },
     Reject,
+    Prewarm(Arc<PrewarmRoute>),
 }
 
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// A `prewarm` route's TLS on both sides and its pool sizing.
+#[derive(Debug)]
+pub struct PrewarmRoute {
+    pub client: ClientTls,
+    pub origin: OriginTls,
+    pub pool: PoolConfig,
+}
+
+impl PrewarmRoute {
+    /// The ALPN choices that get a pool: each protocol of the route's list, and none.
+    pub fn pool_alpns(&self) -> impl Iterator<Item = Option<&[u8]>> {
+        std::iter::once(None).chain(self.client.alpn.iter().map(|p| Some(p.as_slice())))
+    }
+}
+
+/// Name (metric label) of the `sni: ""` route.
+pub const NO_SNI: &str = "<no-sni>";
+
+#[derive(Debug, Clone)]
 pub struct Route {
     /// The SNI pattern as configured (normalised): also the `route` metric label.
     pub name: String,
@@ -40,15 +61,24 @@ impl RouteTable {
         let mut table = Self::default();
         for (i, r) in config.routes.iter().enumerate() {
             let name = sni_pattern(&r.sni).map_err(|m| ConfigError::invalid(format!("routes[{i}].sni"), m))?;
-            let action = match (r.action, &r.origin) {
-                (Action::Tunnel, Some(origin)) => RouteAction::Tunnel {
-                    origin: OriginAddr::parse(origin)
-                        .map_err(|m| ConfigError::invalid(format!("routes[{i}].origin"), m))?,
-                    fastopen: r.origin_tcp_fastopen,
-                },
-                _ => RouteAction::Reject,
+            let key = |field: &str| format!("routes[{i}].{field}");
+            let origin = || -> Result<OriginAddr, ConfigError> {
+                let text = r.origin.as_deref().unwrap_or_default();
+                OriginAddr::parse(text).map_err(|m| ConfigError::invalid(key("origin"), m))
             };
-            let route = Arc::new(Route { name: name.clone(), action });
+            let action = match r.action {
+                Action::Reject => RouteAction::Reject,
+                Action::Tunnel => RouteAction::Tunnel { origin: origin()?, fastopen: r.origin_tcp_fastopen },
+                Action::Prewarm => RouteAction::Prewarm(Arc::new(PrewarmRoute {
+                    client: ClientTls::new(r).map_err(|(field, m)| ConfigError::invalid(key(field), m))?,
+                    origin: OriginTls::new(r, &name, origin()?)
+                        .map_err(|(field, m)| ConfigError::invalid(key(field), m))?,
+                    pool: r.pool.clone(),
+                })),
+            };
+            // The no-SNI route's label must be visible in metrics and logs.
+            let label = if name.is_empty() { NO_SNI.to_string() } else { name.clone() };
+            let route = Arc::new(Route { name: label, action });
             match name.as_str() {
                 "" => table.no_sni = Some(route),
                 "*" => table.default = Some(route),
@@ -63,6 +93,15 @@ impl RouteTable {
             }
         }
         Ok(table)
+    }
+
+    /// Every `prewarm` route, for syncing pools.
+    pub fn prewarm_routes(&self) -> impl Iterator<Item = (&str, &Arc<PrewarmRoute>)> {
+        let all = self.exact.values().chain(self.wildcard.values()).chain(&self.no_sni).chain(&self.default);
+        all.filter_map(|r| match &r.action {
+            RouteAction::Prewarm(p) => Some((r.name.as_str(), p)),
+            _ => None,
+        })
     }
 
     /// The route for a ClientHello's SNI (`None`: no SNI extension).
@@ -130,9 +169,9 @@ mod tests {
         assert_eq!(name(&t, Some("evil.test")), None);
         assert_eq!(name(&t, None), None);
         let t = table("- {sni: \"*\", action: reject}\n");
-        assert_eq!(t.lookup(Some("evil.test")).unwrap().action, RouteAction::Reject);
+        assert!(matches!(t.lookup(Some("evil.test")).unwrap().action, RouteAction::Reject));
         assert_eq!(name(&t, None).unwrap(), "*");
         let t = table("- {sni: \"\", action: tunnel, origin: nosni.internal:443}\n- {sni: \"*\", action: reject}\n");
-        assert_eq!(name(&t, None).unwrap(), "");
+        assert_eq!(name(&t, None).unwrap(), NO_SNI);
     }
 }

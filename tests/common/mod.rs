@@ -228,3 +228,90 @@ pub async fn admin_get(admin: SocketAddr, path: &str) -> (u16, String) {
     let body = text.split_once("\r\n\r\n").map(|(_, b)| b.to_string()).unwrap_or_default();
     (status, body)
 }
+
+/// Behaviour of [`tls_origin`].
+#[derive(Clone, Default)]
+pub struct OriginOpts {
+    /// ALPN protocols the origin accepts.
+    pub alpn: Vec<&'static str>,
+    /// Sent right after the handshake, before any request (like HTTP/2 SETTINGS).
+    pub greeting: Option<Vec<u8>>,
+    /// Close a connection that has received nothing for this long.
+    pub idle_close: Option<Duration>,
+}
+
+/// Counters of a [`tls_origin`].
+#[derive(Default)]
+pub struct OriginStats {
+    pub handshakes: std::sync::atomic::AtomicUsize,
+}
+
+/// A TLS echo origin: optional greeting, then echoes; prefixes nothing. Counts handshakes.
+pub async fn tls_origin(certs: &Certs, opts: OriginOpts) -> (SocketAddr, Arc<OriginStats>) {
+    use std::sync::atomic::Ordering;
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let mut config = rustls::ServerConfig::builder()
+        .with_no_client_auth()
+        .with_single_cert(vec![certs.cert_der.clone()], PrivateKeyDer::Pkcs8(certs.key_der.clone_key()))
+        .unwrap();
+    config.alpn_protocols = opts.alpn.iter().map(|p| p.as_bytes().to_vec()).collect();
+    let acceptor = TlsAcceptor::from(Arc::new(config));
+    let stats = Arc::new(OriginStats::default());
+    let st = stats.clone();
+    tokio::spawn(async move {
+        loop {
+            let Ok((tcp, _)) = listener.accept().await else { return };
+            let (acceptor, opts, st) = (acceptor.clone(), opts.clone(), st.clone());
+            tokio::spawn(async move {
+                let Ok(mut tls) = acceptor.accept(tcp).await else { return };
+                st.handshakes.fetch_add(1, Ordering::Relaxed);
+                if let Some(g) = &opts.greeting {
+                    if tls.write_all(g).await.is_err() {
+                        return;
+                    }
+                }
+                let mut buf = vec![0u8; 64 * 1024];
+                loop {
+                    let read = match opts.idle_close {
+                        Some(idle) => match tokio::time::timeout(idle, tls.read(&mut buf)).await {
+                            Ok(r) => r,
+                            Err(_) => break,
+                        },
+                        None => tls.read(&mut buf).await,
+                    };
+                    match read {
+                        Ok(0) | Err(_) => break,
+                        Ok(n) => {
+                            if tls.write_all(&buf[..n]).await.is_err() {
+                                break;
+                            }
+                        }
+                    }
+                }
+                let _ = tls.shutdown().await;
+            });
+        }
+    });
+    (addr, stats)
+}
+
+/// A TLS client connection to `edge` for `name`, offering `alpn`; returns the stream and the
+/// negotiated protocol.
+pub async fn tls_client(
+    certs: &Certs,
+    edge: SocketAddr,
+    name: &str,
+    alpn: &[&str],
+) -> std::io::Result<(tokio_rustls::client::TlsStream<TcpStream>, Option<String>)> {
+    let mut roots = rustls::RootCertStore::empty();
+    roots.add(certs.ca_der.clone()).unwrap();
+    let mut config = rustls::ClientConfig::builder().with_root_certificates(roots).with_no_client_auth();
+    config.alpn_protocols = alpn.iter().map(|p| p.as_bytes().to_vec()).collect();
+    let tcp = TcpStream::connect(edge).await?;
+    tcp.set_nodelay(true)?;
+    let tls =
+        TlsConnector::from(Arc::new(config)).connect(ServerName::try_from(name.to_string()).unwrap(), tcp).await?;
+    let alpn = tls.get_ref().1.alpn_protocol().map(|p| String::from_utf8_lossy(p).into_owned());
+    Ok((tls, alpn))
+}

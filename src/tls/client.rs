@@ -1,0 +1,75 @@
+//! The client-facing TLS server of a `prewarm` route.
+//!
+//! edgewarm has already read the ClientHello and knows the route before any TLS happens, so each
+//! route gets its own `ServerConfig` — its certificate, its minimum version — rather than one
+//! config resolving certificates by name. ALPN is decided before the handshake too: the first
+//! protocol of the route's list that the client offers *and the origin has shown it speaks* on
+//! warm connections; the config used for the handshake offers exactly that one protocol, so the
+//! client can only agree to what the warm origin connection speaks.
+//!
+//! Session resumption: stateless tickets from a rotating ticketer (keys rotate every 6 hours,
+//! tickets live 12) plus rustls's in-memory session cache. 0-RTT is off unless `early_data: true`.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use rustls::ServerConfig;
+
+use super::pem;
+use crate::config::{RouteConfig, TlsVersion};
+
+/// Most 0-RTT data accepted per connection when `early_data` is on.
+const MAX_EARLY_DATA: u32 = 16 * 1024;
+
+#[derive(Debug)]
+pub struct ClientTls {
+    /// The route's ALPN list, in preference order.
+    pub alpn: Vec<Vec<u8>>,
+    /// One config per protocol in `alpn`, offering just that protocol.
+    by_alpn: HashMap<Vec<u8>, Arc<ServerConfig>>,
+    /// No ALPN negotiated.
+    plain: Arc<ServerConfig>,
+}
+
+impl ClientTls {
+    pub fn new(route: &RouteConfig) -> Result<Self, (&'static str, String)> {
+        let (Some(cert_path), Some(key_path)) = (&route.cert, &route.key) else {
+            return Err(("cert", "required for action prewarm".into()));
+        };
+        let certs = pem::read(cert_path).and_then(|f| pem::certs(&f, cert_path)).map_err(|e| ("cert", e))?;
+        let key = pem::read(key_path).and_then(|f| pem::key(&f, key_path)).map_err(|e| ("key", e))?;
+        let versions: &[&rustls::SupportedProtocolVersion] = match route.min_tls {
+            TlsVersion::Tls12 => &[&rustls::version::TLS13, &rustls::version::TLS12],
+            TlsVersion::Tls13 => &[&rustls::version::TLS13],
+        };
+        let mut base = ServerConfig::builder_with_provider(super::provider())
+            .with_protocol_versions(versions)
+            .map_err(|e| ("min_tls", e.to_string()))?
+            .with_no_client_auth()
+            .with_single_cert(certs, key)
+            .map_err(|e| ("key", format!("does not match the certificate or is unsupported: {e}")))?;
+        base.ticketer = rustls::crypto::aws_lc_rs::Ticketer::new().map_err(|e| ("cert", e.to_string()))?;
+        if route.early_data {
+            base.max_early_data_size = MAX_EARLY_DATA;
+        }
+        let alpn: Vec<Vec<u8>> = route.alpn.iter().map(|p| p.as_bytes().to_vec()).collect();
+        let by_alpn = alpn
+            .iter()
+            .map(|p| {
+                let mut c = base.clone();
+                c.alpn_protocols = vec![p.clone()];
+                (p.clone(), Arc::new(c))
+            })
+            .collect();
+        Ok(Self { alpn, by_alpn, plain: Arc::new(base) })
+    }
+
+    /// The protocol to negotiate: the route's first that the client offers and `origin_speaks`.
+    pub fn choose(&self, offered: &[String], origin_speaks: impl Fn(&[u8]) -> bool) -> Option<Vec<u8>> {
+        self.alpn.iter().find(|p| offered.iter().any(|o| o.as_bytes() == p.as_slice()) && origin_speaks(p)).cloned()
+    }
+
+    pub fn config(&self, alpn: Option<&[u8]>) -> Arc<ServerConfig> {
+        alpn.and_then(|p| self.by_alpn.get(p)).unwrap_or(&self.plain).clone()
+    }
+}
