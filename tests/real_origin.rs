@@ -1,0 +1,122 @@
+//! Real clients (curl, h2load) through a `prewarm` route to a real origin (nginx with HTTP/2).
+
+mod common;
+
+use std::net::TcpStream;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+struct Guard(Child);
+
+impl Drop for Guard {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+fn wait_for_port(port: u16) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(Instant::now() < deadline, "nothing listening on {port}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// nginx in the foreground, single process, everything under `dir`.
+fn nginx(dir: &std::path::Path, port: u16) -> Guard {
+    let d = dir.display();
+    let conf = format!(
+        "daemon off;\nmaster_process off;\npid {d}/nginx.pid;\nerror_log {d}/error.log;\nevents {{}}\n\
+         http {{\n  access_log off;\n  client_body_temp_path {d}/tmp;\n  proxy_temp_path {d}/tmp;\n  fastcgi_temp_path {d}/tmp;\n  uwsgi_temp_path {d}/tmp;\n  scgi_temp_path {d}/tmp;\n\
+         server {{\n    listen 127.0.0.1:{port} ssl http2;\n    server_name origin.test;\n    ssl_certificate {d}/origin/cert.pem;\n    ssl_certificate_key {d}/origin/key.pem;\n\
+         location / {{ return 200 \"hello from nginx over $server_protocol\\n\"; }}\n  }}\n}}\n"
+    );
+    std::fs::create_dir_all(dir.join("tmp")).unwrap();
+    std::fs::write(dir.join("nginx.conf"), conf).unwrap();
+    let child = Command::new("nginx")
+        .arg("-c")
+        .arg(dir.join("nginx.conf"))
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("nginx is installed (scripts/deps.sh)");
+    Guard(child)
+}
+
+#[test]
+fn curl_and_h2load_through_prewarm_to_nginx() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    std::fs::create_dir(d.join("edge")).unwrap();
+    std::fs::create_dir(d.join("origin")).unwrap();
+    common::certs(&["b.test"]).write(&d.join("edge"));
+    common::certs(&["origin.test"]).write(&d.join("origin"));
+    let (origin_port, edge_port, admin_port) = (free_port(), free_port(), free_port());
+    let _nginx = nginx(d, origin_port);
+    wait_for_port(origin_port);
+
+    let p = d.display();
+    let config = format!(
+        "admin: {{listen: \"127.0.0.1:{admin_port}\"}}\nlisteners: [{{listen: \"127.0.0.1:{edge_port}\"}}]\nroutes:\n\
+         \x20 - sni: b.test\n    action: prewarm\n    origin: \"127.0.0.1:{origin_port}\"\n    cert: {p}/edge/cert.pem\n    key: {p}/edge/key.pem\n\
+         \x20   alpn: [h2, http/1.1]\n    origin_tls: {{sni: origin.test, ca: {p}/origin/ca.pem}}\n    pool: {{min: 4}}\n"
+    );
+    std::fs::write(d.join("edge.yaml"), config).unwrap();
+    let _edge = Guard(
+        Command::new(env!("CARGO_BIN_EXE_edgewarm"))
+            .args(["run", "--config"])
+            .arg(d.join("edge.yaml"))
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(d.join("edge.log")).unwrap())
+            .spawn()
+            .unwrap(),
+    );
+    wait_for_port(edge_port);
+    let metrics = || {
+        let out = Command::new("curl").args(["-s", &format!("http://127.0.0.1:{admin_port}/metrics")]).output().unwrap();
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while edgewarm::metrics::sample(&metrics(), "edgewarm_pool_ready", &[("alpn", "h2")]).unwrap_or(0.0) < 4.0 {
+        assert!(Instant::now() < deadline, "pool never warmed: {}", std::fs::read_to_string(d.join("edge.log")).unwrap());
+        std::thread::sleep(Duration::from_millis(20));
+    }
+
+    let curl = |version: &str| {
+        let out = Command::new("curl")
+            .args(["-sS", "--max-time", "10", version, "--resolve"])
+            .arg(format!("b.test:{edge_port}:127.0.0.1"))
+            .arg("--cacert")
+            .arg(d.join("edge/ca.pem"))
+            .arg(format!("https://b.test:{edge_port}/"))
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "curl {version}: {}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8(out.stdout).unwrap()
+    };
+    assert_eq!(curl("--http2"), "hello from nginx over HTTP/2.0\n");
+    assert_eq!(curl("--http1.1"), "hello from nginx over HTTP/1.1\n");
+
+    // h2load: 20 clients, each a new connection, 5 requests each over HTTP/2.
+    let out = Command::new("h2load")
+        .args(["-n", "100", "-c", "20", "-m", "1", "--connect-to"])
+        .arg(format!("127.0.0.1:{edge_port}"))
+        .arg(format!("https://b.test:{edge_port}/"))
+        .output()
+        .expect("h2load is installed (nghttp2-client)");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("100 succeeded"), "{text}");
+    assert!(text.contains("Application protocol: h2"), "{text}");
+
+    let m = metrics();
+    let hits = edgewarm::metrics::sample(&m, "edgewarm_pool_hits_total", &[("alpn", "h2")]).unwrap_or(0.0);
+    let misses = edgewarm::metrics::sample(&m, "edgewarm_pool_misses_total", &[("alpn", "h2")]).unwrap_or(0.0);
+    assert_eq!(hits + misses, 21.0, "curl --http2 + 20 h2load connections");
+    assert!(hits >= 4.0, "hits {hits} misses {misses}");
+    assert_eq!(edgewarm::metrics::sample(&m, "edgewarm_pool_hits_total", &[("alpn", "http/1.1")]), Some(1.0));
+}
