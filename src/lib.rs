@@ -7,7 +7,10 @@
 //!   pure parser (complete / need more / error).
 //! - [`route`]: SNI → route (exact, wildcard, no-SNI, default); never an open proxy.
 //! - [`tunnel`]: blind tunnel: connect the origin, replay the hello.
-//! - [`relay`]: move bytes both ways (splice(2), userspace fallback), half-close, idle timeout.
+//! - [`pool`]: `prewarm` routes: origin TLS connections handshaked before clients arrive;
+//!   [`pool::serve`] terminates the client's TLS ([`tls`]) and attaches it to one.
+//! - [`relay`]: move bytes both ways (splice(2), userspace fallback, or between TLS sessions),
+//!   half-close, idle timeout.
 //!
 //! Around it:
 //!

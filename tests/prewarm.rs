@@ -279,3 +279,34 @@ async fn reload_resizes_pools_without_dropping_or_leaking() {
     assert!(pools.contains("\"min\":6"), "{pools}");
     edge.stop().await;
 }
+
+/// Clients resume their TLS session with edgewarm (tickets), and are still pool hits.
+#[tokio::test]
+async fn clients_resume_sessions() {
+    let fx = fixture();
+    let (origin, _) = tls_origin(&fx.origin, OriginOpts::default()).await;
+    let edge = edge(&fx.route(origin, "    pool: {min: 2}\n"), "", "").await;
+    let mut roots = rustls::RootCertStore::empty();
+    roots.add(fx.edge.ca_der.clone()).unwrap();
+    // One client config (one session cache) across connections, as a browser has.
+    let config =
+        std::sync::Arc::new(rustls::ClientConfig::builder().with_root_certificates(roots).with_no_client_auth());
+    let mut kinds = Vec::new();
+    for _ in 0..3 {
+        wait_for(&edge, "edgewarm_pool_ready", &[("alpn", "none")], 1.0).await;
+        let tcp = tokio::net::TcpStream::connect(edge.addr).await.unwrap();
+        let name = rustls::pki_types::ServerName::try_from("b.test").unwrap();
+        let mut tls = tokio_rustls::TlsConnector::from(config.clone()).connect(name, tcp).await.unwrap();
+        tls.write_all(b"ping").await.unwrap();
+        let mut buf = [0u8; 4];
+        tls.read_exact(&mut buf).await.unwrap();
+        kinds.push(tls.get_ref().1.handshake_kind());
+        tls.shutdown().await.unwrap();
+    }
+    assert_eq!(kinds[0], Some(rustls::HandshakeKind::Full));
+    assert_eq!(kinds[1], Some(rustls::HandshakeKind::Resumed), "{kinds:?}");
+    assert_eq!(kinds[2], Some(rustls::HandshakeKind::Resumed), "{kinds:?}");
+    edge.settle().await;
+    assert_eq!(edge.metric(HITS, &[("route", "b.test")]), 3.0);
+    edge.stop().await;
+}

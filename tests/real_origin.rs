@@ -78,12 +78,17 @@ fn curl_and_h2load_through_prewarm_to_nginx() {
     );
     wait_for_port(edge_port);
     let metrics = || {
-        let out = Command::new("curl").args(["-s", &format!("http://127.0.0.1:{admin_port}/metrics")]).output().unwrap();
+        let out =
+            Command::new("curl").args(["-s", &format!("http://127.0.0.1:{admin_port}/metrics")]).output().unwrap();
         String::from_utf8(out.stdout).unwrap()
     };
     let deadline = Instant::now() + Duration::from_secs(20);
     while edgewarm::metrics::sample(&metrics(), "edgewarm_pool_ready", &[("alpn", "h2")]).unwrap_or(0.0) < 4.0 {
-        assert!(Instant::now() < deadline, "pool never warmed: {}", std::fs::read_to_string(d.join("edge.log")).unwrap());
+        assert!(
+            Instant::now() < deadline,
+            "pool never warmed: {}",
+            std::fs::read_to_string(d.join("edge.log")).unwrap()
+        );
         std::thread::sleep(Duration::from_millis(20));
     }
 

@@ -178,9 +178,6 @@ pub struct RouteConfig {
     /// prewarm: oldest TLS version accepted from clients.
     #[serde(default)]
     pub min_tls: TlsVersion,
-    /// prewarm: accept TLS 1.3 0-RTT early data from clients (replayable: see docs/config.md).
-    #[serde(default)]
-    pub early_data: bool,
     /// prewarm: the TLS client side towards the origin.
     #[serde(default)]
     pub origin_tls: OriginTls,

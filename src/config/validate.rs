@@ -133,7 +133,6 @@ impl Config {
                     ("cert", r.cert.is_some()),
                     ("key", r.key.is_some()),
                     ("alpn", !r.alpn.is_empty()),
-                    ("early_data", r.early_data),
                     ("origin_tls", r.origin_tls != Default::default()),
                     ("pool", r.pool != Default::default()),
                 ];

@@ -8,7 +8,9 @@
 //! client can only agree to what the warm origin connection speaks.
 //!
 //! Session resumption: stateless tickets from a rotating ticketer (keys rotate every 6 hours,
-//! tickets live 12) plus rustls's in-memory session cache. 0-RTT is off unless `early_data: true`.
+//! tickets live 12) plus rustls's in-memory session cache. 0-RTT from clients is not accepted
+//! (rustls's default, `max_early_data_size = 0`): tokio-rustls's acceptor does not surface early
+//! data, and accepting it without reading it would lose the client's first request.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -17,9 +19,6 @@ use rustls::ServerConfig;
 
 use super::pem;
 use crate::config::{RouteConfig, TlsVersion};
-
-/// Most 0-RTT data accepted per connection when `early_data` is on.
-const MAX_EARLY_DATA: u32 = 16 * 1024;
 
 #[derive(Debug)]
 pub struct ClientTls {
@@ -49,9 +48,6 @@ impl ClientTls {
             .with_single_cert(certs, key)
             .map_err(|e| ("key", format!("does not match the certificate or is unsupported: {e}")))?;
         base.ticketer = rustls::crypto::aws_lc_rs::Ticketer::new().map_err(|e| ("cert", e.to_string()))?;
-        if route.early_data {
-            base.max_early_data_size = MAX_EARLY_DATA;
-        }
         let alpn: Vec<Vec<u8>> = route.alpn.iter().map(|p| p.as_bytes().to_vec()).collect();
         let by_alpn = alpn
             .iter()
