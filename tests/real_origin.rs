@@ -1,4 +1,4 @@
-//! Real clients (curl, h2load) through a `prewarm` route to a real origin (nginx with HTTP/2).
+//! Real clients (curl, h2load, nghttp) through `prewarm` routes to a real origin (nginx with HTTP/2).
 
 mod common;
 
@@ -49,7 +49,7 @@ fn nginx(dir: &std::path::Path, port: u16) -> Guard {
 }
 
 #[test]
-fn curl_and_h2load_through_prewarm_to_nginx() {
+fn curl_h2load_and_nghttp_through_prewarm_to_nginx() {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
     std::fs::create_dir(d.join("edge")).unwrap();
@@ -64,7 +64,9 @@ fn curl_and_h2load_through_prewarm_to_nginx() {
     let config = format!(
         "admin: {{listen: \"127.0.0.1:{admin_port}\"}}\nlisteners: [{{listen: \"127.0.0.1:{edge_port}\"}}]\nroutes:\n\
          \x20 - sni: b.test\n    action: prewarm\n    origin: \"127.0.0.1:{origin_port}\"\n    cert: {p}/edge/cert.pem\n    key: {p}/edge/key.pem\n\
-         \x20   alpn: [h2, http/1.1]\n    origin_tls: {{sni: origin.test, ca: {p}/origin/ca.pem}}\n    pool: {{min: 4}}\n"
+         \x20   alpn: [h2, http/1.1]\n    origin_tls: {{sni: origin.test, ca: {p}/origin/ca.pem}}\n    pool: {{min: 4}}\n\
+         \x20 - sni: \"\"\n    action: prewarm\n    origin: \"127.0.0.1:{origin_port}\"\n    cert: {p}/edge/cert.pem\n    key: {p}/edge/key.pem\n\
+         \x20   alpn: [h2]\n    origin_tls: {{sni: origin.test, ca: {p}/origin/ca.pem}}\n    pool: {{min: 1}}\n"
     );
     std::fs::write(d.join("edge.yaml"), config).unwrap();
     let _edge = Guard(
@@ -117,6 +119,15 @@ fn curl_and_h2load_through_prewarm_to_nginx() {
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(text.contains("100 succeeded"), "{text}");
     assert!(text.contains("Application protocol: h2"), "{text}");
+
+    // nghttp has no --resolve: it connects by IP and sends no SNI, which the `""` route serves.
+    let out = Command::new("nghttp")
+        .args(["-nv", &format!("https://127.0.0.1:{edge_port}/")])
+        .output()
+        .expect("nghttp is installed (nghttp2-client)");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success() && text.contains(":status: 200"), "{text}{}", String::from_utf8_lossy(&out.stderr));
+    assert!(text.contains("The negotiated protocol: h2"), "{text}");
 
     let m = metrics();
     let hits = edgewarm::metrics::sample(&m, "edgewarm_pool_hits_total", &[("alpn", "h2")]).unwrap_or(0.0);
