@@ -310,3 +310,22 @@ async fn clients_resume_sessions() {
     assert_eq!(edge.metric(HITS, &[("route", "b.test")]), 3.0);
     edge.stop().await;
 }
+
+/// The client's close_notify reaches the origin as a close_notify, and the origin's answer
+/// sent after it still reaches the client: half-close through two TLS sessions.
+#[tokio::test]
+async fn close_notify_half_close_both_ways() {
+    let fx = fixture();
+    let opts = OriginOpts { reply_at_eof: Some(b"answer after your close".to_vec()), ..Default::default() };
+    let (origin, _) = tls_origin(&fx.origin, opts).await;
+    let edge = edge(&fx.route(origin, "    pool: {min: 1}\n"), "", "").await;
+    let (mut tls, _) = tls_client(&fx.edge, edge.addr, "b.test", &[]).await.unwrap();
+    tls.write_all(b"request").await.unwrap();
+    tls.shutdown().await.unwrap();
+    let mut answer = Vec::new();
+    tls.read_to_end(&mut answer).await.unwrap();
+    assert_eq!(answer, b"answer after your close");
+    edge.settle().await;
+    assert_eq!(edge.metric("edgewarm_connections_closed_total", &[("route", "b.test"), ("reason", "done")]), 1.0);
+    edge.stop().await;
+}

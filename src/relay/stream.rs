@@ -46,7 +46,13 @@ async fn pump<R: AsyncRead, W: AsyncWrite>(
     tokio::pin!(dst);
     let mut buf = vec![0u8; BUF];
     loop {
-        let n = src.read(&mut buf).await.map_err(|e| (src_side, e))?;
+        let n = match src.read(&mut buf).await {
+            Ok(n) => n,
+            // A TLS peer that closes TCP without close_notify (common: nginx, many HTTP
+            // servers once their response is complete) ended its direction; not a failure.
+            Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => 0,
+            Err(e) => return Err((src_side, e)),
+        };
         if n == 0 {
             // Clean end (close_notify, or FIN where the peer allows it): pass it on.
             let _ = dst.shutdown().await;

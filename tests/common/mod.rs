@@ -238,6 +238,8 @@ pub struct OriginOpts {
     pub greeting: Option<Vec<u8>>,
     /// Close a connection that has received nothing for this long.
     pub idle_close: Option<Duration>,
+    /// Instead of echoing: read to end of stream, then send this and close.
+    pub reply_at_eof: Option<Vec<u8>>,
 }
 
 /// Counters of a [`tls_origin`].
@@ -270,6 +272,13 @@ pub async fn tls_origin(certs: &Certs, opts: OriginOpts) -> (SocketAddr, Arc<Ori
                     if tls.write_all(g).await.is_err() {
                         return;
                     }
+                }
+                if let Some(reply) = &opts.reply_at_eof {
+                    let mut got = Vec::new();
+                    let _ = tls.read_to_end(&mut got).await;
+                    let _ = tls.write_all(reply).await;
+                    let _ = tls.shutdown().await;
+                    return;
                 }
                 let mut buf = vec![0u8; 64 * 1024];
                 loop {
