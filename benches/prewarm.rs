@@ -232,7 +232,7 @@ fn main() {
         let yaml = format!(
             "admin: {{listen: \"127.0.0.1:0\"}}\nlisteners: [{{listen: \"127.0.0.1:0\", max_connections: 100000}}]\nroutes:\n\
              \x20 - {{sni: t.test, action: tunnel, origin: \"{far}\"}}\n\
-             \x20 - {{sni: b.test, action: prewarm, origin: \"{far}\", cert: {cert}, key: {key}, origin_tls: {{sni: origin.test, ca: {origin_ca}}}, pool: {{min: 2, max: 1000, max_idle: 30s, period: 500ms}}}}\n"
+             \x20 - {{sni: b.test, action: prewarm, origin: \"{far}\", cert: {cert}, key: {key}, origin_tls: {{sni: origin.test, ca: {origin_ca}}}, pool: {{min: 2, max: 1000, max_idle: 10s, period: 500ms}}}}\n"
         );
         let config = Config::parse(&yaml).unwrap();
         let server = Server::new(&config).unwrap();
@@ -265,7 +265,9 @@ fn main() {
             steady.as_secs(),
             warmup.as_secs()
         );
-        println!("waste = origin connections opened per client connection (ready ones at the end excluded)");
+        println!(
+            "waste = origin connections opened per client connection (ready ones at the end excluded); pool max_idle 10 s, period 500 ms"
+        );
         println!("| arrivals/s | clients | errors | hit rate | waste |\n|---|---|---|---|---|");
         let mut rates: Vec<(String, Box<dyn Fn(f64) -> f64>)> =
             vec![("10".into(), Box::new(|_| 10.0)), ("100".into(), Box::new(|_| 100.0)), ("500".into(), Box::new(|_| 500.0))];
