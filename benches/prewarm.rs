@@ -167,6 +167,9 @@ fn client_config(ca: &CertificateDer<'static>) -> Arc<rustls::ClientConfig> {
     Arc::new(c)
 }
 
+/// Arrivals per second as a function of seconds since the phase began.
+type RateFn = Box<dyn Fn(f64) -> f64>;
+
 fn pct(mut v: Vec<Duration>, p: f64) -> f64 {
     v.sort();
     v[((v.len() as f64 - 1.0) * p).round() as usize].as_secs_f64() * 1e3
@@ -269,7 +272,7 @@ fn main() {
             "waste = origin connections opened per client connection (ready ones at the end excluded); pool max_idle 10 s, period 500 ms"
         );
         println!("| arrivals/s | clients | errors | hit rate | waste |\n|---|---|---|---|---|");
-        let mut rates: Vec<(String, Box<dyn Fn(f64) -> f64>)> =
+        let mut rates: Vec<(String, RateFn)> =
             vec![("10".into(), Box::new(|_| 10.0)), ("100".into(), Box::new(|_| 100.0)), ("500".into(), Box::new(|_| 500.0))];
         let secs = steady.as_secs_f64();
         rates.push(("ramp 10→500".into(), Box::new(move |t| 10.0 + 490.0 * t / secs)));
