@@ -125,3 +125,24 @@ pub fn splice(from: &impl AsFd, to: &impl AsFd, len: usize) -> io::Result<usize>
         Ok(n as usize)
     }
 }
+
+/// Wait up to `timeout` for `fd` to become readable (poll(2)). Lets the lab's delay-box threads
+/// block on a TUN device yet still notice a stop request.
+pub fn wait_readable(fd: &impl AsFd, timeout: std::time::Duration) -> io::Result<bool> {
+    let mut pfd = libc::pollfd { fd: fd.as_fd().as_raw_fd(), events: libc::POLLIN, revents: 0 };
+    let ms = libc::c_int::try_from(timeout.as_millis()).unwrap_or(libc::c_int::MAX);
+    // SAFETY: one valid pollfd for the duration of the call; the fd is borrowed and live.
+    let n = unsafe { libc::poll(&mut pfd, 1, ms) };
+    match n {
+        n if n < 0 => {
+            let e = io::Error::last_os_error();
+            if e.kind() == io::ErrorKind::Interrupted {
+                Ok(false)
+            } else {
+                Err(e)
+            }
+        }
+        0 => Ok(false),
+        _ => Ok(true),
+    }
+}
