@@ -28,7 +28,10 @@ fn rtts_match_the_configuration_and_nothing_is_left_behind() {
     let names = [topo.client.clone(), topo.edge.clone(), topo.origin.clone()];
     let to_edge = connect_rtt(&topo, &topo.client, &topo.edge, EDGE_A);
     let direct = connect_rtt(&topo, &topo.client, &topo.origin, ORIGIN);
-    println!("client→edge {to_edge:.2} ms (r = 20), client→origin {direct:.2} ms (r + R = 80), max late {} µs", topo.max_late_us());
+    println!(
+        "client→edge {to_edge:.2} ms (r = 20), client→origin {direct:.2} ms (r + R = 80), max late {} µs",
+        topo.max_late_us()
+    );
     assert!((20.0..35.0).contains(&to_edge), "client→edge RTT {to_edge} ms for r = 20 ms");
     assert!((80.0..95.0).contains(&direct), "client→origin RTT {direct} ms for r + R = 80 ms");
     let tfo = topo.command(&topo.client, &["sysctl", "-n", "net.ipv4.tcp_fastopen"]).output().unwrap();

@@ -126,7 +126,8 @@ fn write_loop(dev: &SyncDevice, queue: &Queue, stop: &AtomicBool, c: &Counters) 
     while !stop.load(Ordering::Relaxed) {
         let next = {
             let q = queue.packets.lock().unwrap_or_else(|p| p.into_inner());
-            let (mut q, _) = queue.ready.wait_timeout_while(q, POLL, |q| q.is_empty()).unwrap_or_else(|p| p.into_inner());
+            let (mut q, _) =
+                queue.ready.wait_timeout_while(q, POLL, |q| q.is_empty()).unwrap_or_else(|p| p.into_inner());
             q.pop_front()
         };
         let Some((release, packet)) = next else { continue };

@@ -1,4 +1,6 @@
 //! The WAN lab: namespaces, the user-space delay box, the lab origin.
 pub mod delaybox;
+pub mod model;
 pub mod netns;
 pub mod origin;
+pub mod run;

@@ -74,7 +74,8 @@ impl Topology {
         cleanup_stale();
         let pid = std::process::id();
         let name = |role: &str| format!("{PREFIX}{pid}{role}");
-        let mut topo = Self { client: name("c"), edge: name("e"), origin: name("o"), links: Vec::new(), torn_down: false };
+        let mut topo =
+            Self { client: name("c"), edge: name("e"), origin: name("o"), links: Vec::new(), torn_down: false };
         // From here on, Drop cleans up whatever was made, even if a later step fails.
         for ns in [&topo.client, &topo.edge, &topo.origin] {
             run(&["ip", "netns", "add", ns])?;

@@ -84,6 +84,65 @@ async fn attempt(addr: SocketAddr, fastopen: bool, first: &[u8]) -> io::Result<T
     Ok(stream)
 }
 
+/// A stream whose first write may be a Fast Open connect: EINPROGRESS on a write means "the SYN
+/// is out, wait for the connection", which plain tokio streams would report as an error. Lets a
+/// TLS client (rustls writes the ClientHello itself) run over a TCP_FASTOPEN_CONNECT socket.
+pub struct FastOpenStream(TcpStream);
+
+impl FastOpenStream {
+    pub fn new(stream: TcpStream) -> Self {
+        Self(stream)
+    }
+}
+
+impl tokio::io::AsyncRead for FastOpenStream {
+    fn poll_read(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> std::task::Poll<io::Result<()>> {
+        std::pin::Pin::new(&mut self.0).poll_read(cx, buf)
+    }
+}
+
+impl tokio::io::AsyncWrite for FastOpenStream {
+    fn poll_write(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &[u8],
+    ) -> std::task::Poll<io::Result<usize>> {
+        loop {
+            std::task::ready!(self.0.poll_write_ready(cx))?;
+            match self.0.try_io(Interest::WRITABLE, || send_fastopen(&self.0, buf)) {
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
+                other => return std::task::Poll::Ready(other),
+            }
+        }
+    }
+
+    fn poll_flush(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<io::Result<()>> {
+        std::pin::Pin::new(&mut self.0).poll_flush(cx)
+    }
+
+    fn poll_shutdown(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<io::Result<()>> {
+        std::pin::Pin::new(&mut self.0).poll_shutdown(cx)
+    }
+}
+
+/// `send(2)` with EINPROGRESS (Fast Open connect under way) reported as WouldBlock.
+fn send_fastopen(stream: &TcpStream, buf: &[u8]) -> io::Result<usize> {
+    match socket2::SockRef::from(stream).send(buf) {
+        Err(e) if e.raw_os_error() == Some(libc::EINPROGRESS) => Err(io::ErrorKind::WouldBlock.into()),
+        other => other,
+    }
+}
+
 /// First write on a TCP_FASTOPEN_CONNECT socket. Without a cookie for this origin the kernel
 /// sends a plain SYN and reports EINPROGRESS: that is "connecting", so it becomes WouldBlock
 /// (clearing readiness) and we wait for the socket to become writable, i.e. connected.

@@ -1,0 +1,380 @@
+//! `edgewarm lab`: build the three-host topology, run an origin and edgewarm in it, measure
+//! TTFB of new connections per mode from the client namespace, and report against the
+//! round-trip minimum ([`super::model`]).
+//!
+//! Every process runs in its namespace as a child of the lab (`ip netns exec`), so the lab
+//! measures exactly what a deployment would: real kernels, real TCP (Fast Open included), real
+//! TLS. Children are killed when their guard drops and the topology removes the namespaces when
+//! it drops, so an error, a panic or Ctrl-C (the caller drops the future) leave nothing behind.
+
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::Duration;
+
+use serde::Serialize;
+use tokio::process::{Child, Command};
+
+use super::model::{self, Mode};
+use super::netns::{Topology, EDGE_A, ORIGIN};
+use crate::load::LoadReport;
+
+#[derive(Debug, Clone, clap::Args)]
+pub struct LabOpts {
+    /// Named scenario: default (r 20 ms, R 100 ms, TLS 1.3), ats-poc (r 58 ms, R 10 ms,
+    /// TLS 1.2), far-origin (r 16 ms, R 265 ms, TLS 1.2).
+    #[arg(long, default_value = "default")]
+    pub scenario: String,
+    /// Override the client↔edge RTT.
+    #[arg(long, value_parser = humantime::parse_duration)]
+    pub r: Option<Duration>,
+    /// Override the edge↔origin RTT.
+    #[arg(long = "big-r", value_parser = humantime::parse_duration)]
+    pub big_r: Option<Duration>,
+    /// New connections per mode.
+    #[arg(long, default_value_t = 40)]
+    pub requests: usize,
+    /// Where run folders go.
+    #[arg(long, default_value = "lab-runs")]
+    pub out: PathBuf,
+    /// Print the report as JSON instead of a table.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Scenario {
+    pub name: String,
+    pub r_ms: f64,
+    pub big_r_ms: f64,
+    pub tls12: bool,
+    pub modes: Vec<ModeRun>,
+}
+
+/// A mode, measured with a post-quantum ClientHello (what current clients send, ~1.5 KB) or a
+/// classical one (~250 bytes). The difference matters only with Fast Open: a hello larger than
+/// one segment cannot ride in the SYN, so TFO saves nothing for it.
+#[derive(Debug, Clone, Copy, Serialize)]
+pub struct ModeRun {
+    pub mode: Mode,
+    pub pq_hello: bool,
+}
+
+impl ModeRun {
+    pub fn label(self) -> String {
+        match (self.mode, self.pq_hello) {
+            (Mode::TunnelTfo, true) => "tunnel + origin TFO, PQ hello".into(),
+            (Mode::TunnelTfo, false) => "tunnel + origin TFO, X25519 hello".into(),
+            (m, _) => m.label().into(),
+        }
+    }
+}
+
+impl Scenario {
+    pub fn named(name: &str) -> Option<Self> {
+        let pq = |mode| ModeRun { mode, pq_hello: true };
+        let all = vec![
+            pq(Mode::Direct),
+            pq(Mode::Tunnel),
+            pq(Mode::TunnelTfo),
+            ModeRun { mode: Mode::TunnelTfo, pq_hello: false },
+            pq(Mode::Prewarm),
+        ];
+        let (r, big_r, tls12) = match name {
+            "default" => (20.0, 100.0, false),
+            "ats-poc" => (58.0, 10.0, true),
+            "far-origin" => (16.0, 265.0, true),
+            _ => return None,
+        };
+        Some(Self { name: name.into(), r_ms: r, big_r_ms: big_r, tls12, modes: all })
+    }
+
+    fn r(&self) -> Duration {
+        Duration::from_secs_f64(self.r_ms / 1e3)
+    }
+
+    fn big_r(&self) -> Duration {
+        Duration::from_secs_f64(self.big_r_ms / 1e3)
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum LabError {
+    #[error("unknown scenario {0:?}: default, ats-poc or far-origin")]
+    Scenario(String),
+    #[error(transparent)]
+    Netns(#[from] super::netns::NetnsError),
+    #[error("{0}")]
+    Io(#[from] std::io::Error),
+    #[error("{what} did not become ready: {detail}")]
+    NotReady { what: &'static str, detail: String },
+    #[error("load run for {mode} failed: {detail}")]
+    Load { mode: String, detail: String },
+    #[error("certificates: {0}")]
+    Certs(#[from] rcgen::Error),
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct ModeResult {
+    pub mode: Mode,
+    pub label: String,
+    pub formula: &'static str,
+    pub min_ms: f64,
+    pub ratio_p50: f64,
+    pub hit_rate: Option<f64>,
+    pub waste: Option<f64>,
+    pub load: LoadReport,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct LabReport {
+    pub scenario: Scenario,
+    pub requests_per_mode: usize,
+    pub delay_box_max_late_us: u64,
+    pub results: Vec<ModeResult>,
+    pub run_dir: PathBuf,
+}
+
+/// A child process killed when dropped.
+struct Guard(Child);
+
+impl Drop for Guard {
+    fn drop(&mut self) {
+        let _ = self.0.start_kill();
+    }
+}
+
+const NAMES: [&str; 4] = ["origin.test", "a.test", "t.test", "b.test"];
+
+pub async fn run(opts: &LabOpts) -> Result<LabReport, LabError> {
+    let mut scenario = Scenario::named(&opts.scenario).ok_or_else(|| LabError::Scenario(opts.scenario.clone()))?;
+    if let Some(r) = opts.r {
+        scenario.r_ms = r.as_secs_f64() * 1e3;
+    }
+    if let Some(r) = opts.big_r {
+        scenario.big_r_ms = r.as_secs_f64() * 1e3;
+    }
+    let stamp = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default().as_secs();
+    let dir = opts.out.join(format!("{stamp}-{}", scenario.name));
+    std::fs::create_dir_all(&dir)?;
+    write_certs(&dir)?;
+    let exe = std::env::current_exe()?;
+    let exe = exe.to_string_lossy().to_string();
+
+    let bar = indicatif::ProgressBar::new(2 + scenario.modes.len() as u64);
+    bar.set_style(
+        indicatif::ProgressStyle::with_template("{spinner} [{bar:30}] {pos}/{len} {msg}")
+            .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+    );
+    bar.set_message("building namespaces and links");
+    let topo = Topology::create(scenario.r(), scenario.big_r())?;
+    let d = dir.display().to_string();
+
+    let origin_cmd = topo.command(
+        &topo.origin,
+        &[
+            &exe,
+            "lab-origin",
+            "--listen",
+            &format!("{ORIGIN}:443"),
+            "--cert",
+            &format!("{d}/origin.pem"),
+            "--key",
+            &format!("{d}/origin.key"),
+        ],
+    );
+    let _origin = spawn(origin_cmd, &dir.join("origin.log"))?;
+    let yaml = edge_config(&d);
+    std::fs::write(dir.join("edge.yaml"), yaml)?;
+    let edge_cmd = topo.command(&topo.edge, &[&exe, "run", "--config", &format!("{d}/edge.yaml")]);
+    let _edge = spawn(edge_cmd, &dir.join("edge.log"))?;
+    bar.inc(1);
+    bar.set_message("waiting for edgewarm and its pools");
+    wait_ready(&topo, &dir).await?;
+    bar.inc(1);
+
+    let mut results = Vec::new();
+    for &run in &scenario.modes {
+        let mode = run.mode;
+        bar.set_message(format!("measuring {}", run.label()));
+        topo.flush_tcp_metrics()?;
+        let (name, target) = match run.mode {
+            Mode::Direct => ("a.test", ORIGIN),
+            Mode::Tunnel => ("a.test", EDGE_A),
+            Mode::TunnelTfo => ("t.test", EDGE_A),
+            Mode::Prewarm => ("b.test", EDGE_A),
+        };
+        // Two unmeasured connections first: Fast Open needs a cookie from a first contact.
+        load(&topo, &exe, &d, &scenario, name, target, 2, run).await?;
+        let before = pool_counts(&topo).await;
+        let report = load(&topo, &exe, &d, &scenario, name, target, opts.requests, run).await?;
+        let after = pool_counts(&topo).await;
+        let min = model::min_ttfb(mode, scenario.tls12, scenario.r(), scenario.big_r(), false, false);
+        let min_ms = min.as_secs_f64() * 1e3;
+        let (hit_rate, waste) = if mode == Mode::Prewarm {
+            let (hits, misses, opened) = (after[0] - before[0], after[1] - before[1], after[2] - before[2]);
+            let clients = (hits + misses).max(1.0);
+            (Some(hits / clients), Some(opened / clients))
+        } else {
+            (None, None)
+        };
+        results.push(ModeResult {
+            mode,
+            label: run.label(),
+            formula: mode.formula(scenario.tls12),
+            min_ms,
+            ratio_p50: report.ttfb_ms.p50 / min_ms,
+            hit_rate,
+            waste,
+            load: report,
+        });
+        bar.inc(1);
+    }
+    bar.finish_and_clear();
+    let report = LabReport {
+        delay_box_max_late_us: topo.max_late_us(),
+        scenario,
+        requests_per_mode: opts.requests,
+        results,
+        run_dir: dir.clone(),
+    };
+    std::fs::write(dir.join("report.json"), serde_json::to_string_pretty(&report).unwrap_or_default())?;
+    std::fs::write(dir.join("report.md"), report.markdown())?;
+    Ok(report)
+}
+
+fn spawn(cmd: std::process::Command, log: &Path) -> Result<Guard, LabError> {
+    let mut cmd = Command::from(cmd);
+    cmd.stdout(Stdio::null()).stderr(std::fs::File::create(log)?).kill_on_drop(true);
+    Ok(Guard(cmd.spawn()?))
+}
+
+fn edge_config(d: &str) -> String {
+    format!(
+        "admin: {{listen: \"127.0.0.1:9900\"}}\nlisteners: [{{listen: \"{EDGE_A}:443\", tcp_fastopen: 256}}]\nroutes:\n\
+         \x20 - {{sni: a.test, action: tunnel, origin: \"{ORIGIN}:443\"}}\n\
+         \x20 - {{sni: t.test, action: tunnel, origin: \"{ORIGIN}:443\", origin_tcp_fastopen: true}}\n\
+         \x20 - sni: b.test\n    action: prewarm\n    origin: \"{ORIGIN}:443\"\n    cert: {d}/edge.pem\n    key: {d}/edge.key\n\
+         \x20   origin_tls: {{sni: origin.test, ca: {d}/ca.pem}}\n    pool: {{min: 4, max_idle: 30s, period: 500ms}}\n\
+         \x20 - {{sni: \"*\", action: reject}}\n"
+    )
+}
+
+/// One lab CA; the origin's certificate covers the names clients use directly and through
+/// the tunnel, the edge's the prewarm name.
+fn write_certs(dir: &Path) -> Result<(), LabError> {
+    let ca_key = rcgen::KeyPair::generate()?;
+    let mut ca_params = rcgen::CertificateParams::new(Vec::<String>::new())?;
+    ca_params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+    ca_params.distinguished_name.push(rcgen::DnType::CommonName, "edgewarm lab CA");
+    let ca = ca_params.self_signed(&ca_key)?;
+    std::fs::write(dir.join("ca.pem"), ca.pem())?;
+    for (file, names) in [("origin", &NAMES[..3]), ("edge", &NAMES[3..])] {
+        let key = rcgen::KeyPair::generate()?;
+        let cert = rcgen::CertificateParams::new(names.iter().map(|n| n.to_string()).collect::<Vec<_>>())?
+            .signed_by(&key, &ca, &ca_key)?;
+        std::fs::write(dir.join(format!("{file}.pem")), cert.pem())?;
+        std::fs::write(dir.join(format!("{file}.key")), key.serialize_pem())?;
+    }
+    Ok(())
+}
+
+async fn admin(topo: &Topology, path: &str) -> Option<String> {
+    let cmd = topo.command(&topo.edge, &["curl", "-sf", "--max-time", "2", &format!("http://127.0.0.1:9900{path}")]);
+    let out = Command::from(cmd).output().await.ok()?;
+    out.status.success().then(|| String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+async fn wait_ready(topo: &Topology, dir: &Path) -> Result<(), LabError> {
+    for _ in 0..300 {
+        if let Some(m) = admin(topo, "/metrics").await {
+            if crate::metrics::sample(&m, "edgewarm_pool_ready", &[("route", "b.test")]).unwrap_or(0.0) >= 4.0 {
+                return Ok(());
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let log = std::fs::read_to_string(dir.join("edge.log")).unwrap_or_default();
+    Err(LabError::NotReady {
+        what: "edgewarm's prewarm pool",
+        detail: log.lines().rev().take(5).collect::<Vec<_>>().join(" | "),
+    })
+}
+
+/// hits, misses, opened − Δready for the prewarm route.
+async fn pool_counts(topo: &Topology) -> [f64; 3] {
+    let m = admin(topo, "/metrics").await.unwrap_or_default();
+    let get = |name| crate::metrics::sample(&m, name, &[("route", "b.test")]).unwrap_or(0.0);
+    [
+        get("edgewarm_pool_hits_total"),
+        get("edgewarm_pool_misses_total"),
+        get("edgewarm_pool_opened_total") - get("edgewarm_pool_ready"),
+    ]
+}
+
+#[allow(clippy::too_many_arguments)]
+async fn load(
+    topo: &Topology,
+    exe: &str,
+    d: &str,
+    scenario: &Scenario,
+    name: &str,
+    target: std::net::Ipv4Addr,
+    requests: usize,
+    run: ModeRun,
+) -> Result<LoadReport, LabError> {
+    let tls = if scenario.tls12 { "1.2" } else { "1.3" };
+    let n = requests.to_string();
+    let url = format!("https://{name}/");
+    let to = format!("{target}:443");
+    let ca = format!("{d}/ca.pem");
+    let mut args =
+        vec![exe, "load", &url, "--connect-to", &to, "--cacert", &ca, "--requests", &n, "--tls", tls, "--json"];
+    if !run.pq_hello {
+        args.push("--classic-kx");
+    }
+    let out = Command::from(topo.command(&topo.client, &args)).kill_on_drop(true).output().await?;
+    let fail = |detail: String| LabError::Load { mode: run.label(), detail };
+    if !out.status.success() {
+        return Err(fail(String::from_utf8_lossy(&out.stderr).into_owned()));
+    }
+    serde_json::from_slice(&out.stdout).map_err(|e| fail(e.to_string()))
+}
+
+impl LabReport {
+    pub fn markdown(&self) -> String {
+        let s = &self.scenario;
+        let mut t = format!(
+            "# edgewarm lab: {} (r = {} ms, R = {} ms, TLS {})\n\n{} new connections per mode, each a new TCP + TLS connection and one request. \
+             TTFB is from the start of the TCP connect to the first response byte. Delay box worst lateness: {:.2} ms.\n\n\
+             | mode | ok | errors | TTFB p50 ms | TTFB p99 ms | minimum | minimum ms | p50 / minimum | pool hit rate | waste |\n\
+             |---|---|---|---|---|---|---|---|---|---|\n",
+            s.name,
+            s.r_ms,
+            s.big_r_ms,
+            if s.tls12 { "1.2" } else { "1.3" },
+            self.requests_per_mode,
+            self.delay_box_max_late_us as f64 / 1e3
+        );
+        for m in &self.results {
+            let opt = |v: Option<f64>, pct: bool| match v {
+                Some(v) if pct => format!("{:.1} %", v * 100.0),
+                Some(v) => format!("{v:.3}"),
+                None => "-".into(),
+            };
+            t += &format!(
+                "| {} | {} | {} | {:.1} | {:.1} | {} | {:.0} | {:.3} | {} | {} |\n",
+                m.label,
+                m.load.ok,
+                m.load.errors.values().sum::<usize>(),
+                m.load.ttfb_ms.p50,
+                m.load.ttfb_ms.p99,
+                m.formula,
+                m.min_ms,
+                m.ratio_p50,
+                opt(m.hit_rate, true),
+                opt(m.waste, false)
+            );
+        }
+        t
+    }
+}
