@@ -1,15 +1,15 @@
 //! The lab's namespaces and delay box: RTTs as configured (generously bounded: shared noisy
-//! machines), nothing left behind after drop or after a SIGKILL.
+//! machines), nothing left behind after drop, after a SIGKILL, or after a whole lab run.
 
 use std::process::{Command, Stdio};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
-use edgewarm::lab::netns::{self, Topology, CLIENT, EDGE_A, ORIGIN};
+use edgewarm::lab::netns::{self, Topology, EDGE_A, ORIGIN};
 
 /// Median TCP connect time from `from` to a listener at `to` in namespace `to_ns`, in ms.
 fn connect_rtt(topo: &Topology, from: &str, to_ns: &str, to: std::net::Ipv4Addr) -> f64 {
     let listener = format!(
-        "import socket,time\ns=socket.socket();s.setsockopt(socket.SOL_SOCKET,socket.SO_REUSEADDR,1);s.bind(('{to}',7777));s.listen(64)\nwhile True:\n  c,_=s.accept();c.close()"
+        "import socket\ns=socket.socket();s.setsockopt(socket.SOL_SOCKET,socket.SO_REUSEADDR,1);s.bind(('{to}',7777));s.listen(64)\nwhile True:\n  c,_=s.accept();c.close()"
     );
     let mut server = topo.command(to_ns, &["python3", "-c", &listener]).stdout(Stdio::null()).spawn().unwrap();
     let probe = format!(
@@ -21,6 +21,10 @@ fn connect_rtt(topo: &Topology, from: &str, to_ns: &str, to: std::net::Ipv4Addr)
     String::from_utf8_lossy(&out.stdout).trim().parse().unwrap_or_else(|_| panic!("{out:?}"))
 }
 
+fn namespaces() -> String {
+    String::from_utf8(netns::run(&["ip", "netns", "list"]).unwrap().stdout).unwrap()
+}
+
 #[test]
 fn rtts_match_the_configuration_and_nothing_is_left_behind() {
     let (r, big_r) = (Duration::from_millis(20), Duration::from_millis(60));
@@ -28,18 +32,71 @@ fn rtts_match_the_configuration_and_nothing_is_left_behind() {
     let names = [topo.client.clone(), topo.edge.clone(), topo.origin.clone()];
     let to_edge = connect_rtt(&topo, &topo.client, &topo.edge, EDGE_A);
     let direct = connect_rtt(&topo, &topo.client, &topo.origin, ORIGIN);
-    println!(
-        "client→edge {to_edge:.2} ms (r = 20), client→origin {direct:.2} ms (r + R = 80), max late {} µs",
-        topo.max_late_us()
-    );
-    assert!((20.0..35.0).contains(&to_edge), "client→edge RTT {to_edge} ms for r = 20 ms");
-    assert!((80.0..95.0).contains(&direct), "client→origin RTT {direct} ms for r + R = 80 ms");
+    println!("client→edge {to_edge:.2} ms (r = 20), client→origin {direct:.2} ms (r + R = 80), max late {} µs", topo.max_late_us());
+    // Never faster than configured; slower only by scheduling noise (generous bound).
+    assert!((20.0..40.0).contains(&to_edge), "client→edge RTT {to_edge} ms for r = 20 ms");
+    assert!((80.0..100.0).contains(&direct), "client→origin RTT {direct} ms for r + R = 80 ms");
     let tfo = topo.command(&topo.client, &["sysctl", "-n", "net.ipv4.tcp_fastopen"]).output().unwrap();
     assert_eq!(String::from_utf8_lossy(&tfo.stdout).trim(), "3");
-    let _ = CLIENT;
     drop(topo);
-    let list = String::from_utf8(netns::run(&["ip", "netns", "list"]).unwrap().stdout).unwrap();
+    let list = namespaces();
     for n in &names {
         assert!(!list.contains(n.as_str()), "{n} left behind: {list}");
     }
+}
+
+/// A lab killed with SIGKILL cannot clean up; the next one removes its leftovers.
+#[test]
+fn a_killed_lab_is_cleaned_up_by_the_next() {
+    let out = tempfile::tempdir().unwrap();
+    let mut lab = Command::new(env!("CARGO_BIN_EXE_edgewarm"))
+        .args(["lab", "--requests", "1000", "--out"])
+        .arg(out.path())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let prefix = format!("ew{}", lab.id());
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while namespaces().matches(&prefix).count() < 3 {
+        assert!(Instant::now() < deadline, "lab never created its namespaces");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    lab.kill().unwrap();
+    lab.wait().unwrap();
+    assert!(namespaces().contains(&prefix), "SIGKILL leaves them (nothing ran to remove them)");
+    netns::cleanup_stale();
+    assert!(!namespaces().contains(&prefix), "stale namespaces removed: {}", namespaces());
+}
+
+/// The whole lab, small and quick: every mode measured without errors, the report saved, the
+/// pre-warmed mode faster than the tunnel (3r+R against 3(r+R): 80 ms apart here), and nothing
+/// left behind.
+#[test]
+fn a_short_lab_run_reports_every_mode_and_cleans_up() {
+    let out = tempfile::tempdir().unwrap();
+    let child = Command::new(env!("CARGO_BIN_EXE_edgewarm"))
+        .args(["lab", "--r", "10ms", "--big-r", "80ms", "--requests", "5", "--json", "--out"])
+        .arg(out.path())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let prefix = format!("ew{}", child.id());
+    let run = child.wait_with_output().unwrap();
+    assert!(run.status.success(), "{}", String::from_utf8_lossy(&run.stderr));
+    let report: serde_json::Value = serde_json::from_slice(&run.stdout).unwrap();
+    let results = report["results"].as_array().unwrap();
+    assert_eq!(results.len(), 5);
+    for m in results {
+        assert_eq!(m["load"]["ok"], 5, "{m}");
+        assert!(m["min_ms"].as_f64().unwrap() > 0.0);
+    }
+    let p50 = |label: &str| {
+        results.iter().find(|m| m["label"] == label).unwrap()["load"]["ttfb_ms"]["p50"].as_f64().unwrap()
+    };
+    assert!(p50("prewarm") < p50("tunnel"), "prewarm {} ms vs tunnel {} ms", p50("prewarm"), p50("tunnel"));
+    let dir = std::path::PathBuf::from(report["run_dir"].as_str().unwrap());
+    assert!(std::fs::read_to_string(dir.join("report.md")).unwrap().contains("| prewarm |"));
+    assert!(!namespaces().contains(&prefix), "{}", namespaces());
 }
