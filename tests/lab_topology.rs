@@ -25,6 +25,12 @@ fn namespaces() -> String {
     String::from_utf8(netns::run(&["ip", "netns", "list"]).unwrap().stdout).unwrap()
 }
 
+/// How many of lab `pid`'s three namespaces exist.
+fn lab_namespaces(pid: u32) -> usize {
+    let mine = ["c", "e", "o"].map(|role| format!("ew{pid}{role}"));
+    namespaces().lines().filter_map(|l| l.split_whitespace().next()).filter(|n| mine.iter().any(|m| m == n)).count()
+}
+
 #[test]
 fn rtts_match_the_configuration_and_nothing_is_left_behind() {
     let (r, big_r) = (Duration::from_millis(20), Duration::from_millis(60));
@@ -56,17 +62,17 @@ fn a_killed_lab_is_cleaned_up_by_the_next() {
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
-    let prefix = format!("ew{}", lab.id());
+    let pid = lab.id();
     let deadline = Instant::now() + Duration::from_secs(30);
-    while namespaces().matches(&prefix).count() < 3 {
+    while lab_namespaces(pid) < 3 {
         assert!(Instant::now() < deadline, "lab never created its namespaces");
         std::thread::sleep(Duration::from_millis(50));
     }
     lab.kill().unwrap();
     lab.wait().unwrap();
-    assert!(namespaces().contains(&prefix), "SIGKILL leaves them (nothing ran to remove them)");
+    assert!(lab_namespaces(pid) > 0, "SIGKILL leaves them (nothing ran to remove them)");
     netns::cleanup_stale();
-    assert!(!namespaces().contains(&prefix), "stale namespaces removed: {}", namespaces());
+    assert_eq!(lab_namespaces(pid), 0, "stale namespaces removed: {}", namespaces());
 }
 
 /// The whole lab, small and quick: every mode measured without errors, the report saved, the
@@ -82,7 +88,7 @@ fn a_short_lab_run_reports_every_mode_and_cleans_up() {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    let prefix = format!("ew{}", child.id());
+    let pid = child.id();
     let run = child.wait_with_output().unwrap();
     assert!(run.status.success(), "{}", String::from_utf8_lossy(&run.stderr));
     let report: serde_json::Value = serde_json::from_slice(&run.stdout).unwrap();
@@ -98,5 +104,5 @@ fn a_short_lab_run_reports_every_mode_and_cleans_up() {
     assert!(p50("prewarm") < p50("tunnel"), "prewarm {} ms vs tunnel {} ms", p50("prewarm"), p50("tunnel"));
     let dir = std::path::PathBuf::from(report["run_dir"].as_str().unwrap());
     assert!(std::fs::read_to_string(dir.join("report.md")).unwrap().contains("| prewarm |"));
-    assert!(!namespaces().contains(&prefix), "{}", namespaces());
+    assert_eq!(lab_namespaces(pid), 0, "{}", namespaces());
 }
