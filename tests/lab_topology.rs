@@ -38,7 +38,10 @@ fn rtts_match_the_configuration_and_nothing_is_left_behind() {
     let names = [topo.client.clone(), topo.edge.clone(), topo.origin.clone()];
     let to_edge = connect_rtt(&topo, &topo.client, &topo.edge, EDGE_A);
     let direct = connect_rtt(&topo, &topo.client, &topo.origin, ORIGIN);
-    println!("client→edge {to_edge:.2} ms (r = 20), client→origin {direct:.2} ms (r + R = 80), max late {} µs", topo.max_late_us());
+    println!(
+        "client→edge {to_edge:.2} ms (r = 20), client→origin {direct:.2} ms (r + R = 80), max late {} µs",
+        topo.max_late_us()
+    );
     // Never faster than configured; slower only by scheduling noise (generous bound).
     assert!((20.0..40.0).contains(&to_edge), "client→edge RTT {to_edge} ms for r = 20 ms");
     assert!((80.0..100.0).contains(&direct), "client→origin RTT {direct} ms for r + R = 80 ms");
@@ -98,9 +101,8 @@ fn a_short_lab_run_reports_every_mode_and_cleans_up() {
         assert_eq!(m["load"]["ok"], 5, "{m}");
         assert!(m["min_ms"].as_f64().unwrap() > 0.0);
     }
-    let p50 = |label: &str| {
-        results.iter().find(|m| m["label"] == label).unwrap()["load"]["ttfb_ms"]["p50"].as_f64().unwrap()
-    };
+    let p50 =
+        |label: &str| results.iter().find(|m| m["label"] == label).unwrap()["load"]["ttfb_ms"]["p50"].as_f64().unwrap();
     assert!(p50("prewarm") < p50("tunnel"), "prewarm {} ms vs tunnel {} ms", p50("prewarm"), p50("tunnel"));
     let dir = std::path::PathBuf::from(report["run_dir"].as_str().unwrap());
     assert!(std::fs::read_to_string(dir.join("report.md")).unwrap().contains("| prewarm |"));

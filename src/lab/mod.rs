@@ -3,4 +3,5 @@ pub mod delaybox;
 pub mod model;
 pub mod netns;
 pub mod origin;
+pub mod plot;
 pub mod run;

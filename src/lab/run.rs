@@ -239,6 +239,9 @@ pub async fn run(opts: &LabOpts) -> Result<LabReport, LabError> {
     };
     std::fs::write(dir.join("report.json"), serde_json::to_string_pretty(&report).unwrap_or_default())?;
     std::fs::write(dir.join("report.md"), report.markdown())?;
+    if let Err(e) = super::plot::ttfb_cdf(&report, &dir.join("ttfb-cdf.svg")) {
+        tracing::warn!(error = %e, "could not draw the TTFB plot");
+    }
     Ok(report)
 }
 
