@@ -18,7 +18,8 @@
 //! - [`server`]: ties the path together; `run(listeners, config, shutdown)`; reload and drain.
 //! - [`metrics`], [`admin`], [`accesslog`], [`error`]: what operators see.
 //! - [`sockopt`]: every setsockopt and raw syscall; the only module allowed `unsafe`.
-//! - [`lab`], [`load`]: the WAN lab (delay box, namespaces, origin) and the load generator.
+//! - [`lab`], [`load`]: the WAN lab (delay box, namespaces, origin, round-trip model, `edgewarm
+//!   lab`) and the load generator (`edgewarm load`).
 
 pub mod accesslog;
 pub mod admin;

@@ -1,4 +1,5 @@
-//! The WAN lab: namespaces, the user-space delay box, the lab origin.
+//! The WAN lab: [`netns`] (three hosts), [`delaybox`] (the emulated links), [`origin`] (an
+//! HTTPS origin), [`model`] (the round-trip minimum), [`run`] (`edgewarm lab`), [`plot`] (SVG).
 pub mod delaybox;
 pub mod model;
 pub mod netns;
