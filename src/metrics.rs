@@ -79,6 +79,17 @@ pub struct Metrics {
     registry: Registry,
 }
 
+/// One route's hot-path metric handles (see [`Metrics::route`]).
+#[derive(Clone, Debug)]
+pub struct RouteMetrics {
+    pub bytes_up: Counter,
+    pub bytes_down: Counter,
+    pub connect: Histogram,
+    pub first_byte: Histogram,
+    /// `connections_closed{reason="done"}`, the common ending.
+    pub done: Counter,
+}
+
 /// Per-pool metrics (labels route, origin, alpn).
 pub struct PoolMetrics {
     pub hits: Family<PoolLabels, Counter>,
@@ -191,6 +202,20 @@ impl Metrics {
         registry.register("config_reloads", "Configuration reloads, by result", m.config_reloads.clone());
         m.pool.register(&mut registry);
         Self { registry, ..m }
+    }
+
+    /// Handles for one route's per-connection metrics, looked up once per route instead of
+    /// once per connection (each lookup allocates label strings and takes a lock).
+    pub fn route(&self, route: &str) -> RouteMetrics {
+        let label = RouteLabel { route: route.to_string() };
+        let dir = |direction| self.bytes.get_or_create(&RouteDirection { route: route.to_string(), direction }).clone();
+        RouteMetrics {
+            bytes_up: dir("client_to_origin"),
+            bytes_down: dir("origin_to_client"),
+            connect: self.origin_connect_seconds.get_or_create(&label).clone(),
+            first_byte: self.first_origin_byte_seconds.get_or_create(&label).clone(),
+            done: self.closed.get_or_create(&RouteReason { route: route.to_string(), reason: "done".into() }).clone(),
+        }
     }
 
     /// The OpenMetrics text exposition.

@@ -54,6 +54,7 @@ pub async fn handle(
     // Without NODELAY the TLS flights we relay can wait on Nagle for an ACK: a lost round trip.
     let _ = sockopt::set_nodelay(&client);
 
+    let mut routed = None;
     let reason = 'conn: {
         let read = peek::read_hello(&mut client, config.proxy_protocol);
         let hello = match tokio::time::timeout(snapshot.timeouts.client_hello, read).await {
@@ -78,13 +79,15 @@ pub async fn handle(
             break 'conn CloseReason::UnknownSni;
         };
         log.route = Some(route.name.clone());
+        routed = Some(route.clone());
         match &route.action {
             RouteAction::Reject => {
                 let _ = client.write_all(&peek::alert(peek::ALERT_UNRECOGNIZED_NAME)).await;
                 CloseReason::RouteReject
             }
             RouteAction::Prewarm(prewarm) => {
-                crate::pool::serve::serve(client, hello, &route.name, prewarm, server, &snapshot, accepted, &mut log)
+                let route_metrics = route.metrics(metrics);
+                crate::pool::serve::serve(client, hello, route_metrics, prewarm, server, &snapshot, accepted, &mut log)
                     .await
             }
             RouteAction::Tunnel { origin, fastopen } => {
@@ -98,6 +101,7 @@ pub async fn handle(
                     mode: snapshot.relay,
                     accepted,
                     metrics,
+                    route_metrics: route.metrics(metrics),
                     cancel: server.cut_token(),
                 };
                 let mut report = TunnelReport::default();
@@ -125,8 +129,13 @@ pub async fn handle(
     if reason.is_hello_rejection() {
         metrics.hello_rejected.get_or_create(&ReasonLabel { reason: reason.label().to_string() }).inc();
     }
-    let route = log.route.clone().unwrap_or_else(|| "<none>".to_string());
-    metrics.closed.get_or_create(&RouteReason { route, reason: reason.label().to_string() }).inc();
+    match (&routed, reason) {
+        (Some(route), CloseReason::Done) => route.metrics(metrics).done.inc(),
+        _ => {
+            let route = log.route.clone().unwrap_or_else(|| "<none>".to_string());
+            metrics.closed.get_or_create(&RouteReason { route, reason: reason.label().to_string() }).inc()
+        }
+    };
     metrics.active.dec();
     log.emit();
 }

@@ -15,7 +15,7 @@ use tokio_rustls::TlsAcceptor;
 
 use crate::accesslog::AccessLog;
 use crate::error::CloseReason;
-use crate::metrics::RouteDirection;
+use crate::metrics::RouteMetrics;
 use crate::peek::{self, Hello};
 use crate::relay::{self, Direction, End, Side};
 use crate::route::PrewarmRoute;
@@ -26,7 +26,7 @@ use crate::tls::rewind::Rewind;
 pub async fn serve(
     mut client: TcpStream,
     hello: Hello,
-    route_name: &str,
+    route_metrics: &RouteMetrics,
     route: &PrewarmRoute,
     server: &Server,
     snapshot: &Snapshot,
@@ -84,11 +84,8 @@ pub async fn serve(
     log.connect_time = Some(accepted.elapsed());
     log.origin_addr = warm.stream.get_ref().0.peer_addr().ok();
 
-    let counter = |direction| {
-        server.metrics().bytes.get_or_create(&RouteDirection { route: route_name.to_string(), direction }).clone()
-    };
-    let up = Direction::new(counter("client_to_origin"));
-    let down = Direction::new(counter("origin_to_client"));
+    let up = Direction::new(route_metrics.bytes_up.clone());
+    let down = Direction::new(route_metrics.bytes_down.clone());
     let mut client_tls = client_tls;
     if !warm.early.is_empty() {
         // What the origin said while waiting (e.g. HTTP/2 SETTINGS) goes to the client first.

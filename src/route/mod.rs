@@ -9,6 +9,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use crate::config::{sni_pattern, Action, Config, ConfigError, OriginAddr, PoolConfig};
+use crate::metrics::{Metrics, RouteMetrics};
 use crate::tls::client::ClientTls;
 use crate::tls::origin::OriginTls;
 
@@ -38,11 +39,20 @@ impl PrewarmRoute {
 /// Name (metric label) of the `sni: ""` route.
 pub const NO_SNI: &str = "<no-sni>";
 
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 pub struct Route {
     /// The SNI pattern as configured (normalised): also the `route` metric label.
     pub name: String,
     pub action: RouteAction,
+    metrics: std::sync::OnceLock<RouteMetrics>,
+}
+
+impl Route {
+    /// This route's metric handles in `metrics`, created on first use. A route table belongs to
+    /// one server, so the handles always refer to that server's registry.
+    pub fn metrics(&self, metrics: &Metrics) -> &RouteMetrics {
+        self.metrics.get_or_init(|| metrics.route(&self.name))
+    }
 }
 
 #[derive(Debug, Default)]
@@ -78,7 +88,7 @@ impl RouteTable {
             };
             // The no-SNI route's label must be visible in metrics and logs.
             let label = if name.is_empty() { NO_SNI.to_string() } else { name.clone() };
-            let route = Arc::new(Route { name: label, action });
+            let route = Arc::new(Route { name: label, action, metrics: Default::default() });
             match name.as_str() {
                 "" => table.no_sni = Some(route),
                 "*" => table.default = Some(route),

@@ -13,7 +13,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::config::OriginAddr;
 use crate::error::CloseReason;
-use crate::metrics::{Metrics, RouteDirection, RouteLabel, RouteReason};
+use crate::metrics::{Metrics, RouteMetrics, RouteReason};
 use crate::relay::{self, Direction, End, Side};
 
 /// What a finished tunnel reports for the access log.
@@ -36,6 +36,7 @@ pub struct Tunnel<'a> {
     pub mode: relay::Mode,
     pub accepted: Instant,
     pub metrics: &'a Metrics,
+    pub route_metrics: &'a RouteMetrics,
     pub cancel: &'a CancellationToken,
 }
 
@@ -58,27 +59,20 @@ impl Tunnel<'_> {
             }
         };
         let connect_time = started.elapsed();
-        self.metrics
-            .origin_connect_seconds
-            .get_or_create(&RouteLabel { route: route() })
-            .observe(connect_time.as_secs_f64());
+        let m = self.route_metrics;
+        m.connect.observe(connect_time.as_secs_f64());
         report.origin_addr = Some(addr);
         report.connect_time = Some(connect_time);
 
-        let counter =
-            |direction| self.metrics.bytes.get_or_create(&RouteDirection { route: route(), direction }).clone();
-        let up = Direction::new(counter("client_to_origin"));
-        let down = Direction::new(counter("origin_to_client"));
+        let up = Direction::new(m.bytes_up.clone());
+        let down = Direction::new(m.bytes_down.clone());
         up.add(hello.len());
         let mut first_byte = None;
         let relay =
             relay::Relay { mode: self.mode, idle: self.idle_timeout, up: &up, down: &down, cancel: self.cancel };
         let end = relay.run(client, &origin, || first_byte = Some(self.accepted.elapsed())).await;
         if let Some(t) = first_byte {
-            self.metrics
-                .first_origin_byte_seconds
-                .get_or_create(&RouteLabel { route: route() })
-                .observe(t.as_secs_f64());
+            m.first_byte.observe(t.as_secs_f64());
         }
         report.first_byte = first_byte;
         report.bytes_up = up.bytes();
