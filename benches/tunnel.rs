@@ -155,7 +155,7 @@ fn median(mut v: Vec<f64>) -> f64 {
 fn main() {
     // `cargo bench` passes `--bench`; nothing else is accepted.
     let quick = std::env::var_os("EDGEWARM_BENCH_QUICK").is_some();
-    let (trials, conns, bytes) = if quick { (1, 500, 64 << 20) } else { (5, 5000, 1 << 30) };
+    let (trials, conns, bytes) = if quick { (1, 500, 64 << 20) } else { (7, 5000, 1 << 30) };
     let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().unwrap();
     rt.block_on(async {
         let hello = Arc::new(hello());
