@@ -5,9 +5,9 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
 
-use anyhow::Context;
 use clap::{Parser, Subcommand, ValueEnum};
 use edgewarm::config::Config;
+use edgewarm::route::RouteTable;
 use edgewarm::server::{Bound, Server};
 use tokio::signal::unix::{signal, SignalKind};
 
@@ -58,7 +58,9 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     init_logging(cli.log_format);
     match cli.command {
-        Command::Check { config } => match Config::load(&config) {
+        // The route table loads every certificate and key the routes name: `check` catches a
+        // missing or mismatched file, not just YAML mistakes.
+        Command::Check { config } => match Config::load(&config).and_then(|c| RouteTable::new(&c).map(|_| c)) {
             Ok(c) => {
                 println!("{}: ok ({} listeners, {} routes)", config.display(), c.listeners.len(), c.routes.len());
                 ExitCode::SUCCESS
@@ -139,9 +141,10 @@ fn main() -> ExitCode {
                     return ExitCode::FAILURE;
                 }
             };
-            match runtime.block_on(run(path, config)) {
+            match runtime.block_on(run(path.clone(), config)) {
                 Ok(()) => ExitCode::SUCCESS,
-                Err(e) => {
+                Err(RunError::Config(e)) => config_error(&path, &e),
+                Err(RunError::Other(e)) => {
                     eprintln!("edgewarm: {e:#}");
                     ExitCode::from(EXIT_BIND)
                 }
@@ -165,8 +168,21 @@ fn config_error(path: &Path, e: &edgewarm::config::ConfigError) -> ExitCode {
     ExitCode::from(EXIT_CONFIG)
 }
 
-async fn run(path: PathBuf, config: Config) -> anyhow::Result<()> {
-    let server = Server::new(&config).context("configuration")?;
+/// `run` fails either on the configuration (exit 64, nothing bound) or on binding (exit 69).
+enum RunError {
+    Config(edgewarm::config::ConfigError),
+    Other(anyhow::Error),
+}
+
+impl<E: Into<anyhow::Error>> From<E> for RunError {
+    fn from(e: E) -> Self {
+        Self::Other(e.into())
+    }
+}
+
+async fn run(path: PathBuf, config: Config) -> Result<(), RunError> {
+    // Certificates and keys are loaded here, still before any port is bound.
+    let server = Server::new(&config).map_err(RunError::Config)?;
     let bound = Bound::bind(&config)?;
     if config.listeners.iter().any(|l| l.tcp_fastopen > 0)
         && !matches!(edgewarm::sockopt::fastopen_sysctl(), Some(v) if v & 2 != 0)

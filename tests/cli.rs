@@ -208,3 +208,24 @@ fn curl_and_openssl_through_the_binary_with_reload_and_stop() {
     assert!(access.iter().any(|l| l["sni"] == "c.test" && l["reason"] == "unknown_sni"));
     assert!(lines.iter().any(|l| l["message"] == "reload failed, keeping the running configuration"));
 }
+
+/// A prewarm route naming a certificate that does not exist: `check` and `run` both exit 64
+/// naming the key, and `run` binds nothing.
+#[test]
+fn missing_certificate_is_a_config_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let yaml = format!(
+        "listeners: [{{listen: \"127.0.0.1:{port}\"}}]\nroutes:\n  - sni: b.test\n    action: prewarm\n    origin: \"127.0.0.1:1\"\n    cert: {d}/nope.pem\n    key: {d}/nope.key\n",
+        d = dir.path().display()
+    );
+    let path = dir.path().join("edge.yaml");
+    std::fs::write(&path, yaml).unwrap();
+    let out = check(&path);
+    assert_eq!(out.status.code(), Some(64));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("routes[0].cert") && err.contains("nope.pem"), "{err}");
+    let out = Command::new(BIN).args(["run", "--config"]).arg(&path).output().unwrap();
+    assert_eq!(out.status.code(), Some(64), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(std::net::TcpListener::bind(("127.0.0.1", port)).is_ok(), "nothing was left bound");
+}
