@@ -2,22 +2,10 @@
 //! Run: `cargo bench --bench clienthello`.
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
-use edgewarm::peek::clienthello::{parse, Parsed};
+use edgewarm::peek::clienthello::{parse, split_into_records as refragment, Parsed};
 
 fn capture(name: &str) -> Vec<u8> {
     std::fs::read(format!("{}/testdata/clienthello/{name}", env!("CARGO_MANIFEST_DIR"))).unwrap()
-}
-
-/// The same hello re-cut into records of `size` handshake bytes.
-fn refragment(hello: &[u8], size: usize) -> Vec<u8> {
-    let body = &hello[5..];
-    let mut out = Vec::new();
-    for chunk in body.chunks(size) {
-        out.extend_from_slice(&[0x16, hello[1], hello[2]]);
-        out.extend_from_slice(&(chunk.len() as u16).to_be_bytes());
-        out.extend_from_slice(chunk);
-    }
-    out
 }
 
 fn bench(c: &mut Criterion) {

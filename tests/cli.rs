@@ -3,35 +3,15 @@
 
 mod common;
 
+use common::{free_port, wait_for_port, ChildGuard};
+
 use std::io::Write;
 use std::net::TcpStream;
 use std::path::Path;
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 const BIN: &str = env!("CARGO_BIN_EXE_edgewarm");
-
-/// Kills the child on drop, so a failing test leaves no process behind.
-struct Guard(Child);
-
-impl Drop for Guard {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
-}
-
-fn wait_for_port(port: u16) {
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while TcpStream::connect(("127.0.0.1", port)).is_err() {
-        assert!(Instant::now() < deadline, "nothing listening on {port}");
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
 
 fn check(path: &Path) -> Output {
     Command::new(BIN).args(["check", "--config"]).arg(path).output().unwrap()
@@ -106,7 +86,7 @@ fn curl_and_openssl_through_the_binary_with_reload_and_stop() {
         origin_port: free_port(),
     };
     common::certs(&["a.test", "b.test"]).write(&s.dir);
-    let _origin = Guard(
+    let _origin = ChildGuard(
         Command::new("openssl")
             .args(["s_server", "-quiet", "-www", "-accept"])
             .arg(format!("127.0.0.1:{}", s.origin_port))
@@ -123,7 +103,7 @@ fn curl_and_openssl_through_the_binary_with_reload_and_stop() {
     let config = s.dir.join("edge.yaml");
     std::fs::write(&config, config_text(&s, "a.test")).unwrap();
     let log = s.dir.join("edge.log");
-    let mut edge = Guard(
+    let mut edge = ChildGuard(
         Command::new(BIN)
             .args(["--log-format", "json", "run", "--config"])
             .arg(&config)

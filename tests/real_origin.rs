@@ -2,33 +2,13 @@
 
 mod common;
 
-use std::net::TcpStream;
-use std::process::{Child, Command, Stdio};
+use common::{free_port, wait_for_port, ChildGuard};
+
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-struct Guard(Child);
-
-impl Drop for Guard {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
-}
-
-fn wait_for_port(port: u16) {
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while TcpStream::connect(("127.0.0.1", port)).is_err() {
-        assert!(Instant::now() < deadline, "nothing listening on {port}");
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
 /// nginx in the foreground, single process, everything under `dir`.
-fn nginx(dir: &std::path::Path, port: u16) -> Guard {
+fn nginx(dir: &std::path::Path, port: u16) -> ChildGuard {
     let d = dir.display();
     let conf = format!(
         "daemon off;\nmaster_process off;\npid {d}/nginx.pid;\nerror_log {d}/error.log;\nevents {{}}\n\
@@ -45,7 +25,7 @@ fn nginx(dir: &std::path::Path, port: u16) -> Guard {
         .stderr(Stdio::null())
         .spawn()
         .expect("nginx is installed (scripts/deps.sh)");
-    Guard(child)
+    ChildGuard(child)
 }
 
 #[test]
@@ -69,7 +49,7 @@ fn curl_h2load_and_nghttp_through_prewarm_to_nginx() {
          \x20   alpn: [h2]\n    origin_tls: {{sni: origin.test, ca: {p}/origin/ca.pem}}\n    pool: {{min: 1}}\n"
     );
     std::fs::write(d.join("edge.yaml"), config).unwrap();
-    let _edge = Guard(
+    let _edge = ChildGuard(
         Command::new(env!("CARGO_BIN_EXE_edgewarm"))
             .args(["run", "--config"])
             .arg(d.join("edge.yaml"))

@@ -193,17 +193,8 @@ pub fn client_hello(sni: &str) -> Vec<u8> {
     out
 }
 
-/// Re-cut a single-record hello into records carrying at most `size` handshake bytes each.
-pub fn refragment(hello: &[u8], size: usize) -> Vec<u8> {
-    let body = &hello[5..];
-    let mut out = Vec::new();
-    for chunk in body.chunks(size) {
-        out.extend_from_slice(&[0x16, hello[1], hello[2]]);
-        out.extend_from_slice(&(chunk.len() as u16).to_be_bytes());
-        out.extend_from_slice(chunk);
-    }
-    out
-}
+#[allow(unused_imports)]
+pub use edgewarm::peek::clienthello::split_into_records as refragment;
 
 /// Read until EOF (or error), with a bound so a hung proxy fails the test instead of hanging it.
 pub async fn read_all(stream: &mut TcpStream) -> Vec<u8> {
@@ -323,4 +314,28 @@ pub async fn tls_client(
         TlsConnector::from(Arc::new(config)).connect(ServerName::try_from(name.to_string()).unwrap(), tcp).await?;
     let alpn = tls.get_ref().1.alpn_protocol().map(|p| String::from_utf8_lossy(p).into_owned());
     Ok((tls, alpn))
+}
+
+/// A child process killed (and reaped) on drop, so a failing test leaves nothing running.
+pub struct ChildGuard(pub std::process::Child);
+
+impl Drop for ChildGuard {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// A port that was free a moment ago (for binaries that take an address, not a listener).
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+/// Block until something listens on 127.0.0.1:`port` (at most 20 s).
+pub fn wait_for_port(port: u16) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(std::time::Instant::now() < deadline, "nothing listening on {port}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
 }

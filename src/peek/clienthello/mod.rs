@@ -79,5 +79,26 @@ pub fn parse(buf: &[u8]) -> Result<Parsed<'_>, HelloError> {
     ClientHello::parse(message.body, record_version, message.records_len).map(Parsed::Complete)
 }
 
+/// The same handshake bytes re-cut into TLS records of at most `size` bytes each (records
+/// before the first are merged first). For tests, benchmarks and the fuzz corpus: real clients
+/// almost never fragment a hello, but a proxy must accept it when they do.
+pub fn split_into_records(hello: &[u8], size: usize) -> Vec<u8> {
+    let mut body = Vec::new();
+    let mut off = 0;
+    while let Some(header) = hello.get(off..off + 5) {
+        let n = usize::from(u16::from_be_bytes([header[3], header[4]]));
+        body.extend_from_slice(hello.get(off + 5..off + 5 + n).unwrap_or_default());
+        off += 5 + n;
+    }
+    let version = hello.get(1..3).unwrap_or(&[3, 1]);
+    let mut out = Vec::new();
+    for chunk in body.chunks(size.max(1)) {
+        out.extend_from_slice(&[0x16, version[0], version[1]]);
+        out.extend_from_slice(&u16::try_from(chunk.len()).unwrap_or(u16::MAX).to_be_bytes());
+        out.extend_from_slice(chunk);
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests;

@@ -19,23 +19,7 @@ const CAPTURES: &[(&str, Option<&str>, &[&str], u16)] = &[
     ("curl.bin", Some("a.test"), &["h2", "http/1.1"], 0x0304),
 ];
 
-/// Re-cut a hello into records of at most `size` handshake bytes each.
-pub(crate) fn refragment(hello: &[u8], size: usize) -> Vec<u8> {
-    let mut body = Vec::new();
-    let mut off = 0;
-    while off + 5 <= hello.len() {
-        let n = usize::from(u16::from_be_bytes([hello[off + 3], hello[off + 4]]));
-        body.extend_from_slice(&hello[off + 5..off + 5 + n]);
-        off += 5 + n;
-    }
-    let mut out = Vec::new();
-    for chunk in body.chunks(size) {
-        out.extend_from_slice(&[0x16, hello[1], hello[2]]);
-        out.extend_from_slice(&(chunk.len() as u16).to_be_bytes());
-        out.extend_from_slice(chunk);
-    }
-    out
-}
+use super::split_into_records as refragment;
 
 fn check(bytes: &[u8], sni: Option<&str>, alpn: &[&str], max_version: u16, what: &str) {
     for i in 0..bytes.len() {
