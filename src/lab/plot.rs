@@ -52,3 +52,56 @@ pub fn ttfb_cdf(report: &LabReport, path: &Path) -> Result<(), String> {
         .map_err(|e| e.to_string())?;
     root.present().map_err(|e| e.to_string())
 }
+
+/// A ramp: arrivals per second, the pool's target and ready connections, and the hit rate per
+/// sampling interval, over time.
+pub fn pool_timeline(report: &LabReport, path: &Path) -> Result<(), String> {
+    let t = &report.timeline;
+    let mut rows = Vec::new();
+    for w in t.windows(2) {
+        let dt = (w[1].t_s - w[0].t_s).max(1e-3);
+        let (hits, misses) = (w[1].hits - w[0].hits, w[1].misses - w[0].misses);
+        let arrivals = hits + misses;
+        let hit = if arrivals > 0.0 { 100.0 * hits / arrivals } else { 100.0 };
+        rows.push((w[1].t_s, arrivals / dt, w[1].target, w[1].ready, hit));
+    }
+    let t_max = rows.last().map_or(1.0, |r| r.0);
+    let y_max = rows.iter().map(|r| r.1.max(r.2).max(r.3)).fold(1.0f64, f64::max) * 1.1;
+    let root = SVGBackend::new(path, (900, 540)).into_drawing_area();
+    root.fill(&WHITE).map_err(|e| e.to_string())?;
+    let (top, bottom) = root.split_vertically(360);
+    let mut chart = ChartBuilder::on(&top)
+        .caption("Pool following demand (prewarm route)", ("sans-serif", 20))
+        .margin(15)
+        .x_label_area_size(30)
+        .y_label_area_size(50)
+        .build_cartesian_2d(0.0..t_max, 0.0..y_max)
+        .map_err(|e| e.to_string())?;
+    chart.configure_mesh().y_desc("per second / connections").draw().map_err(|e| e.to_string())?;
+    let series: [(&str, RGBColor, fn(&(f64, f64, f64, f64, f64)) -> f64); 3] =
+        [("arrivals/s", BLUE, |r| r.1), ("pool target", RED, |r| r.2), ("pool ready", GREEN, |r| r.3)];
+    for (name, colour, value) in series {
+        chart
+            .draw_series(LineSeries::new(rows.iter().map(|r| (r.0, value(r))), colour.stroke_width(2)))
+            .map_err(|e| e.to_string())?
+            .label(name)
+            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], colour.stroke_width(2)));
+    }
+    chart
+        .configure_series_labels()
+        .position(SeriesLabelPosition::UpperLeft)
+        .background_style(WHITE.mix(0.8))
+        .border_style(BLACK)
+        .draw()
+        .map_err(|e| e.to_string())?;
+    let mut hits = ChartBuilder::on(&bottom)
+        .margin(15)
+        .x_label_area_size(35)
+        .y_label_area_size(50)
+        .build_cartesian_2d(0.0..t_max, 0.0..100.0)
+        .map_err(|e| e.to_string())?;
+    hits.configure_mesh().x_desc("seconds").y_desc("hit rate %").draw().map_err(|e| e.to_string())?;
+    hits.draw_series(LineSeries::new(rows.iter().map(|r| (r.0, r.4)), BLACK.stroke_width(2)))
+        .map_err(|e| e.to_string())?;
+    root.present().map_err(|e| e.to_string())
+}

@@ -21,7 +21,8 @@ use crate::load::LoadReport;
 #[derive(Debug, Clone, clap::Args)]
 pub struct LabOpts {
     /// Named scenario: default (r 20 ms, R 100 ms, TLS 1.3), ats-poc (r 58 ms, R 10 ms,
-    /// TLS 1.2), far-origin (r 16 ms, R 265 ms, TLS 1.2).
+    /// TLS 1.2), far-origin (r 16 ms, R 265 ms, TLS 1.2), ramp (prewarm only, arrivals rising
+    /// from 5 to 150 per second over 30 s, the pool's size followed over time).
     #[arg(long, default_value = "default")]
     pub scenario: String,
     /// Override the client↔edge RTT.
@@ -48,6 +49,15 @@ pub struct Scenario {
     pub big_r_ms: f64,
     pub tls12: bool,
     pub modes: Vec<ModeRun>,
+    /// Open-loop ramp instead of sequential connections: (from, to) per second over `secs`.
+    pub ramp: Option<Ramp>,
+}
+
+#[derive(Debug, Clone, Copy, Serialize)]
+pub struct Ramp {
+    pub from: f64,
+    pub to: f64,
+    pub secs: f64,
 }
 
 /// A mode, measured with a post-quantum ClientHello (what current clients send, ~1.5 KB) or a
@@ -83,9 +93,19 @@ impl Scenario {
             "default" => (20.0, 100.0, false),
             "ats-poc" => (58.0, 10.0, true),
             "far-origin" => (16.0, 265.0, true),
+            "ramp" => {
+                return Some(Self {
+                    name: name.into(),
+                    r_ms: 20.0,
+                    big_r_ms: 100.0,
+                    tls12: false,
+                    modes: vec![pq(Mode::Prewarm)],
+                    ramp: Some(Ramp { from: 5.0, to: 150.0, secs: 30.0 }),
+                })
+            }
             _ => return None,
         };
-        Some(Self { name: name.into(), r_ms: r, big_r_ms: big_r, tls12, modes: all })
+        Some(Self { name: name.into(), r_ms: r, big_r_ms: big_r, tls12, modes: all, ramp: None })
     }
 
     fn r(&self) -> Duration {
@@ -131,7 +151,20 @@ pub struct LabReport {
     pub requests_per_mode: usize,
     pub delay_box_max_late_us: u64,
     pub results: Vec<ModeResult>,
+    /// Ramp scenarios: the prewarm pool sampled every 500 ms.
+    pub timeline: Vec<PoolSample>,
     pub run_dir: PathBuf,
+}
+
+/// The prewarm pool at one moment of a ramp.
+#[derive(Debug, Clone, Serialize)]
+pub struct PoolSample {
+    pub t_s: f64,
+    pub target: f64,
+    pub ready: f64,
+    pub connecting: f64,
+    pub hits: f64,
+    pub misses: f64,
 }
 
 /// A child process killed when dropped.
@@ -193,6 +226,7 @@ pub async fn run(opts: &LabOpts) -> Result<LabReport, LabError> {
     bar.inc(1);
 
     let mut results = Vec::new();
+    let mut timeline = Vec::new();
     for &run in &scenario.modes {
         let mode = run.mode;
         bar.set_message(format!("measuring {}", run.label()));
@@ -206,11 +240,29 @@ pub async fn run(opts: &LabOpts) -> Result<LabReport, LabError> {
         // Two unmeasured connections first: Fast Open needs a cookie from a first contact.
         load(&topo, &exe, &d, &scenario, name, target, 2, run).await?;
         let before = pool_counts(&topo).await;
-        let report = load(&topo, &exe, &d, &scenario, name, target, opts.requests, run).await?;
+        let requests = if scenario.ramp.is_some() { 1_000_000 } else { opts.requests };
+        // During a ramp, sample the pool every 500 ms for as long as the load runs.
+        let samples = std::sync::Mutex::new(Vec::new());
+        let sampling = async {
+            if scenario.ramp.is_none() {
+                return std::future::pending().await;
+            }
+            let t0 = tokio::time::Instant::now();
+            loop {
+                let s = pool_sample(&topo, t0.elapsed().as_secs_f64()).await;
+                samples.lock().unwrap_or_else(|p| p.into_inner()).push(s);
+                tokio::time::sleep(Duration::from_millis(500)).await;
+            }
+        };
+        let report = tokio::select! {
+            r = load(&topo, &exe, &d, &scenario, name, target, requests, run) => r?,
+            () = sampling => return Err(LabError::NotReady { what: "pool sampler", detail: "stopped".into() }),
+        };
+        timeline.extend(samples.into_inner().unwrap_or_else(|p| p.into_inner()));
         let after = pool_counts(&topo).await;
         let min = model::min_ttfb(mode, scenario.tls12, scenario.r(), scenario.big_r(), false, false);
         let min_ms = min.as_secs_f64() * 1e3;
-        let (hit_rate, waste) = if mode == Mode::Prewarm {
+        let (hit_rate, waste) = if mode == Mode::Prewarm && after[0] + after[1] > before[0] + before[1] {
             let (hits, misses, opened) = (after[0] - before[0], after[1] - before[1], after[2] - before[2]);
             let clients = (hits + misses).max(1.0);
             (Some(hits / clients), Some(opened / clients))
@@ -235,12 +287,18 @@ pub async fn run(opts: &LabOpts) -> Result<LabReport, LabError> {
         scenario,
         requests_per_mode: opts.requests,
         results,
+        timeline,
         run_dir: dir.clone(),
     };
     std::fs::write(dir.join("report.json"), serde_json::to_string_pretty(&report).unwrap_or_default())?;
     std::fs::write(dir.join("report.md"), report.markdown())?;
     if let Err(e) = super::plot::ttfb_cdf(&report, &dir.join("ttfb-cdf.svg")) {
         tracing::warn!(error = %e, "could not draw the TTFB plot");
+    }
+    if !report.timeline.is_empty() {
+        if let Err(e) = super::plot::pool_timeline(&report, &dir.join("pool-ramp.svg")) {
+            tracing::warn!(error = %e, "could not draw the pool plot");
+        }
     }
     Ok(report)
 }
@@ -314,6 +372,19 @@ async fn pool_counts(topo: &Topology) -> [f64; 3] {
     ]
 }
 
+async fn pool_sample(topo: &Topology, t_s: f64) -> PoolSample {
+    let m = admin(topo, "/metrics").await.unwrap_or_default();
+    let get = |name| crate::metrics::sample(&m, name, &[("route", "b.test")]).unwrap_or(0.0);
+    PoolSample {
+        t_s,
+        target: get("edgewarm_pool_target"),
+        ready: get("edgewarm_pool_ready"),
+        connecting: get("edgewarm_pool_connecting"),
+        hits: get("edgewarm_pool_hits_total"),
+        misses: get("edgewarm_pool_misses_total"),
+    }
+}
+
 #[allow(clippy::too_many_arguments)]
 async fn load(
     topo: &Topology,
@@ -334,6 +405,11 @@ async fn load(
         vec![exe, "load", &url, "--connect-to", &to, "--cacert", &ca, "--requests", &n, "--tls", tls, "--json"];
     if !run.pq_hello {
         args.push("--classic-kx");
+    }
+    let ramp_args;
+    if let (Some(ramp), true) = (scenario.ramp, requests > 2) {
+        ramp_args = [ramp.from.to_string(), ramp.to.to_string(), format!("{}s", ramp.secs)];
+        args.extend(["--rate", &ramp_args[0], "--ramp-to", &ramp_args[1], "--duration", &ramp_args[2]]);
     }
     let out = Command::from(topo.command(&topo.client, &args)).kill_on_drop(true).output().await?;
     let fail = |detail: String| LabError::Load { mode: run.label(), detail };

@@ -45,6 +45,9 @@ pub struct LoadOpts {
     /// Open loop: new connections per second (overrides --concurrency).
     #[arg(long)]
     pub rate: Option<f64>,
+    /// Open loop with a ramp: the rate rises linearly from --rate to this over --duration.
+    #[arg(long, requires = "rate")]
+    pub ramp_to: Option<f64>,
     /// TLS versions offered: 1.3 only, 1.2 only, or both.
     #[arg(long, default_value = "1.3")]
     pub tls: String,
@@ -98,9 +101,14 @@ pub struct LoadReport {
     pub resumed: usize,
     /// Every request's TTFB in ms, in start order (failed ones absent), for CDF plots.
     pub ttfb_samples: Vec<f64>,
+    /// Scheduled start of each request in `ttfb_samples`, ms after the run began.
+    #[serde(default)]
+    pub start_ms: Vec<f64>,
 }
 
 struct Sample {
+    /// When it was scheduled to start, from the run's start.
+    at: Duration,
     connect: Duration,
     tls: Duration,
     ttfb: Duration,
@@ -167,14 +175,21 @@ pub async fn run(opts: &LoadOpts) -> Result<LoadReport, LoadError> {
     let mut tasks = tokio::task::JoinSet::new();
     match opts.rate {
         Some(rate) => {
+            let span = opts.duration.as_secs_f64();
+            let end_rate = opts.ramp_to.unwrap_or(rate);
+            // Arrival i is scheduled where the integral of the rate reaches i: spacing follows
+            // the rate at that moment, computed step by step (the rate is linear in time).
+            let mut at = 0.0f64;
             for i in 0..opts.requests {
-                let scheduled = start + Duration::from_secs_f64(i as f64 / rate.max(1e-3));
+                let scheduled = start + Duration::from_secs_f64(at);
                 if scheduled >= deadline {
                     break;
                 }
+                let now_rate = rate + (end_rate - rate) * (at / span).min(1.0);
+                at += 1.0 / now_rate.max(1e-3);
                 tokio::time::sleep_until(scheduled).await;
                 let t = target.clone();
-                tasks.spawn(async move { vec![(i, one(&t, scheduled).await)] });
+                tasks.spawn(async move { vec![(i, one(&t, scheduled, start).await)] });
             }
         }
         None => {
@@ -188,7 +203,7 @@ pub async fn run(opts: &LoadOpts) -> Result<LoadReport, LoadError> {
                         if i >= n || Instant::now() >= deadline {
                             return mine;
                         }
-                        mine.push((i, one(&t, Instant::now()).await));
+                        mine.push((i, one(&t, Instant::now(), start).await));
                     }
                 });
             }
@@ -212,14 +227,14 @@ fn warm_up_crypto(t: &Target) {
 }
 
 /// One request on a fresh connection, timed from `t0`.
-async fn one(t: &Target, t0: Instant) -> Result<Sample, &'static str> {
-    match tokio::time::timeout(t.timeout, attempt(t, t0)).await {
+async fn one(t: &Target, t0: Instant, run_start: Instant) -> Result<Sample, &'static str> {
+    match tokio::time::timeout(t.timeout, attempt(t, t0, t0.saturating_duration_since(run_start))).await {
         Ok(r) => r,
         Err(_) => Err("timeout"),
     }
 }
 
-async fn attempt(t: &Target, t0: Instant) -> Result<Sample, &'static str> {
+async fn attempt(t: &Target, t0: Instant, at: Duration) -> Result<Sample, &'static str> {
     let (tcp, _) = connect::connect(&t.addr, t.tfo, t.timeout, &[]).await.map_err(|e| e.close_reason().label())?;
     let connect = t0.elapsed();
     let name = ServerName::try_from(t.host.clone()).map_err(|_| "bad_name")?;
@@ -247,7 +262,7 @@ async fn attempt(t: &Target, t0: Instant) -> Result<Sample, &'static str> {
             Err(_) => return Err("io"),
         }
     }
-    Ok(Sample { connect, tls: tls_done, ttfb, total: t0.elapsed(), resumed })
+    Ok(Sample { at, connect, tls: tls_done, ttfb, total: t0.elapsed(), resumed })
 }
 
 fn percentiles(h: &Histogram<u64>) -> Percentiles {
@@ -272,6 +287,7 @@ fn summarise(results: Vec<Option<Result<Sample, &'static str>>>) -> LoadReport {
                 let _ = f.record(us(s.ttfb));
                 let _ = a.record(us(s.total));
                 report.ttfb_samples.push(s.ttfb.as_secs_f64() * 1e3);
+                report.start_ms.push(s.at.as_secs_f64() * 1e3);
             }
             Err(kind) => *report.errors.entry(kind.to_string()).or_default() += 1,
         }
