@@ -53,11 +53,14 @@ pub fn ttfb_cdf(report: &LabReport, path: &Path) -> Result<(), String> {
     root.present().map_err(|e| e.to_string())
 }
 
+/// One sampling interval: (seconds, arrivals/s, target, ready, hit rate %).
+type Row = (f64, f64, f64, f64, f64);
+
 /// A ramp: arrivals per second, the pool's target and ready connections, and the hit rate per
 /// sampling interval, over time.
 pub fn pool_timeline(report: &LabReport, path: &Path) -> Result<(), String> {
     let t = &report.timeline;
-    let mut rows = Vec::new();
+    let mut rows: Vec<Row> = Vec::new();
     for w in t.windows(2) {
         let dt = (w[1].t_s - w[0].t_s).max(1e-3);
         let (hits, misses) = (w[1].hits - w[0].hits, w[1].misses - w[0].misses);
@@ -78,7 +81,7 @@ pub fn pool_timeline(report: &LabReport, path: &Path) -> Result<(), String> {
         .build_cartesian_2d(0.0..t_max, 0.0..y_max)
         .map_err(|e| e.to_string())?;
     chart.configure_mesh().y_desc("per second / connections").draw().map_err(|e| e.to_string())?;
-    let series: [(&str, RGBColor, fn(&(f64, f64, f64, f64, f64)) -> f64); 3] =
+    let series: [(&str, RGBColor, fn(&Row) -> f64); 3] =
         [("arrivals/s", BLUE, |r| r.1), ("pool target", RED, |r| r.2), ("pool ready", GREEN, |r| r.3)];
     for (name, colour, value) in series {
         chart
