@@ -53,23 +53,29 @@ pub fn ttfb_cdf(report: &LabReport, path: &Path) -> Result<(), String> {
     root.present().map_err(|e| e.to_string())
 }
 
-/// One sampling interval: (seconds, arrivals/s, target, ready, hit rate %).
-type Row = (f64, f64, f64, f64, f64);
+/// One sampling interval of a ramp.
+struct Row {
+    t: f64,
+    arrivals: f64,
+    target: f64,
+    ready: f64,
+    hit: f64,
+}
 
 /// A ramp: arrivals per second, the pool's target and ready connections, and the hit rate per
 /// sampling interval, over time.
 pub fn pool_timeline(report: &LabReport, path: &Path) -> Result<(), String> {
     let t = &report.timeline;
-    let mut rows: Vec<Row> = Vec::new();
+    let mut rows = Vec::new();
     for w in t.windows(2) {
         let dt = (w[1].t_s - w[0].t_s).max(1e-3);
         let (hits, misses) = (w[1].hits - w[0].hits, w[1].misses - w[0].misses);
         let arrivals = hits + misses;
         let hit = if arrivals > 0.0 { 100.0 * hits / arrivals } else { 100.0 };
-        rows.push((w[1].t_s, arrivals / dt, w[1].target, w[1].ready, hit));
+        rows.push(Row { t: w[1].t_s, arrivals: arrivals / dt, target: w[1].target, ready: w[1].ready, hit });
     }
-    let t_max = rows.last().map_or(1.0, |r| r.0);
-    let y_max = rows.iter().map(|r| r.1.max(r.2).max(r.3)).fold(1.0f64, f64::max) * 1.1;
+    let t_max = rows.last().map_or(1.0, |r| r.t);
+    let y_max = rows.iter().map(|r| r.arrivals.max(r.target).max(r.ready)).fold(1.0f64, f64::max) * 1.1;
     let root = SVGBackend::new(path, (900, 540)).into_drawing_area();
     root.fill(&WHITE).map_err(|e| e.to_string())?;
     let (top, bottom) = root.split_vertically(360);
@@ -81,11 +87,15 @@ pub fn pool_timeline(report: &LabReport, path: &Path) -> Result<(), String> {
         .build_cartesian_2d(0.0..t_max, 0.0..y_max)
         .map_err(|e| e.to_string())?;
     chart.configure_mesh().y_desc("per second / connections").draw().map_err(|e| e.to_string())?;
-    let series: [(&str, RGBColor, fn(&Row) -> f64); 3] =
-        [("arrivals/s", BLUE, |r| r.1), ("pool target", RED, |r| r.2), ("pool ready", GREEN, |r| r.3)];
-    for (name, colour, value) in series {
+    let line = |f: fn(&Row) -> f64| rows.iter().map(|r| (r.t, f(r))).collect::<Vec<_>>();
+    let series = [
+        ("arrivals/s", BLUE, line(|r| r.arrivals)),
+        ("pool target", RED, line(|r| r.target)),
+        ("pool ready", GREEN, line(|r| r.ready)),
+    ];
+    for (name, colour, points) in series {
         chart
-            .draw_series(LineSeries::new(rows.iter().map(|r| (r.0, value(r))), colour.stroke_width(2)))
+            .draw_series(LineSeries::new(points, colour.stroke_width(2)))
             .map_err(|e| e.to_string())?
             .label(name)
             .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], colour.stroke_width(2)));
@@ -104,7 +114,7 @@ pub fn pool_timeline(report: &LabReport, path: &Path) -> Result<(), String> {
         .build_cartesian_2d(0.0..t_max, 0.0..100.0)
         .map_err(|e| e.to_string())?;
     hits.configure_mesh().x_desc("seconds").y_desc("hit rate %").draw().map_err(|e| e.to_string())?;
-    hits.draw_series(LineSeries::new(rows.iter().map(|r| (r.0, r.4)), BLACK.stroke_width(2)))
+    hits.draw_series(LineSeries::new(rows.iter().map(|r| (r.t, r.hit)), BLACK.stroke_width(2)))
         .map_err(|e| e.to_string())?;
     root.present().map_err(|e| e.to_string())
 }
