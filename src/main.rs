@@ -82,7 +82,7 @@ fn main() -> ExitCode {
                     }
                     Err(e) => {
                         eprintln!("edgewarm lab: {e}");
-                        ExitCode::FAILURE
+                        if e.is_usage() { ExitCode::from(EXIT_CONFIG) } else { ExitCode::FAILURE }
                     }
                 },
                 _ = tokio::signal::ctrl_c() => {

@@ -34,7 +34,7 @@ fn lab_namespaces(pid: u32) -> usize {
 #[test]
 fn rtts_match_the_configuration_and_nothing_is_left_behind() {
     let (r, big_r) = (Duration::from_millis(20), Duration::from_millis(60));
-    let topo = Topology::create(r, big_r).expect("the lab needs root");
+    let topo = Topology::create(r, big_r, None).expect("the lab needs root");
     let names = [topo.client.clone(), topo.edge.clone(), topo.origin.clone()];
     let to_edge = connect_rtt(&topo, &topo.client, &topo.edge, EDGE_A);
     let direct = connect_rtt(&topo, &topo.client, &topo.origin, ORIGIN);

@@ -66,8 +66,9 @@ pub struct Topology {
 }
 
 impl Topology {
-    /// Build it with client↔edge RTT `r` and edge↔origin RTT `big_r`.
-    pub fn create(r: Duration, big_r: Duration) -> Result<Self, NetnsError> {
+    /// Build it with client↔edge RTT `r` and edge↔origin RTT `big_r`; `bandwidth` (tc syntax,
+    /// e.g. `100mbit`) caps every link in both directions with a token bucket (tbf).
+    pub fn create(r: Duration, big_r: Duration, bandwidth: Option<&str>) -> Result<Self, NetnsError> {
         if !is_root() {
             return Err(NetnsError::NotRoot);
         }
@@ -91,6 +92,16 @@ impl Topology {
         // Client reaches the origin's subnet via link A; origin reaches the client's via link B.
         topo.exec_ok(&topo.client, &["ip", "route", "add", "10.77.2.0/24", "dev", &c])?;
         topo.exec_ok(&topo.origin, &["ip", "route", "add", "10.77.1.0/24", "dev", &o])?;
+        if let Some(rate) = bandwidth {
+            // A queue of ~50 ms at the cap: enough for TCP to fill the link, small enough not
+            // to add bufferbloat to the RTTs being measured.
+            let [client, edge, origin] = [topo.client.clone(), topo.edge.clone(), topo.origin.clone()];
+            for (ns, dev) in [(&client, &c), (&edge, &ea), (&edge, &eb), (&origin, &o)] {
+                let args =
+                    ["tc", "qdisc", "add", "dev", dev, "root", "tbf", "rate", rate, "burst", "32kb", "latency", "50ms"];
+                topo.exec_ok(ns, &args)?;
+            }
+        }
         Ok(topo)
     }
 

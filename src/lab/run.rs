@@ -25,6 +25,12 @@ pub struct LabOpts {
     /// from 5 to 150 per second over 30 s, the pool's size followed over time).
     #[arg(long, default_value = "default")]
     pub scenario: String,
+    /// A scenario file (YAML; see docs/lab.md) instead of a named scenario.
+    #[arg(long)]
+    pub scenario_file: Option<PathBuf>,
+    /// Cap every link's bandwidth with tbf, e.g. 100mbit.
+    #[arg(long)]
+    pub bandwidth: Option<String>,
     /// Override the client↔edge RTT.
     #[arg(long, value_parser = humantime::parse_duration)]
     pub r: Option<Duration>,
@@ -51,6 +57,11 @@ pub struct Scenario {
     pub modes: Vec<ModeRun>,
     /// Open-loop ramp instead of sequential connections: (from, to) per second over `secs`.
     pub ramp: Option<Ramp>,
+    /// Further edge↔origin RTTs, each measured on a topology of its own after the first.
+    #[serde(default)]
+    pub more_big_r_ms: Vec<f64>,
+    /// Bandwidth cap on every link (tbf), e.g. `100mbit`.
+    pub bandwidth: Option<String>,
 }
 
 #[derive(Debug, Clone, Copy, Serialize)]
@@ -67,60 +78,180 @@ pub struct Ramp {
 pub struct ModeRun {
     pub mode: Mode,
     pub pq_hello: bool,
+    /// The client connects with TCP Fast Open too.
+    #[serde(default)]
+    pub client_tfo: bool,
 }
 
 impl ModeRun {
     pub fn label(self) -> String {
-        match (self.mode, self.pq_hello) {
-            (Mode::TunnelTfo, true) => "tunnel + origin TFO, PQ hello".into(),
-            (Mode::TunnelTfo, false) => "tunnel + origin TFO, X25519 hello".into(),
-            (m, _) => m.label().into(),
+        // The hello's size decides whether Fast Open can carry it, so say which one it was.
+        let hello = if self.pq_hello { "PQ hello" } else { "X25519 hello" };
+        match (self.client_tfo, self.mode) {
+            (true, m) => format!("client TFO + {}, {hello}", m.label()),
+            (false, Mode::TunnelTfo) => format!("{}, {hello}", self.mode.label()),
+            (false, m) => m.label().to_string(),
         }
+    }
+
+    /// Names accepted in scenario files.
+    fn parse(name: &str) -> Option<Self> {
+        let run = |mode, pq_hello, client_tfo| Some(Self { mode, pq_hello, client_tfo });
+        match name {
+            "direct" => run(Mode::Direct, true, false),
+            "tunnel" => run(Mode::Tunnel, true, false),
+            "tunnel_tfo" => run(Mode::TunnelTfo, true, false),
+            "tunnel_tfo_x25519" => run(Mode::TunnelTfo, false, false),
+            "client_tfo_tunnel_tfo_x25519" => run(Mode::TunnelTfo, false, true),
+            "prewarm" => run(Mode::Prewarm, true, false),
+            "client_tfo_prewarm" => run(Mode::Prewarm, true, true),
+            "client_tfo_prewarm_x25519" => run(Mode::Prewarm, false, true),
+            _ => None,
+        }
+    }
+}
+
+/// A scenario file (`edgewarm lab --scenario-file F`). Durations as `20ms`.
+#[derive(Debug, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ScenarioFile {
+    name: String,
+    #[serde(with = "humantime_serde_compat")]
+    r: Duration,
+    /// One edge↔origin RTT, or several measured one after the other.
+    #[serde(default, deserialize_with = "durations")]
+    big_r: Vec<Duration>,
+    #[serde(default = "tls13")]
+    tls: String,
+    /// direct, tunnel, tunnel_tfo, tunnel_tfo_x25519, client_tfo_tunnel_tfo_x25519, prewarm,
+    /// client_tfo_prewarm, client_tfo_prewarm_x25519.
+    modes: Vec<String>,
+    #[serde(default)]
+    ramp: Option<RampFile>,
+}
+
+#[derive(Debug, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RampFile {
+    from: f64,
+    to: f64,
+    #[serde(with = "humantime_serde_compat")]
+    duration: Duration,
+}
+
+fn tls13() -> String {
+    "1.3".into()
+}
+
+mod humantime_serde_compat {
+    use serde::{Deserialize, Deserializer};
+    use std::time::Duration;
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
+        let text = String::deserialize(d)?;
+        humantime::parse_duration(&text).map_err(|e| serde::de::Error::custom(format!("{text:?}: {e}")))
+    }
+}
+
+fn durations<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Vec<Duration>, D::Error> {
+    use serde::Deserialize;
+    #[derive(serde::Deserialize)]
+    #[serde(untagged)]
+    enum OneOrMany {
+        One(String),
+        Many(Vec<String>),
+    }
+    let list = match OneOrMany::deserialize(d)? {
+        OneOrMany::One(s) => vec![s],
+        OneOrMany::Many(v) => v,
+    };
+    list.iter()
+        .map(|t| humantime::parse_duration(t).map_err(|e| serde::de::Error::custom(format!("{t:?}: {e}"))))
+        .collect()
+}
+
+impl Scenario {
+    /// Load a scenario file; errors name the field.
+    pub fn from_file(path: &Path) -> Result<Self, LabError> {
+        let bad = |m: String| LabError::ScenarioFile(format!("{}: {m}", path.display()));
+        let text = std::fs::read_to_string(path).map_err(|e| bad(e.to_string()))?;
+        let f: ScenarioFile = serde_norway::from_str(&text).map_err(|e| bad(e.to_string()))?;
+        let modes = f
+            .modes
+            .iter()
+            .map(|m| ModeRun::parse(m).ok_or_else(|| bad(format!("modes: unknown mode {m:?}"))))
+            .collect::<Result<Vec<_>, _>>()?;
+        let tls12 = match f.tls.as_str() {
+            "1.2" => true,
+            "1.3" => false,
+            t => return Err(bad(format!("tls: {t:?} is not 1.2 or 1.3"))),
+        };
+        let ms = |d: Duration| d.as_secs_f64() * 1e3;
+        let big_r: Vec<f64> = f.big_r.iter().map(|d| ms(*d)).collect();
+        let (&first, rest) = big_r.split_first().ok_or_else(|| bad("big_r: required".into()))?;
+        Ok(Self {
+            name: f.name,
+            r_ms: ms(f.r),
+            big_r_ms: first,
+            more_big_r_ms: rest.to_vec(),
+            tls12,
+            modes,
+            ramp: f.ramp.map(|r| Ramp { from: r.from, to: r.to, secs: r.duration.as_secs_f64() }),
+            bandwidth: None,
+        })
     }
 }
 
 impl Scenario {
     pub fn named(name: &str) -> Option<Self> {
-        let pq = |mode| ModeRun { mode, pq_hello: true };
+        let pq = |mode| ModeRun { mode, pq_hello: true, client_tfo: false };
         let all = vec![
             pq(Mode::Direct),
             pq(Mode::Tunnel),
             pq(Mode::TunnelTfo),
-            ModeRun { mode: Mode::TunnelTfo, pq_hello: false },
+            ModeRun { mode: Mode::TunnelTfo, pq_hello: false, client_tfo: false },
             pq(Mode::Prewarm),
         ];
+        let base = |r, big_r, tls12, modes| Self {
+            name: name.into(),
+            r_ms: r,
+            big_r_ms: big_r,
+            tls12,
+            modes,
+            ramp: None,
+            more_big_r_ms: Vec::new(),
+            bandwidth: None,
+        };
         let (r, big_r, tls12) = match name {
             "default" => (20.0, 100.0, false),
             "ats-poc" => (58.0, 10.0, true),
             "far-origin" => (16.0, 265.0, true),
             "ramp" => {
-                return Some(Self {
-                    name: name.into(),
-                    r_ms: 20.0,
-                    big_r_ms: 100.0,
-                    tls12: false,
-                    modes: vec![pq(Mode::Prewarm)],
-                    ramp: Some(Ramp { from: 5.0, to: 150.0, secs: 30.0 }),
-                })
+                let ramp = Some(Ramp { from: 5.0, to: 150.0, secs: 30.0 });
+                return Some(Self { ramp, ..base(20.0, 100.0, false, vec![pq(Mode::Prewarm)]) });
+            }
+            "tfo" => {
+                // Fast Open with a hello that fits in a SYN, at three distances to the origin.
+                let x25519 = |client_tfo| ModeRun { mode: Mode::TunnelTfo, pq_hello: false, client_tfo };
+                let modes = vec![pq(Mode::Tunnel), x25519(false), x25519(true)];
+                return Some(Self { more_big_r_ms: vec![100.0, 200.0], ..base(20.0, 20.0, false, modes) });
             }
             _ => return None,
         };
-        Some(Self { name: name.into(), r_ms: r, big_r_ms: big_r, tls12, modes: all, ramp: None })
+        Some(base(r, big_r, tls12, all))
     }
 
     fn r(&self) -> Duration {
         Duration::from_secs_f64(self.r_ms / 1e3)
     }
-
-    fn big_r(&self) -> Duration {
-        Duration::from_secs_f64(self.big_r_ms / 1e3)
-    }
 }
 
 #[derive(Debug, thiserror::Error)]
 pub enum LabError {
-    #[error("unknown scenario {0:?}: default, ats-poc or far-origin")]
+    #[error("unknown scenario {0:?}: default, ats-poc, far-origin, ramp or tfo")]
     Scenario(String),
+    #[error("scenario file {0}")]
+    ScenarioFile(String),
     #[error(transparent)]
     Netns(#[from] super::netns::NetnsError),
     #[error("{0}")]
@@ -137,7 +268,9 @@ pub enum LabError {
 pub struct ModeResult {
     pub mode: Mode,
     pub label: String,
-    pub formula: &'static str,
+    pub r_ms: f64,
+    pub big_r_ms: f64,
+    pub formula: String,
     pub min_ms: f64,
     pub ratio_p50: f64,
     pub hit_rate: Option<f64>,
@@ -179,7 +312,13 @@ impl Drop for Guard {
 const NAMES: [&str; 4] = ["origin.test", "a.test", "t.test", "b.test"];
 
 pub async fn run(opts: &LabOpts) -> Result<LabReport, LabError> {
-    let mut scenario = Scenario::named(&opts.scenario).ok_or_else(|| LabError::Scenario(opts.scenario.clone()))?;
+    let mut scenario = match &opts.scenario_file {
+        Some(path) => Scenario::from_file(path)?,
+        None => Scenario::named(&opts.scenario).ok_or_else(|| LabError::Scenario(opts.scenario.clone()))?,
+    };
+    if opts.bandwidth.is_some() {
+        scenario.bandwidth.clone_from(&opts.bandwidth);
+    }
     if let Some(r) = opts.r {
         scenario.r_ms = r.as_secs_f64() * 1e3;
     }
@@ -193,97 +332,25 @@ pub async fn run(opts: &LabOpts) -> Result<LabReport, LabError> {
     let exe = std::env::current_exe()?;
     let exe = exe.to_string_lossy().to_string();
 
-    let bar = indicatif::ProgressBar::new(2 + scenario.modes.len() as u64);
+    let parts: Vec<f64> = std::iter::once(scenario.big_r_ms).chain(scenario.more_big_r_ms.iter().copied()).collect();
+    let bar = indicatif::ProgressBar::new((parts.len() * (2 + scenario.modes.len())) as u64);
     bar.set_style(
         indicatif::ProgressStyle::with_template("{spinner} [{bar:30}] {pos}/{len} {msg}")
             .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
     );
-    bar.set_message("building namespaces and links");
-    let topo = Topology::create(scenario.r(), scenario.big_r())?;
-    let d = dir.display().to_string();
-
-    let origin_cmd = topo.command(
-        &topo.origin,
-        &[
-            &exe,
-            "lab-origin",
-            "--listen",
-            &format!("{ORIGIN}:443"),
-            "--cert",
-            &format!("{d}/origin.pem"),
-            "--key",
-            &format!("{d}/origin.key"),
-        ],
-    );
-    let _origin = spawn(origin_cmd, &dir.join("origin.log"))?;
-    let yaml = edge_config(&d);
-    std::fs::write(dir.join("edge.yaml"), yaml)?;
-    let edge_cmd = topo.command(&topo.edge, &[&exe, "run", "--config", &format!("{d}/edge.yaml")]);
-    let _edge = spawn(edge_cmd, &dir.join("edge.log"))?;
-    bar.inc(1);
-    bar.set_message("waiting for edgewarm and its pools");
-    wait_ready(&topo, &dir).await?;
-    bar.inc(1);
-
-    let mut results = Vec::new();
-    let mut timeline = Vec::new();
-    for &run in &scenario.modes {
-        let mode = run.mode;
-        bar.set_message(format!("measuring {}", run.label()));
-        topo.flush_tcp_metrics()?;
-        let (name, target) = match run.mode {
-            Mode::Direct => ("a.test", ORIGIN),
-            Mode::Tunnel => ("a.test", EDGE_A),
-            Mode::TunnelTfo => ("t.test", EDGE_A),
-            Mode::Prewarm => ("b.test", EDGE_A),
-        };
-        // Two unmeasured connections first: Fast Open needs a cookie from a first contact.
-        load(&topo, &exe, &d, &scenario, name, target, 2, run).await?;
-        let before = pool_counts(&topo).await;
-        let requests = if scenario.ramp.is_some() { 1_000_000 } else { opts.requests };
-        // During a ramp, sample the pool every 500 ms for as long as the load runs.
-        let samples = std::sync::Mutex::new(Vec::new());
-        let sampling = async {
-            if scenario.ramp.is_none() {
-                return std::future::pending().await;
-            }
-            let t0 = tokio::time::Instant::now();
-            loop {
-                let s = pool_sample(&topo, t0.elapsed().as_secs_f64()).await;
-                samples.lock().unwrap_or_else(|p| p.into_inner()).push(s);
-                tokio::time::sleep(Duration::from_millis(500)).await;
-            }
-        };
-        let report = tokio::select! {
-            r = load(&topo, &exe, &d, &scenario, name, target, requests, run) => r?,
-            () = sampling => return Err(LabError::NotReady { what: "pool sampler", detail: "stopped".into() }),
-        };
-        timeline.extend(samples.into_inner().unwrap_or_else(|p| p.into_inner()));
-        let after = pool_counts(&topo).await;
-        let min = model::min_ttfb(mode, scenario.tls12, scenario.r(), scenario.big_r(), false, false);
-        let min_ms = min.as_secs_f64() * 1e3;
-        let (hit_rate, waste) = if mode == Mode::Prewarm && after[0] + after[1] > before[0] + before[1] {
-            let (hits, misses, opened) = (after[0] - before[0], after[1] - before[1], after[2] - before[2]);
-            let clients = (hits + misses).max(1.0);
-            (Some(hits / clients), Some(opened / clients))
-        } else {
-            (None, None)
-        };
-        results.push(ModeResult {
-            mode,
-            label: run.label(),
-            formula: mode.formula(scenario.tls12),
-            min_ms,
-            ratio_p50: report.ttfb_ms.p50 / min_ms,
-            hit_rate,
-            waste,
-            load: report,
-        });
-        bar.inc(1);
+    let (mut results, mut timeline, mut late) = (Vec::new(), Vec::new(), 0);
+    for (i, &big_r_ms) in parts.iter().enumerate() {
+        let logs = if parts.len() > 1 { format!("-{i}") } else { String::new() };
+        let part =
+            Part { scenario: &scenario, big_r_ms, dir: &dir, exe: &exe, logs, requests: opts.requests, bar: &bar };
+        let (r, t, l) = run_part(part).await?;
+        results.extend(r);
+        timeline.extend(t);
+        late = late.max(l);
     }
     bar.finish_and_clear();
     let report = LabReport {
-        delay_box_max_late_us: topo.max_late_us(),
+        delay_box_max_late_us: late,
         scenario,
         requests_per_mode: opts.requests,
         results,
@@ -301,6 +368,110 @@ pub async fn run(opts: &LabOpts) -> Result<LabReport, LabError> {
         }
     }
     Ok(report)
+}
+
+/// One topology of a scenario: everything for one edge↔origin RTT.
+struct Part<'a> {
+    scenario: &'a Scenario,
+    big_r_ms: f64,
+    dir: &'a Path,
+    exe: &'a str,
+    /// Suffix for this part's log files.
+    logs: String,
+    requests: usize,
+    bar: &'a indicatif::ProgressBar,
+}
+
+async fn run_part(part: Part<'_>) -> Result<(Vec<ModeResult>, Vec<PoolSample>, u64), LabError> {
+    let Part { scenario, big_r_ms, dir, exe, logs, requests, bar } = part;
+    let exe = exe.to_string();
+    bar.set_message("building namespaces and links");
+    let big_r = Duration::from_secs_f64(big_r_ms / 1e3);
+    let topo = Topology::create(scenario.r(), big_r, scenario.bandwidth.as_deref())?;
+    let d = dir.display().to_string();
+
+    let origin_cmd = topo.command(
+        &topo.origin,
+        &[
+            &exe,
+            "lab-origin",
+            "--listen",
+            &format!("{ORIGIN}:443"),
+            "--cert",
+            &format!("{d}/origin.pem"),
+            "--key",
+            &format!("{d}/origin.key"),
+        ],
+    );
+    let _origin = spawn(origin_cmd, &dir.join(format!("origin{logs}.log")))?;
+    let yaml = edge_config(&d);
+    std::fs::write(dir.join("edge.yaml"), yaml)?;
+    let edge_cmd = topo.command(&topo.edge, &[&exe, "run", "--config", &format!("{d}/edge.yaml")]);
+    let _edge = spawn(edge_cmd, &dir.join(format!("edge{logs}.log")))?;
+    bar.inc(1);
+    bar.set_message("waiting for edgewarm and its pools");
+    wait_ready(&topo, &dir.join(format!("edge{logs}.log"))).await?;
+    bar.inc(1);
+
+    let mut results = Vec::new();
+    let mut timeline = Vec::new();
+    for &run in &scenario.modes {
+        let mode = run.mode;
+        bar.set_message(format!("measuring {} (R = {big_r_ms} ms)", run.label()));
+        topo.flush_tcp_metrics()?;
+        let (name, target) = match run.mode {
+            Mode::Direct => ("a.test", ORIGIN),
+            Mode::Tunnel => ("a.test", EDGE_A),
+            Mode::TunnelTfo => ("t.test", EDGE_A),
+            Mode::Prewarm => ("b.test", EDGE_A),
+        };
+        // Two unmeasured connections first: Fast Open needs a cookie from a first contact.
+        load(&topo, &exe, &d, scenario, name, target, 2, run).await?;
+        let before = pool_counts(&topo).await;
+        let requests = if scenario.ramp.is_some() { 1_000_000 } else { requests };
+        // During a ramp, sample the pool every 500 ms for as long as the load runs.
+        let samples = std::sync::Mutex::new(Vec::new());
+        let sampling = async {
+            if scenario.ramp.is_none() {
+                return std::future::pending().await;
+            }
+            let t0 = tokio::time::Instant::now();
+            loop {
+                let s = pool_sample(&topo, t0.elapsed().as_secs_f64()).await;
+                samples.lock().unwrap_or_else(|p| p.into_inner()).push(s);
+                tokio::time::sleep(Duration::from_millis(500)).await;
+            }
+        };
+        let report = tokio::select! {
+            r = load(&topo, &exe, &d, scenario, name, target, requests, run) => r?,
+            () = sampling => return Err(LabError::NotReady { what: "pool sampler", detail: "stopped".into() }),
+        };
+        timeline.extend(samples.into_inner().unwrap_or_else(|p| p.into_inner()));
+        let after = pool_counts(&topo).await;
+        let min = model::min_ttfb(mode, scenario.tls12, scenario.r(), big_r, run.client_tfo, false);
+        let min_ms = min.as_secs_f64() * 1e3;
+        let (hit_rate, waste) = if mode == Mode::Prewarm && after[0] + after[1] > before[0] + before[1] {
+            let (hits, misses, opened) = (after[0] - before[0], after[1] - before[1], after[2] - before[2]);
+            let clients = (hits + misses).max(1.0);
+            (Some(hits / clients), Some(opened / clients))
+        } else {
+            (None, None)
+        };
+        results.push(ModeResult {
+            mode,
+            label: run.label(),
+            r_ms: scenario.r_ms,
+            big_r_ms,
+            formula: model::formula(model::round_trips(mode, scenario.tls12, run.client_tfo, false)),
+            min_ms,
+            ratio_p50: report.ttfb_ms.p50 / min_ms,
+            hit_rate,
+            waste,
+            load: report,
+        });
+        bar.inc(1);
+    }
+    Ok((results, timeline, topo.max_late_us()))
 }
 
 fn spawn(cmd: std::process::Command, log: &Path) -> Result<Guard, LabError> {
@@ -406,6 +577,9 @@ async fn load(
     if !run.pq_hello {
         args.push("--classic-kx");
     }
+    if run.client_tfo {
+        args.push("--tfo");
+    }
     let ramp_args;
     if let (Some(ramp), true) = (scenario.ramp, requests > 2) {
         ramp_args = [ramp.from.to_string(), ramp.to.to_string(), format!("{}s", ramp.secs)];
@@ -419,14 +593,21 @@ async fn load(
     serde_json::from_slice(&out.stdout).map_err(|e| fail(e.to_string()))
 }
 
+impl LabError {
+    /// Bad input from the user (scenario name or file), as opposed to a failure while running.
+    pub fn is_usage(&self) -> bool {
+        matches!(self, Self::Scenario(_) | Self::ScenarioFile(_))
+    }
+}
+
 impl LabReport {
     pub fn markdown(&self) -> String {
         let s = &self.scenario;
         let mut t = format!(
             "# edgewarm lab: {} (r = {} ms, R = {} ms, TLS {})\n\n{} new connections per mode, each a new TCP + TLS connection and one request. \
              TTFB is from the start of the TCP connect to the first response byte. Delay box worst lateness: {:.2} ms.\n\n\
-             | mode | ok | errors | TTFB p50 ms | TTFB p99 ms | minimum | minimum ms | p50 / minimum | pool hit rate | waste |\n\
-             |---|---|---|---|---|---|---|---|---|---|\n",
+             | mode | R ms | ok | errors | TTFB p50 ms | TTFB p99 ms | minimum | minimum ms | p50 / minimum | pool hit rate | waste |\n\
+             |---|---|---|---|---|---|---|---|---|---|---|\n",
             s.name,
             s.r_ms,
             s.big_r_ms,
@@ -441,8 +622,9 @@ impl LabReport {
                 None => "-".into(),
             };
             t += &format!(
-                "| {} | {} | {} | {:.1} | {:.1} | {} | {:.0} | {:.3} | {} | {} |\n",
+                "| {} | {} | {} | {} | {:.1} | {:.1} | {} | {:.0} | {:.3} | {} | {} |\n",
                 m.label,
+                m.big_r_ms,
                 m.load.ok,
                 m.load.errors.values().sum::<usize>(),
                 m.load.ttfb_ms.p50,
