@@ -59,8 +59,8 @@ pub fn min_ttfb(mode: Mode, tls12: bool, r: Duration, big_r: Duration, client_tf
 /// `3r+R`, `4(r+R)`, … for round trips `(a, b)`.
 pub fn formula((a, b): (u32, u32)) -> String {
     match (a, b) {
-        (a, b) if a == b => format!("{a}(r+R)"),
         (1, 1) => "r+R".into(),
+        (a, b) if a == b => format!("{a}(r+R)"),
         (a, 1) => format!("{a}r+R"),
         (a, b) => format!("{a}r+{b}R"),
     }
