@@ -7,6 +7,7 @@
 //! TLS. Children are killed when their guard drops and the topology removes the namespaces when
 //! it drops, so an error, a panic or Ctrl-C (the caller drops the future) leave nothing behind.
 
+use std::net::SocketAddrV4;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::Duration;
@@ -28,6 +29,12 @@ pub struct LabOpts {
     /// A scenario file (YAML; see docs/lab.md) instead of a named scenario.
     #[arg(long)]
     pub scenario_file: Option<PathBuf>,
+    /// Another proxy to measure beside edgewarm, run in the edge namespace:
+    /// `NAME=COMMAND`. The command must listen on {listen} and send SNI a.test to {origin};
+    /// {dir} is the run folder (ca.pem, origin.pem/key, edge.pem/key). Repeatable. Measured
+    /// like `tunnel` (its minimum is 3(r+R) unless it pre-warms). See examples/lab-haproxy.cfg.
+    #[arg(long = "proxy", value_name = "NAME=COMMAND")]
+    pub proxies: Vec<String>,
     /// Cap every link's bandwidth with tbf, e.g. 100mbit.
     #[arg(long)]
     pub bandwidth: Option<String>,
@@ -325,6 +332,14 @@ pub async fn run(opts: &LabOpts) -> Result<LabReport, LabError> {
     if let Some(r) = opts.big_r {
         scenario.big_r_ms = r.as_secs_f64() * 1e3;
     }
+    let proxies = opts
+        .proxies
+        .iter()
+        .map(|p| match p.split_once('=') {
+            Some((name, cmd)) if !name.is_empty() && !cmd.trim().is_empty() => Ok((name.to_string(), cmd.to_string())),
+            _ => Err(LabError::ScenarioFile(format!("--proxy {p:?}: expected NAME=COMMAND"))),
+        })
+        .collect::<Result<Vec<_>, _>>()?;
     let stamp = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default().as_secs();
     let dir = opts.out.join(format!("{stamp}-{}", scenario.name));
     std::fs::create_dir_all(&dir)?;
@@ -333,7 +348,7 @@ pub async fn run(opts: &LabOpts) -> Result<LabReport, LabError> {
     let exe = exe.to_string_lossy().to_string();
 
     let parts: Vec<f64> = std::iter::once(scenario.big_r_ms).chain(scenario.more_big_r_ms.iter().copied()).collect();
-    let bar = indicatif::ProgressBar::new((parts.len() * (2 + scenario.modes.len())) as u64);
+    let bar = indicatif::ProgressBar::new((parts.len() * (2 + scenario.modes.len() + proxies.len())) as u64);
     bar.set_style(
         indicatif::ProgressStyle::with_template("{spinner} [{bar:30}] {pos}/{len} {msg}")
             .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
@@ -341,8 +356,16 @@ pub async fn run(opts: &LabOpts) -> Result<LabReport, LabError> {
     let (mut results, mut timeline, mut late) = (Vec::new(), Vec::new(), 0);
     for (i, &big_r_ms) in parts.iter().enumerate() {
         let logs = if parts.len() > 1 { format!("-{i}") } else { String::new() };
-        let part =
-            Part { scenario: &scenario, big_r_ms, dir: &dir, exe: &exe, logs, requests: opts.requests, bar: &bar };
+        let part = Part {
+            scenario: &scenario,
+            big_r_ms,
+            dir: &dir,
+            exe: &exe,
+            logs,
+            requests: opts.requests,
+            bar: &bar,
+            proxies: &proxies,
+        };
         let (r, t, l) = run_part(part).await?;
         results.extend(r);
         timeline.extend(t);
@@ -380,10 +403,15 @@ struct Part<'a> {
     logs: String,
     requests: usize,
     bar: &'a indicatif::ProgressBar,
+    /// Other proxies: (name, command template).
+    proxies: &'a [(String, String)],
 }
 
+/// First port for other proxies in the edge namespace (edgewarm has 443).
+const PROXY_PORT: u16 = 8443;
+
 async fn run_part(part: Part<'_>) -> Result<(Vec<ModeResult>, Vec<PoolSample>, u64), LabError> {
-    let Part { scenario, big_r_ms, dir, exe, logs, requests, bar } = part;
+    let Part { scenario, big_r_ms, dir, exe, logs, requests, bar, proxies } = part;
     let exe = exe.to_string();
     bar.set_message("building namespaces and links");
     let big_r = Duration::from_secs_f64(big_r_ms / 1e3);
@@ -413,18 +441,55 @@ async fn run_part(part: Part<'_>) -> Result<(Vec<ModeResult>, Vec<PoolSample>, u
     wait_ready(&topo, &dir.join(format!("edge{logs}.log"))).await?;
     bar.inc(1);
 
+    // What to measure: the scenario's modes, then each other proxy like a tunnel.
+    let mut jobs: Vec<(ModeRun, String, &str, SocketAddrV4)> = scenario
+        .modes
+        .iter()
+        .map(|&run| {
+            let (name, ip) = match run.mode {
+                Mode::Direct => ("a.test", ORIGIN),
+                Mode::Tunnel => ("a.test", EDGE_A),
+                Mode::TunnelTfo => ("t.test", EDGE_A),
+                Mode::Prewarm => ("b.test", EDGE_A),
+            };
+            (run, run.label(), name, SocketAddrV4::new(ip, 443))
+        })
+        .collect();
+    let mut _proxies = Vec::new();
+    for (i, (proxy, template)) in proxies.iter().enumerate() {
+        let listen = SocketAddrV4::new(EDGE_A, PROXY_PORT + i as u16);
+        let cmd = template
+            .replace("{listen}", &listen.to_string())
+            .replace("{origin}", &format!("{ORIGIN}:443"))
+            .replace("{dir}", &d);
+        let log = dir.join(format!("{proxy}{logs}.log"));
+        _proxies.push(spawn(topo.command(&topo.edge, &["sh", "-c", &cmd]), &log)?);
+        let run = ModeRun { mode: Mode::Tunnel, pq_hello: true, client_tfo: false };
+        jobs.push((run, format!("{proxy} (other proxy)"), "a.test", listen));
+    }
+    if !proxies.is_empty() {
+        // Proxies start in their own time: wait until each answers a request.
+        for &(run, ref label, name, target) in &jobs[scenario.modes.len()..] {
+            let mut up = false;
+            for _ in 0..60 {
+                if load(&topo, &exe, &d, scenario, name, target, 1, run).await.is_ok_and(|r| r.ok == 1) {
+                    up = true;
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(250)).await;
+            }
+            if !up {
+                return Err(LabError::NotReady { what: "other proxy", detail: label.clone() });
+            }
+        }
+    }
+
     let mut results = Vec::new();
     let mut timeline = Vec::new();
-    for &run in &scenario.modes {
+    for (run, label, name, target) in jobs {
         let mode = run.mode;
-        bar.set_message(format!("measuring {} (R = {big_r_ms} ms)", run.label()));
+        bar.set_message(format!("measuring {label} (R = {big_r_ms} ms)"));
         topo.flush_tcp_metrics()?;
-        let (name, target) = match run.mode {
-            Mode::Direct => ("a.test", ORIGIN),
-            Mode::Tunnel => ("a.test", EDGE_A),
-            Mode::TunnelTfo => ("t.test", EDGE_A),
-            Mode::Prewarm => ("b.test", EDGE_A),
-        };
         // Two unmeasured connections first: Fast Open needs a cookie from a first contact.
         load(&topo, &exe, &d, scenario, name, target, 2, run).await?;
         let before = pool_counts(&topo).await;
@@ -459,7 +524,7 @@ async fn run_part(part: Part<'_>) -> Result<(Vec<ModeResult>, Vec<PoolSample>, u
         };
         results.push(ModeResult {
             mode,
-            label: run.label(),
+            label,
             r_ms: scenario.r_ms,
             big_r_ms,
             formula: model::formula(model::round_trips(mode, scenario.tls12, run.client_tfo, false)),
@@ -563,14 +628,14 @@ async fn load(
     d: &str,
     scenario: &Scenario,
     name: &str,
-    target: std::net::Ipv4Addr,
+    target: SocketAddrV4,
     requests: usize,
     run: ModeRun,
 ) -> Result<LoadReport, LabError> {
     let tls = if scenario.tls12 { "1.2" } else { "1.3" };
     let n = requests.to_string();
     let url = format!("https://{name}/");
-    let to = format!("{target}:443");
+    let to = target.to_string();
     let ca = format!("{d}/ca.pem");
     let mut args =
         vec![exe, "load", &url, "--connect-to", &to, "--cacert", &ca, "--requests", &n, "--tls", tls, "--json"];
