@@ -60,6 +60,14 @@ pub struct LoadOpts {
     /// Give up on one request after this long.
     #[arg(long, value_parser = humantime::parse_duration, default_value = "10s")]
     pub timeout: Duration,
+    /// ALPN to offer: http/1.1 or h2 (HTTP/2 through hyper; TTFB is then the arrival of the
+    /// response headers).
+    #[arg(long, default_value = "http/1.1")]
+    pub alpn: String,
+    /// TLS 1.3 0-RTT: with a resumable session, send the request as early data (implies
+    /// --resume). A server that declines gets it again after the handshake.
+    #[arg(long)]
+    pub zero_rtt: bool,
     /// Offer only classical key exchange (X25519, P-256): a ~250-byte ClientHello instead of a
     /// ~1.5 KB post-quantum one, which no longer fits in a SYN with Fast Open.
     #[arg(long)]
@@ -77,6 +85,8 @@ pub enum LoadError {
     Ca(String),
     #[error("--tls must be 1.2, 1.3 or both")]
     TlsVersion,
+    #[error("--alpn must be http/1.1 or h2")]
+    Alpn,
 }
 
 /// Milliseconds at the percentiles that matter.
@@ -122,6 +132,7 @@ struct Target {
     path: String,
     tls: Arc<rustls::ClientConfig>,
     tfo: bool,
+    zero_rtt: bool,
     timeout: Duration,
 }
 
@@ -158,15 +169,27 @@ pub async fn run(opts: &LoadOpts) -> Result<LoadReport, LoadError> {
         .map_err(|_| LoadError::TlsVersion)?
         .with_root_certificates(roots)
         .with_no_client_auth();
-    tls.alpn_protocols = vec![b"http/1.1".to_vec()];
-    if !opts.resume {
+    if !matches!(opts.alpn.as_str(), "http/1.1" | "h2") {
+        return Err(LoadError::Alpn);
+    }
+    tls.alpn_protocols = vec![opts.alpn.as_bytes().to_vec()];
+    if !opts.resume && !opts.zero_rtt {
         tls.resumption = rustls::client::Resumption::disabled();
     }
+    tls.enable_early_data = opts.zero_rtt;
     let addr = match opts.connect_to {
         Some(a) => OriginAddr { host: a.ip().to_string(), port: a.port() },
         None => OriginAddr { host: host.clone(), port },
     };
-    let target = Arc::new(Target { host, addr, path, tls: Arc::new(tls), tfo: opts.tfo, timeout: opts.timeout });
+    let target = Arc::new(Target {
+        host,
+        addr,
+        path,
+        tls: Arc::new(tls),
+        tfo: opts.tfo,
+        zero_rtt: opts.zero_rtt,
+        timeout: opts.timeout,
+    });
 
     warm_up_crypto(&target);
     let start = Instant::now();
@@ -239,9 +262,14 @@ async fn attempt(t: &Target, t0: Instant, at: Duration) -> Result<Sample, &'stat
     let connect = t0.elapsed();
     let name = ServerName::try_from(t.host.clone()).map_err(|_| "bad_name")?;
     let tcp = connect::FastOpenStream::new(tcp);
-    let mut tls = tokio_rustls::TlsConnector::from(t.tls.clone()).connect(name, tcp).await.map_err(|_| "tls")?;
+    let connector = tokio_rustls::TlsConnector::from(t.tls.clone()).early_data(t.zero_rtt);
+    let mut tls = connector.connect(name, tcp).await.map_err(|_| "tls")?;
+    // With 0-RTT this is when early data may be written, before the handshake completes.
     let tls_done = t0.elapsed();
     let resumed = tls.get_ref().1.handshake_kind() == Some(rustls::HandshakeKind::Resumed);
+    if tls.get_ref().1.alpn_protocol() == Some(b"h2") {
+        return h2_request(t, tls, t0, at, connect, tls_done, resumed).await;
+    }
     let req = format!("GET {} HTTP/1.1\r\nHost: {}\r\nConnection: close\r\n\r\n", t.path, t.host);
     tls.write_all(req.as_bytes()).await.map_err(|_| "io")?;
     let mut buf = vec![0u8; 16 * 1024];
@@ -262,6 +290,36 @@ async fn attempt(t: &Target, t0: Instant, at: Duration) -> Result<Sample, &'stat
             Err(_) => return Err("io"),
         }
     }
+    Ok(Sample { at, connect, tls: tls_done, ttfb, total: t0.elapsed(), resumed })
+}
+
+/// One GET over HTTP/2 (hyper). TTFB is when the response headers arrive.
+#[allow(clippy::too_many_arguments)]
+async fn h2_request<S>(
+    t: &Target,
+    tls: S,
+    t0: Instant,
+    at: Duration,
+    connect: Duration,
+    tls_done: Duration,
+    resumed: bool,
+) -> Result<Sample, &'static str>
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    use http_body_util::BodyExt;
+    let io = hyper_util::rt::TokioIo::new(tls);
+    let (mut send, conn) =
+        hyper::client::conn::http2::handshake(hyper_util::rt::TokioExecutor::new(), io).await.map_err(|_| "http2")?;
+    tokio::spawn(conn);
+    let uri = format!("https://{}{}", t.host, t.path);
+    let req = hyper::Request::get(uri).body(http_body_util::Empty::<bytes::Bytes>::new()).map_err(|_| "http2")?;
+    let resp = send.send_request(req).await.map_err(|_| "http2")?;
+    let ttfb = t0.elapsed();
+    if !resp.status().is_success() {
+        return Err("http_status");
+    }
+    resp.into_body().collect().await.map_err(|_| "io")?;
     Ok(Sample { at, connect, tls: tls_done, ttfb, total: t0.elapsed(), resumed })
 }
 
