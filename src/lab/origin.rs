@@ -30,6 +30,10 @@ pub struct OriginOpts {
     /// Time spent "thinking" before each response.
     #[arg(long, value_parser = humantime::parse_duration, default_value = "0s")]
     pub think: Duration,
+    /// Close a connection after this long without a byte either way (like an origin's
+    /// keep-alive timeout; pre-warmed pools must retire connections before it).
+    #[arg(long, value_parser = humantime::parse_duration)]
+    pub idle_close: Option<Duration>,
 }
 
 /// The rustls config: the given certificate, ALPN h2 and http/1.1, TLS 1.2 and 1.3.
@@ -63,9 +67,11 @@ pub async fn serve(
             () = &mut shutdown => return,
         };
         let _ = crate::sockopt::set_nodelay(&tcp);
-        let (acceptor, body) = (acceptor.clone(), body.clone());
+        let (acceptor, body, idle_close) = (acceptor.clone(), body.clone(), opts.idle_close);
         tokio::spawn(async move {
             let Ok(tls) = acceptor.accept(tcp).await else { return };
+            let activity = Arc::new(Activity::default());
+            let tls = Tracked { inner: tls, activity: activity.clone() };
             let service = service_fn(move |_req| {
                 let body = body.clone();
                 async move {
@@ -75,9 +81,100 @@ pub async fn serve(
                     Ok::<_, std::convert::Infallible>(hyper::Response::new(Full::new(body)))
                 }
             });
-            let _ = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new())
-                .serve_connection(TokioIo::new(tls), service)
-                .await;
+            let builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
+            let conn = builder.serve_connection(TokioIo::new(tls), service);
+            match idle_close {
+                // Dropping the connection future closes the socket.
+                Some(idle) => {
+                    tokio::select! {
+                        _ = conn => {}
+                        () = activity.idle_for(idle) => {}
+                    }
+                }
+                None => {
+                    let _ = conn.await;
+                }
+            }
         });
+    }
+}
+
+/// Last time a byte moved on a connection, ms since `start`.
+struct Activity {
+    start: std::time::Instant,
+    last_ms: std::sync::atomic::AtomicU64,
+}
+
+impl Default for Activity {
+    fn default() -> Self {
+        Self { start: std::time::Instant::now(), last_ms: std::sync::atomic::AtomicU64::new(0) }
+    }
+}
+
+impl Activity {
+    fn touch(&self) {
+        let ms = u64::try_from(self.start.elapsed().as_millis()).unwrap_or(u64::MAX);
+        self.last_ms.store(ms, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// Resolves once nothing has moved for `idle`.
+    async fn idle_for(&self, idle: Duration) {
+        loop {
+            let last = self.start + Duration::from_millis(self.last_ms.load(std::sync::atomic::Ordering::Relaxed));
+            let deadline = last + idle;
+            if std::time::Instant::now() >= deadline {
+                return;
+            }
+            tokio::time::sleep_until(deadline.into()).await;
+        }
+    }
+}
+
+/// A stream that records activity on every read and write.
+struct Tracked<S> {
+    inner: S,
+    activity: Arc<Activity>,
+}
+
+impl<S: tokio::io::AsyncRead + Unpin> tokio::io::AsyncRead for Tracked<S> {
+    fn poll_read(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        let before = buf.filled().len();
+        let r = std::pin::Pin::new(&mut self.inner).poll_read(cx, buf);
+        if buf.filled().len() > before {
+            self.activity.touch();
+        }
+        r
+    }
+}
+
+impl<S: tokio::io::AsyncWrite + Unpin> tokio::io::AsyncWrite for Tracked<S> {
+    fn poll_write(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &[u8],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        let r = std::pin::Pin::new(&mut self.inner).poll_write(cx, buf);
+        if matches!(r, std::task::Poll::Ready(Ok(n)) if n > 0) {
+            self.activity.touch();
+        }
+        r
+    }
+
+    fn poll_flush(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.inner).poll_flush(cx)
+    }
+
+    fn poll_shutdown(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.inner).poll_shutdown(cx)
     }
 }

@@ -1,0 +1,91 @@
+//! The lab origin with the load generator against it: HTTP/1.1 and HTTP/2, TLS 1.2 and 1.3,
+//! every request a new connection, and the origin's idle close.
+
+mod common;
+
+use std::time::Duration;
+
+use edgewarm::lab::origin::{self, OriginOpts};
+use edgewarm::load::{self, LoadOpts};
+use tokio::io::AsyncReadExt;
+
+async fn start(idle_close: Option<Duration>) -> (std::net::SocketAddr, tempfile::TempDir) {
+    let dir = tempfile::tempdir().unwrap();
+    common::certs(&["origin.test"]).write(dir.path());
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let opts = OriginOpts {
+        listen: addr,
+        cert: dir.path().join("cert.pem"),
+        key: dir.path().join("key.pem"),
+        body: 5000,
+        think: Duration::ZERO,
+        idle_close,
+    };
+    let tls = origin::tls_config(&opts).unwrap();
+    tokio::spawn(async move { origin::serve(listener, tls, &opts, std::future::pending()).await });
+    (addr, dir)
+}
+
+fn opts(addr: std::net::SocketAddr, dir: &std::path::Path, alpn: &str, tls: &str) -> LoadOpts {
+    LoadOpts {
+        url: "https://origin.test/".into(),
+        connect_to: Some(addr),
+        cacert: dir.join("ca.pem"),
+        requests: 20,
+        duration: Duration::from_secs(30),
+        concurrency: 4,
+        rate: None,
+        ramp_to: None,
+        tls: tls.into(),
+        tfo: false,
+        resume: false,
+        timeout: Duration::from_secs(10),
+        alpn: alpn.into(),
+        zero_rtt: false,
+        classic_kx: false,
+        json: true,
+    }
+}
+
+#[tokio::test]
+async fn load_generator_against_the_lab_origin() {
+    let (addr, dir) = start(None).await;
+    for (alpn, tls) in [("http/1.1", "1.3"), ("h2", "1.3"), ("http/1.1", "1.2"), ("h2", "both")] {
+        let report = load::run(&opts(addr, dir.path(), alpn, tls)).await.unwrap();
+        assert_eq!(report.ok, 20, "{alpn} {tls}: {:?}", report.errors);
+        let t = &report;
+        assert!(t.connect_ms.p50 <= t.tls_ms.p50 && t.tls_ms.p50 <= t.ttfb_ms.p50 && t.ttfb_ms.p50 <= t.total_ms.p50);
+    }
+    // Open loop: 30 arrivals at 100/s, all scheduled and finished.
+    let mut o = opts(addr, dir.path(), "http/1.1", "1.3");
+    o.rate = Some(100.0);
+    o.requests = 30;
+    let report = load::run(&o).await.unwrap();
+    assert_eq!((report.requests, report.ok), (30, 30));
+    // Resumption: after the first, connections resume.
+    let mut o = opts(addr, dir.path(), "http/1.1", "1.3");
+    (o.resume, o.concurrency) = (true, 1);
+    assert!(load::run(&o).await.unwrap().resumed >= 19);
+    // Nothing listening: counted, not a panic.
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
+    let report = load::run(&opts(closed, dir.path(), "h2", "1.3")).await.unwrap();
+    assert_eq!(report.errors.get("origin_refused"), Some(&20));
+}
+
+#[tokio::test]
+async fn origin_closes_idle_connections() {
+    let (addr, dir) = start(Some(Duration::from_millis(200))).await;
+    let mut roots = rustls::RootCertStore::empty();
+    for c in rustls::pki_types::pem::PemObject::pem_file_iter(dir.path().join("ca.pem")).unwrap() {
+        roots.add(c.unwrap()).unwrap();
+    }
+    let config = rustls::ClientConfig::builder().with_root_certificates(roots).with_no_client_auth();
+    let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let name = rustls::pki_types::ServerName::try_from("origin.test").unwrap();
+    let mut tls = tokio_rustls::TlsConnector::from(std::sync::Arc::new(config)).connect(name, tcp).await.unwrap();
+    let mut buf = [0u8; 16];
+    // Say nothing: the origin closes (EOF or reset), well before the test's own bound.
+    let r = tokio::time::timeout(Duration::from_secs(20), tls.read(&mut buf)).await.expect("origin never closed");
+    assert!(matches!(r, Ok(0) | Err(_)), "{r:?}");
+}
