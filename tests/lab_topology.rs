@@ -108,3 +108,27 @@ fn a_short_lab_run_reports_every_mode_and_cleans_up() {
     assert!(std::fs::read_to_string(dir.join("report.md")).unwrap().contains("| prewarm |"));
     assert_eq!(lab_namespaces(pid), 0, "{}", namespaces());
 }
+
+/// Ctrl-C (SIGINT) mid-run: the lab removes its namespaces and stops its processes itself.
+#[test]
+fn an_interrupted_lab_cleans_up_after_itself() {
+    let out = tempfile::tempdir().unwrap();
+    let mut lab = Command::new(env!("CARGO_BIN_EXE_edgewarm"))
+        .args(["lab", "--requests", "1000", "--out"])
+        .arg(out.path())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let pid = lab.id();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while lab_namespaces(pid) < 3 {
+        assert!(Instant::now() < deadline, "lab never created its namespaces");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    std::thread::sleep(Duration::from_secs(2));
+    assert!(Command::new("kill").args(["-INT", &pid.to_string()]).status().unwrap().success());
+    let status = lab.wait().unwrap();
+    assert_eq!(status.code(), Some(130));
+    assert_eq!(lab_namespaces(pid), 0, "{}", namespaces());
+}
