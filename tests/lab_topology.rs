@@ -78,14 +78,14 @@ fn a_killed_lab_is_cleaned_up_by_the_next() {
     assert_eq!(lab_namespaces(pid), 0, "stale namespaces removed: {}", namespaces());
 }
 
-/// The whole lab, small and quick: every mode measured without errors, the report saved, the
+/// The whole lab, small and quick (links capped with tbf): every mode measured without errors, the report saved, the
 /// pre-warmed mode faster than the tunnel (3r+R against 3(r+R): 80 ms apart here), and nothing
 /// left behind.
 #[test]
 fn a_short_lab_run_reports_every_mode_and_cleans_up() {
     let out = tempfile::tempdir().unwrap();
     let child = Command::new(env!("CARGO_BIN_EXE_edgewarm"))
-        .args(["lab", "--r", "10ms", "--big-r", "80ms", "--requests", "5", "--json", "--out"])
+        .args(["lab", "--r", "10ms", "--big-r", "80ms", "--requests", "5", "--bandwidth", "200mbit", "--json", "--out"])
         .arg(out.path())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
