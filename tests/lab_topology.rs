@@ -54,13 +54,11 @@ fn rtts_match_the_configuration_and_nothing_is_left_behind() {
     }
 }
 
-/// A lab killed with SIGKILL cannot clean up; the next one removes its leftovers.
-#[test]
-fn a_killed_lab_is_cleaned_up_by_the_next() {
-    let out = tempfile::tempdir().unwrap();
-    let mut lab = Command::new(env!("CARGO_BIN_EXE_edgewarm"))
+/// Start a long lab run and wait until its three namespaces exist.
+fn long_lab(out: &std::path::Path) -> (std::process::Child, u32) {
+    let lab = Command::new(env!("CARGO_BIN_EXE_edgewarm"))
         .args(["lab", "--requests", "1000", "--out"])
-        .arg(out.path())
+        .arg(out)
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
@@ -71,6 +69,14 @@ fn a_killed_lab_is_cleaned_up_by_the_next() {
         assert!(Instant::now() < deadline, "lab never created its namespaces");
         std::thread::sleep(Duration::from_millis(50));
     }
+    (lab, pid)
+}
+
+/// A lab killed with SIGKILL cannot clean up; the next one removes its leftovers.
+#[test]
+fn a_killed_lab_is_cleaned_up_by_the_next() {
+    let out = tempfile::tempdir().unwrap();
+    let (mut lab, pid) = long_lab(out.path());
     lab.kill().unwrap();
     lab.wait().unwrap();
     assert!(lab_namespaces(pid) > 0, "SIGKILL leaves them (nothing ran to remove them)");
@@ -113,19 +119,7 @@ fn a_short_lab_run_reports_every_mode_and_cleans_up() {
 #[test]
 fn an_interrupted_lab_cleans_up_after_itself() {
     let out = tempfile::tempdir().unwrap();
-    let mut lab = Command::new(env!("CARGO_BIN_EXE_edgewarm"))
-        .args(["lab", "--requests", "1000", "--out"])
-        .arg(out.path())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let pid = lab.id();
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while lab_namespaces(pid) < 3 {
-        assert!(Instant::now() < deadline, "lab never created its namespaces");
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    let (mut lab, pid) = long_lab(out.path());
     std::thread::sleep(Duration::from_secs(2));
     assert!(Command::new("kill").args(["-INT", &pid.to_string()]).status().unwrap().success());
     let status = lab.wait().unwrap();
