@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
-# The main job: the lab's default scenario. Installs what it needs, builds edgewarm, and runs
-# `edgewarm lab` (r = 20 ms, R = 100 ms, TLS 1.3; about a minute). Needs root (namespaces).
-# Extra arguments go to `edgewarm lab`, e.g. `scripts/lab.sh --scenario far-origin`.
+# The main job: the lab's default scenario. Installs what it needs, builds edgewarm (the proxy)
+# and edgewarm-lab, and runs `edgewarm-lab lab` (r = 20 ms, R = 100 ms, TLS 1.3; about a
+# minute), which runs the proxy binary in the edge namespace. Needs root (namespaces).
+# Extra arguments go to `edgewarm-lab lab`, e.g. `scripts/lab.sh --scenario far-origin`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/deps.sh
-cargo build --release --quiet
-exec ./target/release/edgewarm lab "$@"
+cargo build --release --quiet -p edgewarm -p edgewarm-lab
+exec ./target/release/edgewarm-lab lab "$@"

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# The test command (README): installs what the tests need, then runs every test.
+# The test command (README): installs what the tests need, then runs every test, the system
+# tests included (feature `system-tests`: network namespaces, nginx, curl, openssl, h2load,
+# nghttp; they need root, as CI has). A plain `cargo test` runs only the unprivileged ones.
 # The lab tests use python3 one-liners as TCP probes inside the namespaces.
-# Needs root (network namespaces for the TCP Fast Open test), as CI has.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/deps.sh
-cargo test --workspace "$@"
+cargo test --workspace --all-features "$@"

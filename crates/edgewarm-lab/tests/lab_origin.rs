@@ -1,12 +1,12 @@
 //! The lab origin with the load generator against it: HTTP/1.1 and HTTP/2, TLS 1.2 and 1.3,
 //! every request a new connection, and the origin's idle close.
 
-mod common;
+use edgewarm_test_support as common;
 
 use std::time::Duration;
 
-use edgewarm::lab::origin::{self, OriginOpts};
-use edgewarm::load::{self, LoadOpts};
+use edgewarm_lab::load::{self, LoadOpts};
+use edgewarm_lab::origin::{self, OriginOpts};
 use tokio::io::AsyncReadExt;
 
 async fn start(idle_close: Option<Duration>) -> (std::net::SocketAddr, tempfile::TempDir) {

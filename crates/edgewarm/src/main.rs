@@ -45,13 +45,17 @@ enum Command {
         #[arg(long, short)]
         config: PathBuf,
     },
-    /// Emulate WAN round trips in network namespaces and measure TTFB per mode (needs root).
-    Lab(edgewarm::lab::run::LabOpts),
-    /// Load generator: every request on a new TCP + TLS connection.
-    Load(edgewarm::load::LoadOpts),
-    /// The lab's HTTPS origin (HTTP/1.1 and HTTP/2).
-    #[command(hide = true)]
-    LabOrigin(edgewarm::lab::origin::OriginOpts),
+    /// Moved: the lab and load generator are the `edgewarm-lab` binary.
+    #[command(hide = true, disable_help_flag = true)]
+    Lab {
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<String>,
+    },
+    #[command(hide = true, disable_help_flag = true)]
+    Load {
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<String>,
+    },
 }
 
 fn main() -> ExitCode {
@@ -67,68 +71,11 @@ fn main() -> ExitCode {
             }
             Err(e) => config_error(&config, &e),
         },
-        Command::Lab(opts) => block_on(async move {
-            // Ctrl-C drops the lab future: its guards kill the children and remove the namespaces.
-            tokio::select! {
-                r = edgewarm::lab::run::run(&opts) => match r {
-                    Ok(report) => {
-                        if opts.json {
-                            println!("{}", serde_json::to_string_pretty(&report).unwrap_or_default());
-                        } else {
-                            println!("{}", report.markdown());
-                            println!("saved in {}", report.run_dir.display());
-                        }
-                        ExitCode::SUCCESS
-                    }
-                    Err(e) => {
-                        eprintln!("edgewarm lab: {e}");
-                        if e.is_usage() { ExitCode::from(EXIT_CONFIG) } else { ExitCode::FAILURE }
-                    }
-                },
-                _ = tokio::signal::ctrl_c() => {
-                    eprintln!("edgewarm lab: interrupted, cleaning up");
-                    ExitCode::from(130)
-                }
-            }
-        }),
-        Command::Load(opts) => block_on(async move {
-            match edgewarm::load::run(&opts).await {
-                Ok(report) if opts.json => {
-                    println!("{}", serde_json::to_string(&report).unwrap_or_default());
-                    ExitCode::SUCCESS
-                }
-                Ok(report) => {
-                    print!("{}", report.render_text());
-                    ExitCode::SUCCESS
-                }
-                Err(e) => {
-                    eprintln!("edgewarm load: {e}");
-                    ExitCode::from(EXIT_CONFIG)
-                }
-            }
-        }),
-        Command::LabOrigin(opts) => block_on(async move {
-            let tls = match edgewarm::lab::origin::tls_config(&opts) {
-                Ok(t) => t,
-                Err(e) => {
-                    eprintln!("edgewarm lab-origin: {e}");
-                    return ExitCode::from(EXIT_CONFIG);
-                }
-            };
-            let listener =
-                match edgewarm::sockopt::bind_listener(opts.listen, 256).and_then(tokio::net::TcpListener::from_std) {
-                    Ok(l) => l,
-                    Err(e) => {
-                        eprintln!("edgewarm lab-origin: {}: {e}", opts.listen);
-                        return ExitCode::from(EXIT_BIND);
-                    }
-                };
-            edgewarm::lab::origin::serve(listener, tls, &opts, async {
-                let _ = tokio::signal::ctrl_c().await;
-            })
-            .await;
-            ExitCode::SUCCESS
-        }),
+        // The proxy binary links none of the lab; say where it went instead of "unknown command".
+        Command::Lab { .. } | Command::Load { .. } => {
+            eprintln!("edgewarm: the lab and the load generator are `edgewarm-lab lab` and `edgewarm-lab load` (scripts/lab.sh runs the lab)");
+            ExitCode::from(EXIT_CONFIG)
+        }
         Command::Run { config: path } => {
             let config = match Config::load(&path) {
                 Ok(c) => c,
@@ -149,16 +96,6 @@ fn main() -> ExitCode {
                     ExitCode::from(EXIT_BIND)
                 }
             }
-        }
-    }
-}
-
-fn block_on(f: impl std::future::Future<Output = ExitCode>) -> ExitCode {
-    match tokio::runtime::Runtime::new() {
-        Ok(rt) => rt.block_on(f),
-        Err(e) => {
-            eprintln!("edgewarm: cannot start runtime: {e}");
-            ExitCode::FAILURE
         }
     }
 }

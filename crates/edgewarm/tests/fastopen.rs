@@ -8,7 +8,7 @@
 //! - An unreachable origin: in a namespace with only `lo`, any non-local address fails at once
 //!   with ENETUNREACH, and no packet can leave the machine.
 
-mod common;
+use edgewarm_test_support as common;
 
 use std::process::Command;
 use std::time::Duration;
@@ -34,11 +34,19 @@ fn in_private_namespace(inner: &str) {
 }
 
 #[test]
+#[cfg_attr(
+    not(feature = "system-tests"),
+    ignore = "system test (root, real clients or nginx): scripts/test.sh runs it"
+)]
 fn fast_open_on_both_sides_in_a_private_namespace() {
     in_private_namespace("fast_open_inner");
 }
 
 #[test]
+#[cfg_attr(
+    not(feature = "system-tests"),
+    ignore = "system test (root, real clients or nginx): scripts/test.sh runs it"
+)]
 fn unreachable_origin_in_a_private_namespace() {
     in_private_namespace("unreachable_inner");
 }

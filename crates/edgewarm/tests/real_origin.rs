@@ -1,6 +1,6 @@
 //! Real clients (curl, h2load, nghttp) through `prewarm` routes to a real origin (nginx with HTTP/2).
 
-mod common;
+use edgewarm_test_support as common;
 
 use common::{free_port, wait_for_port, ChildGuard};
 
@@ -29,6 +29,10 @@ fn nginx(dir: &std::path::Path, port: u16) -> ChildGuard {
 }
 
 #[test]
+#[cfg_attr(
+    not(feature = "system-tests"),
+    ignore = "system test (root, real clients or nginx): scripts/test.sh runs it"
+)]
 fn curl_h2load_and_nghttp_through_prewarm_to_nginx() {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
@@ -111,8 +115,11 @@ fn curl_h2load_and_nghttp_through_prewarm_to_nginx() {
 
     // edgewarm's own load generator: HTTP/2 and HTTP/1.1, and 0-RTT (edgewarm declines early
     // data, so the request must be resent after the handshake and still succeed).
+    // The load generator is the edgewarm-lab binary, built beside this one by `cargo test --workspace`.
+    let load = std::path::Path::new(env!("CARGO_BIN_EXE_edgewarm")).with_file_name("edgewarm-lab");
+    assert!(load.is_file(), "{} missing: run the workspace's tests (scripts/test.sh)", load.display());
     for extra in [&["--alpn", "h2"][..], &["--alpn", "http/1.1"], &["--zero-rtt"]] {
-        let out = Command::new(env!("CARGO_BIN_EXE_edgewarm"))
+        let out = Command::new(&load)
             .args(["load", &format!("https://b.test:{edge_port}/"), "--connect-to"])
             .arg(format!("127.0.0.1:{edge_port}"))
             .arg("--cacert")

@@ -1,6 +1,6 @@
-//! `edgewarm lab`: build the three-host topology, run an origin and edgewarm in it, measure
+//! `edgewarm-lab lab`: build the three-host topology, run an origin and edgewarm in it, measure
 //! TTFB of new connections per mode from the client namespace, and report against the
-//! round-trip minimum ([`super::model`]).
+//! round-trip minimum ([`crate::model`]).
 //!
 //! Every process runs in its namespace as a child of the lab (`ip netns exec`), so the lab
 //! measures exactly what a deployment would: real kernels, real TCP (Fast Open included), real
@@ -15,9 +15,9 @@ use std::time::Duration;
 use serde::Serialize;
 use tokio::process::{Child, Command};
 
-use super::model::{self, Mode};
-use super::netns::{Topology, EDGE_A, ORIGIN};
 use crate::load::LoadReport;
+use crate::model::{self, Mode};
+use crate::netns::{Topology, EDGE_A, ORIGIN};
 
 #[derive(Debug, Clone, clap::Args)]
 pub struct LabOpts {
@@ -53,6 +53,10 @@ pub struct LabOpts {
     /// Print the report as JSON instead of a table.
     #[arg(long)]
     pub json: bool,
+    /// The proxy binary to measure; default: `edgewarm` next to this program (both are built
+    /// into the same target folder), else `edgewarm` on PATH.
+    #[arg(long, value_name = "PATH")]
+    pub edgewarm: Option<PathBuf>,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -118,7 +122,7 @@ impl ModeRun {
     }
 }
 
-/// A scenario file (`edgewarm lab --scenario-file F`). Durations as `20ms`.
+/// A scenario file (`edgewarm-lab lab --scenario-file F`). Durations as `20ms`.
 #[derive(Debug, serde::Deserialize)]
 #[serde(deny_unknown_fields)]
 struct ScenarioFile {
@@ -260,7 +264,7 @@ pub enum LabError {
     #[error("scenario file {0}")]
     ScenarioFile(String),
     #[error(transparent)]
-    Netns(#[from] super::netns::NetnsError),
+    Netns(#[from] crate::netns::NetnsError),
     #[error("{0}")]
     Io(#[from] std::io::Error),
     #[error("{what} did not become ready: {detail}")]
@@ -269,6 +273,8 @@ pub enum LabError {
     Load { mode: String, detail: String },
     #[error("certificates: {0}")]
     Certs(#[from] rcgen::Error),
+    #[error("{0}")]
+    NoProxy(String),
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -340,6 +346,7 @@ pub async fn run(opts: &LabOpts) -> Result<LabReport, LabError> {
             _ => Err(LabError::ScenarioFile(format!("--proxy {p:?}: expected NAME=COMMAND"))),
         })
         .collect::<Result<Vec<_>, _>>()?;
+    let proxy = proxy_binary(opts.edgewarm.as_deref())?;
     let stamp = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default().as_secs();
     let dir = opts.out.join(format!("{stamp}-{}", scenario.name));
     std::fs::create_dir_all(&dir)?;
@@ -361,6 +368,7 @@ pub async fn run(opts: &LabOpts) -> Result<LabReport, LabError> {
             big_r_ms,
             dir: &dir,
             exe: &exe,
+            proxy: &proxy,
             logs,
             requests: opts.requests,
             bar: &bar,
@@ -382,11 +390,11 @@ pub async fn run(opts: &LabOpts) -> Result<LabReport, LabError> {
     };
     std::fs::write(dir.join("report.json"), serde_json::to_string_pretty(&report).unwrap_or_default())?;
     std::fs::write(dir.join("report.md"), report.markdown())?;
-    if let Err(e) = super::plot::ttfb_cdf(&report, &dir.join("ttfb-cdf.svg")) {
+    if let Err(e) = crate::plot::ttfb_cdf(&report, &dir.join("ttfb-cdf.svg")) {
         tracing::warn!(error = %e, "could not draw the TTFB plot");
     }
     if !report.timeline.is_empty() {
-        if let Err(e) = super::plot::pool_timeline(&report, &dir.join("pool-ramp.svg")) {
+        if let Err(e) = crate::plot::pool_timeline(&report, &dir.join("pool-ramp.svg")) {
             tracing::warn!(error = %e, "could not draw the pool plot");
         }
     }
@@ -398,7 +406,10 @@ struct Part<'a> {
     scenario: &'a Scenario,
     big_r_ms: f64,
     dir: &'a Path,
+    /// This program (origin, load generator).
     exe: &'a str,
+    /// The proxy binary.
+    proxy: &'a str,
     /// Suffix for this part's log files.
     logs: String,
     requests: usize,
@@ -411,7 +422,7 @@ struct Part<'a> {
 const PROXY_PORT: u16 = 8443;
 
 async fn run_part(part: Part<'_>) -> Result<(Vec<ModeResult>, Vec<PoolSample>, u64), LabError> {
-    let Part { scenario, big_r_ms, dir, exe, logs, requests, bar, proxies } = part;
+    let Part { scenario, big_r_ms, dir, exe, proxy, logs, requests, bar, proxies } = part;
     let exe = exe.to_string();
     bar.set_message("building namespaces and links");
     let big_r = Duration::from_secs_f64(big_r_ms / 1e3);
@@ -422,7 +433,7 @@ async fn run_part(part: Part<'_>) -> Result<(Vec<ModeResult>, Vec<PoolSample>, u
         &topo.origin,
         &[
             &exe,
-            "lab-origin",
+            "origin",
             "--listen",
             &format!("{ORIGIN}:443"),
             "--cert",
@@ -434,7 +445,7 @@ async fn run_part(part: Part<'_>) -> Result<(Vec<ModeResult>, Vec<PoolSample>, u
     let _origin = spawn(origin_cmd, &dir.join(format!("origin{logs}.log")))?;
     let yaml = edge_config(&d);
     std::fs::write(dir.join("edge.yaml"), yaml)?;
-    let edge_cmd = topo.command(&topo.edge, &[&exe, "run", "--config", &format!("{d}/edge.yaml")]);
+    let edge_cmd = topo.command(&topo.edge, &[proxy, "run", "--config", &format!("{d}/edge.yaml")]);
     let _edge = spawn(edge_cmd, &dir.join(format!("edge{logs}.log")))?;
     bar.inc(1);
     bar.set_message("waiting for edgewarm and its pools");
@@ -558,6 +569,26 @@ fn edge_config(d: &str) -> String {
 
 /// One lab CA; the origin's certificate covers the names clients use directly and through
 /// the tunnel, the edge's the prewarm name.
+/// The `edgewarm` binary to run in the edge namespace: `--edgewarm`, else the one built beside
+/// this program (`cargo build` puts both in one folder), else whatever PATH has.
+fn proxy_binary(given: Option<&Path>) -> Result<String, LabError> {
+    let beside = std::env::current_exe()?.with_file_name("edgewarm");
+    let found = match given {
+        Some(p) => p.is_file().then(|| p.to_path_buf()),
+        None if beside.is_file() => Some(beside),
+        None => std::env::var_os("PATH")
+            .and_then(|paths| std::env::split_paths(&paths).map(|d| d.join("edgewarm")).find(|p| p.is_file())),
+    };
+    let missing = || {
+        let what =
+            given.map_or_else(|| "edgewarm (beside edgewarm-lab or on PATH)".into(), |p| p.display().to_string());
+        LabError::NoProxy(format!("proxy binary not found: {what}; build it with `cargo build --release -p edgewarm`"))
+    };
+    let path = found.ok_or_else(missing)?;
+    // Absolute, because the edge runs it from inside `ip netns exec`.
+    Ok(std::fs::canonicalize(&path)?.to_string_lossy().into_owned())
+}
+
 fn write_certs(dir: &Path) -> Result<(), LabError> {
     let ca_key = rcgen::KeyPair::generate()?;
     let mut ca_params = rcgen::CertificateParams::new(Vec::<String>::new())?;
@@ -584,7 +615,7 @@ async fn admin(topo: &Topology, path: &str) -> Option<String> {
 async fn wait_ready(topo: &Topology, dir: &Path) -> Result<(), LabError> {
     for _ in 0..300 {
         if let Some(m) = admin(topo, "/metrics").await {
-            if crate::metrics::sample(&m, "edgewarm_pool_ready", &[("route", "b.test")]).unwrap_or(0.0) >= 4.0 {
+            if edgewarm::metrics::sample(&m, "edgewarm_pool_ready", &[("route", "b.test")]).unwrap_or(0.0) >= 4.0 {
                 return Ok(());
             }
         }
@@ -600,7 +631,7 @@ async fn wait_ready(topo: &Topology, dir: &Path) -> Result<(), LabError> {
 /// hits, misses, opened − Δready for the prewarm route.
 async fn pool_counts(topo: &Topology) -> [f64; 3] {
     let m = admin(topo, "/metrics").await.unwrap_or_default();
-    let get = |name| crate::metrics::sample(&m, name, &[("route", "b.test")]).unwrap_or(0.0);
+    let get = |name| edgewarm::metrics::sample(&m, name, &[("route", "b.test")]).unwrap_or(0.0);
     [
         get("edgewarm_pool_hits_total"),
         get("edgewarm_pool_misses_total"),
@@ -610,7 +641,7 @@ async fn pool_counts(topo: &Topology) -> [f64; 3] {
 
 async fn pool_sample(topo: &Topology, t_s: f64) -> PoolSample {
     let m = admin(topo, "/metrics").await.unwrap_or_default();
-    let get = |name| crate::metrics::sample(&m, name, &[("route", "b.test")]).unwrap_or(0.0);
+    let get = |name| edgewarm::metrics::sample(&m, name, &[("route", "b.test")]).unwrap_or(0.0);
     PoolSample {
         t_s,
         target: get("edgewarm_pool_target"),

@@ -4,7 +4,7 @@
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use edgewarm::lab::netns::{self, Topology, EDGE_A, ORIGIN};
+use edgewarm_lab::netns::{self, Topology, EDGE_A, ORIGIN};
 
 /// Median TCP connect time from `from` to a listener at `to` in namespace `to_ns`, in ms.
 fn connect_rtt(topo: &Topology, from: &str, to_ns: &str, to: std::net::Ipv4Addr) -> f64 {
@@ -32,6 +32,10 @@ fn lab_namespaces(pid: u32) -> usize {
 }
 
 #[test]
+#[cfg_attr(
+    not(feature = "system-tests"),
+    ignore = "system test (root, real clients or nginx): scripts/test.sh runs it"
+)]
 fn rtts_match_the_configuration_and_nothing_is_left_behind() {
     let (r, big_r) = (Duration::from_millis(20), Duration::from_millis(60));
     let topo = Topology::create(r, big_r, None).expect("the lab needs root");
@@ -56,7 +60,7 @@ fn rtts_match_the_configuration_and_nothing_is_left_behind() {
 
 /// Start a long lab run and wait until its three namespaces exist.
 fn long_lab(out: &std::path::Path) -> (std::process::Child, u32) {
-    let lab = Command::new(env!("CARGO_BIN_EXE_edgewarm"))
+    let lab = Command::new(env!("CARGO_BIN_EXE_edgewarm-lab"))
         .args(["lab", "--requests", "1000", "--out"])
         .arg(out)
         .stdout(Stdio::null())
@@ -74,6 +78,10 @@ fn long_lab(out: &std::path::Path) -> (std::process::Child, u32) {
 
 /// A lab killed with SIGKILL cannot clean up; the next one removes its leftovers.
 #[test]
+#[cfg_attr(
+    not(feature = "system-tests"),
+    ignore = "system test (root, real clients or nginx): scripts/test.sh runs it"
+)]
 fn a_killed_lab_is_cleaned_up_by_the_next() {
     let out = tempfile::tempdir().unwrap();
     let (mut lab, pid) = long_lab(out.path());
@@ -88,9 +96,13 @@ fn a_killed_lab_is_cleaned_up_by_the_next() {
 /// pre-warmed mode faster than the tunnel (3r+R against 3(r+R): 80 ms apart here), and nothing
 /// left behind.
 #[test]
+#[cfg_attr(
+    not(feature = "system-tests"),
+    ignore = "system test (root, real clients or nginx): scripts/test.sh runs it"
+)]
 fn a_short_lab_run_reports_every_mode_and_cleans_up() {
     let out = tempfile::tempdir().unwrap();
-    let child = Command::new(env!("CARGO_BIN_EXE_edgewarm"))
+    let child = Command::new(env!("CARGO_BIN_EXE_edgewarm-lab"))
         .args(["lab", "--r", "10ms", "--big-r", "80ms", "--requests", "5", "--bandwidth", "200mbit", "--json", "--out"])
         .arg(out.path())
         .stdout(Stdio::piped())
@@ -117,6 +129,10 @@ fn a_short_lab_run_reports_every_mode_and_cleans_up() {
 
 /// Ctrl-C (SIGINT) mid-run: the lab removes its namespaces and stops its processes itself.
 #[test]
+#[cfg_attr(
+    not(feature = "system-tests"),
+    ignore = "system test (root, real clients or nginx): scripts/test.sh runs it"
+)]
 fn an_interrupted_lab_cleans_up_after_itself() {
     let out = tempfile::tempdir().unwrap();
     let (mut lab, pid) = long_lab(out.path());

@@ -1,4 +1,4 @@
-//! The load generator (`edgewarm load URL`): every request on a new TCP + TLS connection, the
+//! The load generator (`edgewarm-lab load URL`): every request on a new TCP + TLS connection, the
 //! case pre-warming exists for, timing each phase.
 //!
 //! Per request, from its *scheduled* start: TCP connected, TLS done, first response byte
@@ -20,8 +20,8 @@ use serde::Serialize;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::time::Instant;
 
-use crate::config::OriginAddr;
-use crate::tunnel::connect;
+use edgewarm::config::OriginAddr;
+use edgewarm::tunnel::connect;
 
 #[derive(Debug, Clone, clap::Args)]
 pub struct LoadOpts {
@@ -148,9 +148,9 @@ fn parse_url(url: &str) -> Option<(String, u16, String)> {
 
 pub async fn run(opts: &LoadOpts) -> Result<LoadReport, LoadError> {
     let (host, port, path) = parse_url(&opts.url).ok_or_else(|| LoadError::Url(opts.url.clone()))?;
-    let file = crate::tls::pem::read(&opts.cacert).map_err(LoadError::Ca)?;
+    let file = edgewarm::tls::pem::read(&opts.cacert).map_err(LoadError::Ca)?;
     let mut roots = rustls::RootCertStore::empty();
-    for c in crate::tls::pem::certs(&file, &opts.cacert).map_err(LoadError::Ca)? {
+    for c in edgewarm::tls::pem::certs(&file, &opts.cacert).map_err(LoadError::Ca)? {
         roots.add(c).map_err(|e| LoadError::Ca(e.to_string()))?;
     }
     let versions: &[&rustls::SupportedProtocolVersion] = match opts.tls.as_str() {

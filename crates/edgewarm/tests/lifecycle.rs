@@ -1,6 +1,6 @@
 //! Admin endpoints, reload and drain, in process.
 
-mod common;
+use edgewarm_test_support as common;
 
 use common::*;
 use edgewarm::config::Config;

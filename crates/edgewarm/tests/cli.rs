@@ -1,7 +1,7 @@
 //! The `edgewarm` binary as a user runs it, with real clients: curl and openssl s_client
 //! through edgewarm to an `openssl s_server` origin; config errors; SIGHUP; SIGTERM.
 
-mod common;
+use edgewarm_test_support as common;
 
 use common::{free_port, wait_for_port, ChildGuard};
 
@@ -19,7 +19,7 @@ fn check(path: &Path) -> Output {
 
 #[test]
 fn check_accepts_the_example_and_names_a_misspelt_key() {
-    let example = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/edge.yaml");
+    let example = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/edge.yaml");
     let out = check(&example);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
 
@@ -76,6 +76,10 @@ fn curl(s: &Setup, name: &str) -> Output {
 }
 
 #[test]
+#[cfg_attr(
+    not(feature = "system-tests"),
+    ignore = "system test (root, real clients or nginx): scripts/test.sh runs it"
+)]
 fn curl_and_openssl_through_the_binary_with_reload_and_stop() {
     let dir = tempfile::tempdir().unwrap();
     let s = Setup {
@@ -208,26 +212,4 @@ fn missing_certificate_is_a_config_error() {
     let out = Command::new(BIN).args(["run", "--config"]).arg(&path).output().unwrap();
     assert_eq!(out.status.code(), Some(64), "{}", String::from_utf8_lossy(&out.stderr));
     assert!(std::net::TcpListener::bind(("127.0.0.1", port)).is_ok(), "nothing was left bound");
-}
-
-/// Lab usage errors exit 64 before anything is created; the example scenario file parses.
-#[test]
-fn lab_scenario_errors_are_usage_errors() {
-    let dir = tempfile::tempdir().unwrap();
-    let bad = dir.path().join("bad.yaml");
-    std::fs::write(&bad, "name: x\nr: 20ms\nbig_r: 10ms\nmodes: [bogus]\n").unwrap();
-    let out = Command::new(BIN).args(["lab", "--scenario-file"]).arg(&bad).output().unwrap();
-    assert_eq!(out.status.code(), Some(64));
-    assert!(String::from_utf8_lossy(&out.stderr).contains("unknown mode \"bogus\""));
-    let out = Command::new(BIN).args(["lab", "--scenario", "nope"]).output().unwrap();
-    assert_eq!(out.status.code(), Some(64));
-    let out = Command::new(BIN).args(["lab", "--proxy", "noequals"]).output().unwrap();
-    assert_eq!(out.status.code(), Some(64));
-    let example = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/lab-scenario.yaml");
-    let s = edgewarm::lab::run::Scenario::from_file(&example).unwrap();
-    assert_eq!(
-        (s.name.as_str(), s.r_ms, s.big_r_ms, s.more_big_r_ms.as_slice()),
-        ("mobile-far", 40.0, 150.0, &[300.0][..])
-    );
-    assert_eq!(s.modes.len(), 5);
 }

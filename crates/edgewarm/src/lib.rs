@@ -18,16 +18,14 @@
 //! - [`server`]: ties the path together; `run(listeners, config, shutdown)`; reload and drain.
 //! - [`metrics`], [`admin`], [`accesslog`], [`error`]: what operators see.
 //! - [`sockopt`]: every setsockopt and raw syscall; the only module allowed `unsafe`.
-//! - [`lab`], [`load`]: the WAN lab (delay box, namespaces, origin, round-trip model, `edgewarm
-//!   lab`) and the load generator (`edgewarm load`).
+//!
+//! The WAN lab and the load generator are the `edgewarm-lab` crate; the proxy links none of it.
 
 pub mod accesslog;
 pub mod admin;
 pub mod config;
 pub mod error;
-pub mod lab;
 pub mod listener;
-pub mod load;
 pub mod metrics;
 pub mod peek;
 pub mod pool;

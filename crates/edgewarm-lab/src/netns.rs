@@ -24,7 +24,7 @@ use std::net::Ipv4Addr;
 use std::process::{Command, Output};
 use std::time::Duration;
 
-use super::delaybox::{self, Link};
+use crate::delaybox::{self, Link};
 
 pub const CLIENT: Ipv4Addr = Ipv4Addr::new(10, 77, 1, 1);
 pub const EDGE_A: Ipv4Addr = Ipv4Addr::new(10, 77, 1, 2);

@@ -1,5 +1,5 @@
 //! The lab's HTTPS origin: rustls (TLS 1.2 and 1.3) with hyper serving HTTP/1.1 and HTTP/2,
-//! a configurable response size and think time. Also `edgewarm lab-origin` for the lab's
+//! a configurable response size and think time. Also `edgewarm-lab origin` for the lab's
 //! origin namespace.
 
 use std::future::Future;
@@ -38,13 +38,13 @@ pub struct OriginOpts {
 
 /// The rustls config: the given certificate, ALPN h2 and http/1.1, TLS 1.2 and 1.3.
 pub fn tls_config(opts: &OriginOpts) -> Result<Arc<rustls::ServerConfig>, String> {
-    let cf = crate::tls::pem::read(&opts.cert)?;
-    let kf = crate::tls::pem::read(&opts.key)?;
-    let mut c = rustls::ServerConfig::builder_with_provider(crate::tls::provider())
+    let cf = edgewarm::tls::pem::read(&opts.cert)?;
+    let kf = edgewarm::tls::pem::read(&opts.key)?;
+    let mut c = rustls::ServerConfig::builder_with_provider(edgewarm::tls::provider())
         .with_safe_default_protocol_versions()
         .map_err(|e| e.to_string())?
         .with_no_client_auth()
-        .with_single_cert(crate::tls::pem::certs(&cf, &opts.cert)?, crate::tls::pem::key(&kf, &opts.key)?)
+        .with_single_cert(edgewarm::tls::pem::certs(&cf, &opts.cert)?, edgewarm::tls::pem::key(&kf, &opts.key)?)
         .map_err(|e| e.to_string())?;
     c.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
     Ok(Arc::new(c))
@@ -66,7 +66,7 @@ pub async fn serve(
             r = listener.accept() => match r { Ok(ok) => ok, Err(_) => continue },
             () = &mut shutdown => return,
         };
-        let _ = crate::sockopt::set_nodelay(&tcp);
+        let _ = edgewarm::sockopt::set_nodelay(&tcp);
         let (acceptor, body, idle_close) = (acceptor.clone(), body.clone(), opts.idle_close);
         tokio::spawn(async move {
             let Ok(tls) = acceptor.accept(tcp).await else { return };

@@ -1,7 +1,7 @@
 //! The blind tunnel end to end: real sockets on 127.0.0.1, real ClientHellos from rustls, real
 //! TLS between client and origin through edgewarm.
 
-mod common;
+use edgewarm_test_support as common;
 
 use common::*;
 use rustls::pki_types::ServerName;

@@ -1,0 +1,21 @@
+//! edgewarm's lab: the WAN emulation, origin and load generator that measure the proxy
+//! against its round-trip minimum. Kept out of the proxy crate so a production edge links none
+//! of it (TUN devices, plots, progress bars, certificate generation).
+//!
+//! - [`netns`]: the three hosts (client, edge, origin) as network namespaces.
+//! - [`delaybox`]: the emulated links: TUN pairs with a user-space delay per direction.
+//! - [`origin`]: the lab's HTTPS origin (`edgewarm-lab origin`).
+//! - [`load`]: the load generator (`edgewarm-lab load`): every request a new connection.
+//! - [`model`]: the round-trip minimum of each mode.
+//! - [`run`]: `edgewarm-lab lab`: topology, processes, measurement, report.
+//! - [`plot`]: SVG plots of a run.
+//!
+//! The proxy itself runs as a process (the `edgewarm` binary), exactly as deployed.
+
+pub mod delaybox;
+pub mod load;
+pub mod model;
+pub mod netns;
+pub mod origin;
+pub mod plot;
+pub mod run;

@@ -1,0 +1,118 @@
+//! The `edgewarm-lab` command: `lab` (the WAN lab), `load` (the load generator) and `origin`
+//! (the lab's HTTPS origin). Argument parsing, logging and exit codes; the work is in the library.
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+/// Usage errors (bad scenario, bad options) exit with 64 (EX_USAGE), before anything is created.
+const EXIT_USAGE: u8 = 64;
+/// The origin could not bind its address: EX_UNAVAILABLE.
+const EXIT_BIND: u8 = 69;
+
+#[derive(Parser)]
+#[command(name = "edgewarm-lab", version, about = "edgewarm's WAN lab, load generator and lab origin")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Emulate WAN round trips in network namespaces and measure TTFB per mode (needs root).
+    Lab(edgewarm_lab::run::LabOpts),
+    /// Load generator: every request on a new TCP + TLS connection.
+    Load(edgewarm_lab::load::LoadOpts),
+    /// The lab's HTTPS origin (HTTP/1.1 and HTTP/2).
+    Origin(edgewarm_lab::origin::OriginOpts),
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    init_logging();
+    let runtime = match tokio::runtime::Runtime::new() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("edgewarm-lab: cannot start runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    runtime.block_on(async move {
+        match cli.command {
+            Command::Lab(opts) => lab(opts).await,
+            Command::Load(opts) => load(opts).await,
+            Command::Origin(opts) => origin(opts).await,
+        }
+    })
+}
+
+async fn lab(opts: edgewarm_lab::run::LabOpts) -> ExitCode {
+    // Ctrl-C drops the lab future: its guards kill the children and remove the namespaces.
+    tokio::select! {
+        r = edgewarm_lab::run::run(&opts) => match r {
+            Ok(report) => {
+                if opts.json {
+                    println!("{}", serde_json::to_string_pretty(&report).unwrap_or_default());
+                } else {
+                    println!("{}", report.markdown());
+                    println!("saved in {}", report.run_dir.display());
+                }
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                eprintln!("edgewarm-lab lab: {e}");
+                if e.is_usage() { ExitCode::from(EXIT_USAGE) } else { ExitCode::FAILURE }
+            }
+        },
+        _ = tokio::signal::ctrl_c() => {
+            eprintln!("edgewarm-lab lab: interrupted, cleaning up");
+            ExitCode::from(130)
+        }
+    }
+}
+
+async fn load(opts: edgewarm_lab::load::LoadOpts) -> ExitCode {
+    match edgewarm_lab::load::run(&opts).await {
+        Ok(report) if opts.json => {
+            println!("{}", serde_json::to_string(&report).unwrap_or_default());
+            ExitCode::SUCCESS
+        }
+        Ok(report) => {
+            print!("{}", report.render_text());
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("edgewarm-lab load: {e}");
+            ExitCode::from(EXIT_USAGE)
+        }
+    }
+}
+
+async fn origin(opts: edgewarm_lab::origin::OriginOpts) -> ExitCode {
+    let tls = match edgewarm_lab::origin::tls_config(&opts) {
+        Ok(t) => t,
+        Err(e) => {
+            eprintln!("edgewarm-lab origin: {e}");
+            return ExitCode::from(EXIT_USAGE);
+        }
+    };
+    let listener = match edgewarm::sockopt::bind_listener(opts.listen, 256).and_then(tokio::net::TcpListener::from_std)
+    {
+        Ok(l) => l,
+        Err(e) => {
+            eprintln!("edgewarm-lab origin: {}: {e}", opts.listen);
+            return ExitCode::from(EXIT_BIND);
+        }
+    };
+    edgewarm_lab::origin::serve(listener, tls, &opts, async {
+        let _ = tokio::signal::ctrl_c().await;
+    })
+    .await;
+    ExitCode::SUCCESS
+}
+
+fn init_logging() {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).init();
+}
