@@ -18,45 +18,17 @@ use std::time::{Duration, Instant};
 
 use edgewarm::config::Config;
 use edgewarm::server::{Bound, Server};
-use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer, ServerName};
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
-struct Pki {
-    ca_pem: String,
-    ca_der: CertificateDer<'static>,
-    cert_pem: String,
-    key_pem: String,
-    cert_der: CertificateDer<'static>,
-    key_der: Vec<u8>,
-}
+// The test suite's PKI: a CA and a leaf for the given names.
+use edgewarm_test_support::{certs as pki, Certs as Pki};
 
-fn pki(names: &[&str]) -> Pki {
-    let ca_key = rcgen::KeyPair::generate().unwrap();
-    let mut ca_params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
-    ca_params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
-    let ca = ca_params.self_signed(&ca_key).unwrap();
-    let key = rcgen::KeyPair::generate().unwrap();
-    let params = rcgen::CertificateParams::new(names.iter().map(|n| n.to_string()).collect::<Vec<_>>()).unwrap();
-    let cert = params.signed_by(&key, &ca, &ca_key).unwrap();
-    Pki {
-        ca_pem: ca.pem(),
-        ca_der: ca.der().clone(),
-        cert_pem: cert.pem(),
-        key_pem: key.serialize_pem(),
-        cert_der: cert.der().clone(),
-        key_der: key.serialize_der(),
-    }
-}
-
-/// HTTPS-ish origin: answers every request head with a tiny 200.
 async fn origin(pki: &Pki) -> SocketAddr {
     let config = rustls::ServerConfig::builder()
         .with_no_client_auth()
-        .with_single_cert(
-            vec![pki.cert_der.clone()],
-            PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(pki.key_der.clone())),
-        )
+        .with_single_cert(vec![pki.cert_der.clone()], PrivateKeyDer::Pkcs8(pki.key_der.clone_key()))
         .unwrap();
     let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
