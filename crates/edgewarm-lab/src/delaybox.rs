@@ -30,7 +30,7 @@ use std::time::{Duration, Instant};
 
 use tun_rs::SyncDevice;
 
-use edgewarm::sockopt;
+use edgewarm::transport::sockopt;
 
 /// Packets queued per direction before drops: at 1500 bytes, 8 MB in flight, enough for a
 /// 2 Gbit/s link with 30 ms one-way delay.

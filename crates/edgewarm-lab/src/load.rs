@@ -21,7 +21,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::time::Instant;
 
 use edgewarm::config::OriginAddr;
-use edgewarm::tunnel::connect;
+use edgewarm::transport::dial as connect;
 
 #[derive(Debug, Clone, clap::Args)]
 pub struct LoadOpts {
@@ -134,6 +134,8 @@ struct Target {
     tfo: bool,
     zero_rtt: bool,
     timeout: Duration,
+    /// Resolves `addr` once for the whole run: a load generator measures the edge, not DNS.
+    resolver: edgewarm::transport::Resolver,
 }
 
 fn parse_url(url: &str) -> Option<(String, u16, String)> {
@@ -189,6 +191,7 @@ pub async fn run(opts: &LoadOpts) -> Result<LoadReport, LoadError> {
         tfo: opts.tfo,
         zero_rtt: opts.zero_rtt,
         timeout: opts.timeout,
+        resolver: edgewarm::transport::Resolver::new(Duration::from_secs(3600)),
     });
 
     warm_up_crypto(&target);
@@ -258,10 +261,11 @@ async fn one(t: &Target, t0: Instant, run_start: Instant) -> Result<Sample, &'st
 }
 
 async fn attempt(t: &Target, t0: Instant, at: Duration) -> Result<Sample, &'static str> {
-    let (tcp, _) = connect::connect(&t.addr, t.tfo, t.timeout, &[]).await.map_err(|e| e.close_reason().label())?;
+    let (tcp, _) =
+        connect::connect(&t.resolver, &t.addr, t.tfo, t.timeout, &[]).await.map_err(|e| e.close_reason().label())?;
     let connect = t0.elapsed();
     let name = ServerName::try_from(t.host.clone()).map_err(|_| "bad_name")?;
-    let tcp = connect::FastOpenStream::new(tcp);
+    let tcp = edgewarm::transport::FastOpenStream::new(tcp);
     let connector = tokio_rustls::TlsConnector::from(t.tls.clone()).early_data(t.zero_rtt);
     let mut tls = connector.connect(name, tcp).await.map_err(|_| "tls")?;
     // With 0-RTT this is when early data may be written, before the handshake completes.

@@ -96,7 +96,8 @@ async fn origin(opts: edgewarm_lab::origin::OriginOpts) -> ExitCode {
             return ExitCode::from(EXIT_USAGE);
         }
     };
-    let listener = match edgewarm::sockopt::bind_listener(opts.listen, 256).and_then(tokio::net::TcpListener::from_std)
+    let listener = match edgewarm::transport::sockopt::bind_listener(opts.listen, 256)
+        .and_then(tokio::net::TcpListener::from_std)
     {
         Ok(l) => l,
         Err(e) => {

@@ -66,7 +66,7 @@ pub async fn serve(
             r = listener.accept() => match r { Ok(ok) => ok, Err(_) => continue },
             () = &mut shutdown => return,
         };
-        let _ = edgewarm::sockopt::set_nodelay(&tcp);
+        let _ = edgewarm::transport::sockopt::set_nodelay(&tcp);
         let (acceptor, body, idle_close) = (acceptor.clone(), body.clone(), opts.idle_close);
         tokio::spawn(async move {
             let Ok(tls) = acceptor.accept(tcp).await else { return };

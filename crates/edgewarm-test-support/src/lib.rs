@@ -89,7 +89,7 @@ pub async fn edge(routes: &str, extra: &str, listener_extra: &str) -> Edge {
     let addr = bound.local_addrs()[0];
     let admin = bound.admin.local_addr().unwrap();
     let admin_stop = CancellationToken::new();
-    tokio::spawn(edgewarm::admin::serve(bound.admin, server.clone(), admin_stop.clone().cancelled_owned()));
+    tokio::spawn(edgewarm::admin::serve(bound.admin, server.admin_state(), admin_stop.clone().cancelled_owned()));
     let s = server.clone();
     let run = tokio::spawn(async move { s.run(bound.listeners).await });
     // `run` marks the server ready once its accept loops are spawned.

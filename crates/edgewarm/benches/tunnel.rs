@@ -82,9 +82,16 @@ async fn plain_forwarder(origin: SocketAddr) -> SocketAddr {
             let (client, _) = listener.accept().await.unwrap();
             let (origin, cancel) = (origin.clone(), cancel.clone());
             tokio::spawn(async move {
-                edgewarm::sockopt::set_nodelay(&client).unwrap();
-                let (upstream, _) =
-                    edgewarm::tunnel::connect::connect(&origin, false, Duration::from_secs(5), &[]).await.unwrap();
+                edgewarm::transport::sockopt::set_nodelay(&client).unwrap();
+                let (upstream, _) = edgewarm::transport::dial::connect(
+                    &Default::default(),
+                    &origin,
+                    false,
+                    Duration::from_secs(5),
+                    &[],
+                )
+                .await
+                .unwrap();
                 let up = edgewarm::relay::Direction::new(Default::default());
                 let down = edgewarm::relay::Direction::new(Default::default());
                 let relay = edgewarm::relay::Relay {

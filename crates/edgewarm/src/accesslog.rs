@@ -10,6 +10,7 @@ use std::time::Duration;
 use tracing::Level;
 
 use crate::error::CloseReason;
+use crate::metrics::RouteName;
 
 /// Log target of the access log, for filtering (`RUST_LOG=edgewarm::access=off`).
 pub const TARGET: &str = "edgewarm::access";
@@ -20,7 +21,7 @@ pub struct AccessLog {
     pub listener: SocketAddr,
     pub sni: Option<String>,
     pub alpn: Vec<String>,
-    pub route: Option<String>,
+    pub route: Option<RouteName>,
     /// prewarm: the ALPN protocol negotiated with the client.
     pub alpn_selected: Option<String>,
     /// prewarm: the client's TLS version.

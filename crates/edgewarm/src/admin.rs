@@ -4,6 +4,7 @@
 
 use std::convert::Infallible;
 use std::future::Future;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use bytes::Bytes;
@@ -15,10 +16,21 @@ use hyper::{Method, Request, Response, StatusCode};
 use hyper_util::rt::TokioIo;
 use tokio::net::TcpListener;
 
-use crate::server::Server;
+use crate::metrics::Metrics;
+use crate::pool::registry::Pools;
+
+/// What the admin listener reads: the server's metrics, its readiness, its pools.
+#[derive(Clone)]
+pub struct AdminState {
+    pub metrics: Arc<Metrics>,
+    /// True while the server accepts connections (not starting, not draining).
+    pub ready: Arc<AtomicBool>,
+    pub pools: Arc<Pools>,
+}
 
 /// Serve until `shutdown` resolves. Each admin connection gets its own task.
-pub async fn serve(listener: TcpListener, server: Arc<Server>, shutdown: impl Future<Output = ()>) {
+pub async fn serve(listener: TcpListener, state: AdminState, shutdown: impl Future<Output = ()>) {
+    let state = Arc::new(state);
     tokio::pin!(shutdown);
     loop {
         let (stream, _) = tokio::select! {
@@ -33,18 +45,18 @@ pub async fn serve(listener: TcpListener, server: Arc<Server>, shutdown: impl Fu
             },
             () = &mut shutdown => return,
         };
-        let server = server.clone();
+        let state = state.clone();
         tokio::spawn(async move {
             let service = service_fn(move |req| {
-                let server = server.clone();
-                async move { Ok::<_, Infallible>(respond(&req, &server)) }
+                let state = state.clone();
+                async move { Ok::<_, Infallible>(respond(&req, &state)) }
             });
             let _ = http1::Builder::new().serve_connection(TokioIo::new(stream), service).await;
         });
     }
 }
 
-fn respond(req: &Request<Incoming>, server: &Server) -> Response<Full<Bytes>> {
+fn respond(req: &Request<Incoming>, state: &AdminState) -> Response<Full<Bytes>> {
     let text = |status: StatusCode, body: &'static str| {
         let mut r = Response::new(Full::new(Bytes::from_static(body.as_bytes())));
         *r.status_mut() = status;
@@ -55,7 +67,7 @@ fn respond(req: &Request<Incoming>, server: &Server) -> Response<Full<Bytes>> {
     }
     match req.uri().path() {
         "/metrics" => {
-            let mut r = Response::new(Full::new(Bytes::from(server.metrics().encode())));
+            let mut r = Response::new(Full::new(Bytes::from(state.metrics.encode())));
             r.headers_mut().insert(
                 hyper::header::CONTENT_TYPE,
                 hyper::header::HeaderValue::from_static("application/openmetrics-text; version=1.0.0; charset=utf-8"),
@@ -63,12 +75,13 @@ fn respond(req: &Request<Incoming>, server: &Server) -> Response<Full<Bytes>> {
             r
         }
         "/pools" => {
-            let mut r = Response::new(Full::new(Bytes::from(server.pools().status().to_string())));
+            let body = serde_json::json!({ "pools": state.pools.status() });
+            let mut r = Response::new(Full::new(Bytes::from(body.to_string())));
             r.headers_mut()
                 .insert(hyper::header::CONTENT_TYPE, hyper::header::HeaderValue::from_static("application/json"));
             r
         }
-        "/ready" if server.is_ready() => text(StatusCode::OK, "ready\n"),
+        "/ready" if state.ready.load(Ordering::Relaxed) => text(StatusCode::OK, "ready\n"),
         "/ready" => text(StatusCode::SERVICE_UNAVAILABLE, "not ready\n"),
         "/live" => text(StatusCode::OK, "live\n"),
         _ => text(StatusCode::NOT_FOUND, "not found: try /metrics /pools /ready /live\n"),

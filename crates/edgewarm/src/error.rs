@@ -5,17 +5,22 @@
 //! the internet is noisy, an operator cannot fix it), WARN for origin trouble (the operator's
 //! own infrastructure), ERROR for edgewarm's own failures.
 
+use prometheus_client::encoding::{EncodeLabelValue, LabelValueEncoder};
 use tracing::Level;
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+use crate::peek::clienthello::HelloError;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum CloseReason {
     /// Both directions reached end of file.
     Done,
     IdleTimeout,
     ClientReset,
     OriginReset,
-    /// The ClientHello (or PROXY header) was refused; the label says why.
-    BadHello(&'static str),
+    /// The ClientHello was refused; the label says why.
+    BadHello(HelloError),
+    /// The PROXY protocol header was invalid.
+    ProxyHeader,
     HelloTimeout,
     /// EOF before the ClientHello was complete.
     Truncated,
@@ -27,8 +32,14 @@ pub enum CloseReason {
     OriginTimeout,
     /// The client's TLS handshake with edgewarm failed (prewarm routes).
     ClientTls,
-    /// The origin side of a prewarm route failed; the label says how.
-    Origin(&'static str),
+    /// The origin's certificate was rejected (prewarm routes).
+    OriginCertificate,
+    /// The origin TLS handshake failed (prewarm routes).
+    OriginTls,
+    /// The origin does not speak the ALPN protocol the pool needs.
+    AlpnMismatch,
+    /// The origin is failing and edgewarm is backing off; clients are refused at once.
+    OriginBackoff,
     /// Still open when the shutdown grace period ran out.
     Shutdown,
     /// A local resource failed (pipe, socket option).
@@ -42,7 +53,8 @@ impl CloseReason {
             Self::IdleTimeout => "idle_timeout",
             Self::ClientReset => "client_reset",
             Self::OriginReset => "origin_reset",
-            Self::BadHello(reason) => reason,
+            Self::BadHello(e) => e.reason(),
+            Self::ProxyHeader => "proxy_header",
             Self::HelloTimeout => "hello_timeout",
             Self::Truncated => "truncated",
             Self::UnknownSni => "unknown_sni",
@@ -51,7 +63,10 @@ impl CloseReason {
             Self::OriginUnreachable => "origin_unreachable",
             Self::OriginTimeout => "origin_timeout",
             Self::ClientTls => "client_tls",
-            Self::Origin(reason) => reason,
+            Self::OriginCertificate => "origin_certificate",
+            Self::OriginTls => "origin_tls",
+            Self::AlpnMismatch => "alpn_mismatch",
+            Self::OriginBackoff => "origin_backoff",
             Self::Shutdown => "shutdown",
             Self::Internal => "internal",
         }
@@ -63,7 +78,10 @@ impl CloseReason {
             | Self::OriginUnreachable
             | Self::OriginTimeout
             | Self::OriginReset
-            | Self::Origin(_) => Level::WARN,
+            | Self::OriginCertificate
+            | Self::OriginTls
+            | Self::AlpnMismatch
+            | Self::OriginBackoff => Level::WARN,
             Self::Internal => Level::ERROR,
             _ => Level::INFO,
         }
@@ -72,6 +90,21 @@ impl CloseReason {
     /// Whether the client never got past the ClientHello stage (counted in
     /// `edgewarm_clienthello_rejected_total`).
     pub fn is_hello_rejection(self) -> bool {
-        matches!(self, Self::BadHello(_) | Self::HelloTimeout | Self::Truncated | Self::UnknownSni | Self::RouteReject)
+        matches!(
+            self,
+            Self::BadHello(_)
+                | Self::ProxyHeader
+                | Self::HelloTimeout
+                | Self::Truncated
+                | Self::UnknownSni
+                | Self::RouteReject
+        )
+    }
+}
+
+/// The `reason` label: the label set is exactly this enum's, never an open string.
+impl EncodeLabelValue for CloseReason {
+    fn encode(&self, encoder: &mut LabelValueEncoder) -> Result<(), std::fmt::Error> {
+        EncodeLabelValue::encode(&self.label(), encoder)
     }
 }

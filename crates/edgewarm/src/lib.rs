@@ -6,22 +6,26 @@
 //! - [`peek`]: read the TLS ClientHello without decrypting it; [`peek::clienthello`] is the
 //!   pure parser (complete / need more / error).
 //! - [`route`]: SNI → route (exact, wildcard, no-SNI, default); never an open proxy.
-//! - [`tunnel`]: blind tunnel: connect the origin, replay the hello.
-//! - [`pool`]: `prewarm` routes: origin TLS connections handshaked before clients arrive;
-//!   [`pool::serve`] terminates the client's TLS ([`tls`]) and attaches it to one.
+//! - [`action`]: what the route says to do, one module each, all with one signature:
+//!   [`action::reject`]; [`action::tunnel`] (blind: connect the origin, replay the hello);
+//!   [`action::prewarm`] (terminate the client's TLS ([`tls`]) and attach it to a connection
+//!   from the route's [`pool`], handshaked before the client arrived).
 //! - [`relay`]: move bytes both ways (splice(2), userspace fallback, or between TLS sessions),
 //!   half-close, idle timeout.
+//! - [`transport`]: below all of them: socket options (the only `unsafe`), name resolution,
+//!   dialing origins, Fast Open streams, replaying peeked bytes.
 //!
 //! Around it:
 //!
 //! - [`config`]: YAML config, validated before any port is bound.
-//! - [`server`]: ties the path together; `run(listeners, config, shutdown)`; reload and drain.
+//! - [`snapshot`]: what a connection sees of the config, fixed at accept.
+//! - [`server`]: ties the path together: bound listeners in, reload and drain.
 //! - [`metrics`], [`admin`], [`accesslog`], [`error`]: what operators see.
-//! - [`sockopt`]: every setsockopt and raw syscall; the only module allowed `unsafe`.
 //!
 //! The WAN lab and the load generator are the `edgewarm-lab` crate; the proxy links none of it.
 
 pub mod accesslog;
+pub mod action;
 pub mod admin;
 pub mod config;
 pub mod error;
@@ -32,6 +36,6 @@ pub mod pool;
 pub mod relay;
 pub mod route;
 pub mod server;
-pub mod sockopt;
+pub mod snapshot;
 pub mod tls;
-pub mod tunnel;
+pub mod transport;

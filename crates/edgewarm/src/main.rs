@@ -9,6 +9,7 @@ use clap::{Parser, Subcommand, ValueEnum};
 use edgewarm::config::Config;
 use edgewarm::route::RouteTable;
 use edgewarm::server::{Bound, Server};
+use edgewarm::tls::client::Resumption;
 use tokio::signal::unix::{signal, SignalKind};
 
 /// Config errors exit with 64 (EX_USAGE) before any port is bound, so a supervisor can tell a
@@ -64,13 +65,15 @@ fn main() -> ExitCode {
     match cli.command {
         // The route table loads every certificate and key the routes name: `check` catches a
         // missing or mismatched file, not just YAML mistakes.
-        Command::Check { config } => match Config::load(&config).and_then(|c| RouteTable::new(&c).map(|_| c)) {
-            Ok(c) => {
-                println!("{}: ok ({} listeners, {} routes)", config.display(), c.listeners.len(), c.routes.len());
-                ExitCode::SUCCESS
+        Command::Check { config } => {
+            match Config::load(&config).and_then(|c| RouteTable::new(&c, &Resumption::default()).map(|_| c)) {
+                Ok(c) => {
+                    println!("{}: ok ({} listeners, {} routes)", config.display(), c.listeners.len(), c.routes.len());
+                    ExitCode::SUCCESS
+                }
+                Err(e) => config_error(&config, &e),
             }
-            Err(e) => config_error(&config, &e),
-        },
+        }
         // The proxy binary links none of the lab; say where it went instead of "unknown command".
         Command::Lab { .. } | Command::Load { .. } => {
             eprintln!("edgewarm: the lab and the load generator are `edgewarm-lab lab` and `edgewarm-lab load` (scripts/lab.sh runs the lab)");
@@ -122,14 +125,15 @@ async fn run(path: PathBuf, config: Config) -> Result<(), RunError> {
     let server = Server::new(&config).map_err(RunError::Config)?;
     let bound = Bound::bind(&config)?;
     if config.listeners.iter().any(|l| l.tcp_fastopen > 0)
-        && !matches!(edgewarm::sockopt::fastopen_sysctl(), Some(v) if v & 2 != 0)
+        && !matches!(edgewarm::transport::sockopt::fastopen_sysctl(), Some(v) if v & 2 != 0)
     {
         tracing::warn!("net.ipv4.tcp_fastopen lacks the server bit (2): listeners will not accept data in SYNs");
     }
     let admin_addr = bound.admin.local_addr()?;
     tracing::info!(admin = %admin_addr, version = env!("CARGO_PKG_VERSION"), "edgewarm starting");
     let admin_stop = tokio_util::sync::CancellationToken::new();
-    let admin = tokio::spawn(edgewarm::admin::serve(bound.admin, server.clone(), admin_stop.clone().cancelled_owned()));
+    let admin =
+        tokio::spawn(edgewarm::admin::serve(bound.admin, server.admin_state(), admin_stop.clone().cancelled_owned()));
     tokio::spawn(signals(path, server.clone()));
     server.run(bound.listeners).await;
     admin_stop.cancel();

@@ -1,12 +1,50 @@
 //! Prometheus metrics, registered in an explicit registry (no globals) so tests can run many
 //! servers in one process and read each one's numbers.
 
-use prometheus_client::encoding::EncodeLabelSet;
+use std::fmt;
+use std::sync::Arc;
+
+use prometheus_client::encoding::{EncodeLabelSet, EncodeLabelValue, LabelValueEncoder};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::registry::Registry;
+
+use crate::error::CloseReason;
+
+/// A route's name (its SNI pattern): shared, so a label costs a reference count, not a copy.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, PartialOrd, Ord)]
+pub struct RouteName(Arc<str>);
+
+impl RouteName {
+    pub fn new(name: &str) -> Self {
+        Self(Arc::from(name))
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Display for RouteName {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::ops::Deref for RouteName {
+    type Target = str;
+    fn deref(&self) -> &str {
+        &self.0
+    }
+}
+
+impl EncodeLabelValue for RouteName {
+    fn encode(&self, encoder: &mut LabelValueEncoder) -> Result<(), fmt::Error> {
+        EncodeLabelValue::encode(&&*self.0, encoder)
+    }
+}
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ListenerLabel {
@@ -15,23 +53,45 @@ pub struct ListenerLabel {
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct RouteLabel {
-    pub route: String,
+    pub route: RouteName,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct RouteReason {
-    pub route: String,
-    pub reason: String,
+    pub route: RouteName,
+    pub reason: CloseReason,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ReasonLabel {
-    pub reason: String,
+    pub reason: CloseReason,
+}
+
+/// Why accept(2) failed: out of descriptors or memory, or one connection's own error.
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
+pub enum AcceptError {
+    Resources,
+    Connection,
+}
+
+impl EncodeLabelValue for AcceptError {
+    fn encode(&self, encoder: &mut LabelValueEncoder) -> Result<(), fmt::Error> {
+        let label = match self {
+            Self::Resources => "resources",
+            Self::Connection => "connection",
+        };
+        EncodeLabelValue::encode(&label, encoder)
+    }
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct AcceptErrorLabel {
+    pub reason: AcceptError,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct RouteDirection {
-    pub route: String,
+    pub route: RouteName,
     pub direction: &'static str,
 }
 
@@ -43,17 +103,44 @@ pub struct ResultLabel {
 /// A warm-connection pool: the route it serves, the origin, the ALPN it speaks.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct PoolLabels {
-    pub route: String,
+    pub route: RouteName,
     pub origin: String,
     pub alpn: String,
 }
 
+/// Why a warm connection was discarded before use.
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
+pub enum Discard {
+    /// The origin closed or reset it.
+    Dead,
+    /// The origin sent more than we buffer for an idle connection.
+    Overflow,
+}
+
+impl EncodeLabelValue for Discard {
+    fn encode(&self, encoder: &mut LabelValueEncoder) -> Result<(), fmt::Error> {
+        let label = match self {
+            Self::Dead => "dead",
+            Self::Overflow => "overflow",
+        };
+        EncodeLabelValue::encode(&label, encoder)
+    }
+}
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct PoolReason {
-    pub route: String,
+pub struct PoolDiscard {
+    pub route: RouteName,
     pub origin: String,
     pub alpn: String,
-    pub reason: &'static str,
+    pub reason: Discard,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct PoolReason {
+    pub route: RouteName,
+    pub origin: String,
+    pub alpn: String,
+    pub reason: CloseReason,
 }
 
 type HistogramFamily<L> = Family<L, Histogram, fn() -> Histogram>;
@@ -73,7 +160,7 @@ pub struct Metrics {
     pub origin_connect_seconds: HistogramFamily<RouteLabel>,
     pub origin_connect_errors: Family<RouteReason, Counter>,
     pub first_origin_byte_seconds: HistogramFamily<RouteLabel>,
-    pub accept_errors: Family<ReasonLabel, Counter>,
+    pub accept_errors: Family<AcceptErrorLabel, Counter>,
     pub config_reloads: Family<ResultLabel, Counter>,
     pub pool: PoolMetrics,
     registry: Registry,
@@ -82,12 +169,25 @@ pub struct Metrics {
 /// One route's hot-path metric handles (see [`Metrics::route`]).
 #[derive(Clone, Debug)]
 pub struct RouteMetrics {
+    pub route: RouteName,
+    closed: Family<RouteReason, Counter>,
     pub bytes_up: Counter,
     pub bytes_down: Counter,
     pub connect: Histogram,
     pub first_byte: Histogram,
     /// `connections_closed{reason="done"}`, the common ending.
     pub done: Counter,
+}
+
+impl RouteMetrics {
+    /// Count this route's connection closed for `reason`. The label is a reference count and
+    /// an enum: no allocation per connection.
+    pub fn closed(&self, reason: CloseReason) {
+        match reason {
+            CloseReason::Done => self.done.inc(),
+            reason => self.closed.get_or_create(&RouteReason { route: self.route.clone(), reason }).inc(),
+        };
+    }
 }
 
 /// Per-pool metrics (labels route, origin, alpn).
@@ -99,8 +199,8 @@ pub struct PoolMetrics {
     pub target: Family<PoolLabels, Gauge>,
     pub opened: Family<PoolLabels, Counter>,
     /// Discarded before use: `dead` (origin closed or reset it), `overflow` (origin sent more
-    /// than we buffer), `alpn_mismatch`.
-    pub discarded: Family<PoolReason, Counter>,
+    /// than we buffer).
+    pub discarded: Family<PoolDiscard, Counter>,
     /// Closed unused after `max_idle`: the waste.
     pub expired: Family<PoolLabels, Counter>,
     pub connect_errors: Family<PoolReason, Counter>,
@@ -206,16 +306,25 @@ impl Metrics {
 
     /// Handles for one route's per-connection metrics, looked up once per route instead of
     /// once per connection (each lookup allocates label strings and takes a lock).
-    pub fn route(&self, route: &str) -> RouteMetrics {
-        let label = RouteLabel { route: route.to_string() };
-        let dir = |direction| self.bytes.get_or_create(&RouteDirection { route: route.to_string(), direction }).clone();
+    pub fn route(&self, route: &RouteName) -> RouteMetrics {
+        let label = RouteLabel { route: route.clone() };
+        let dir = |direction| self.bytes.get_or_create(&RouteDirection { route: route.clone(), direction }).clone();
         RouteMetrics {
+            route: route.clone(),
+            closed: self.closed.clone(),
             bytes_up: dir("client_to_origin"),
             bytes_down: dir("origin_to_client"),
             connect: self.origin_connect_seconds.get_or_create(&label).clone(),
             first_byte: self.first_origin_byte_seconds.get_or_create(&label).clone(),
-            done: self.closed.get_or_create(&RouteReason { route: route.to_string(), reason: "done".into() }).clone(),
+            done: self.closed.get_or_create(&RouteReason { route: route.clone(), reason: CloseReason::Done }).clone(),
         }
+    }
+
+    /// Count a connection closed before it had a route (`route="<none>"`).
+    pub fn closed_unrouted(&self, reason: CloseReason) {
+        static NONE: std::sync::OnceLock<RouteName> = std::sync::OnceLock::new();
+        let route = NONE.get_or_init(|| RouteName::new("<none>")).clone();
+        self.closed.get_or_create(&RouteReason { route, reason }).inc();
     }
 
     /// The OpenMetrics text exposition.

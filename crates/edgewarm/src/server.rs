@@ -19,34 +19,14 @@ use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use crate::config::{Config, ConfigError, ListenerConfig, RelayMode, Timeouts};
-use crate::listener;
+use crate::admin::AdminState;
+use crate::config::{Config, ConfigError, ListenerConfig};
+use crate::listener::{self, Context};
 use crate::metrics::{Metrics, ResultLabel};
 use crate::pool::registry::Pools;
-use crate::relay;
-use crate::route::RouteTable;
-use crate::sockopt;
-
-/// What one connection needs from the configuration, fixed at accept time.
-#[derive(Debug)]
-pub struct Snapshot {
-    pub routes: RouteTable,
-    pub timeouts: Timeouts,
-    pub relay: relay::Mode,
-}
-
-impl Snapshot {
-    pub fn new(config: &Config) -> Result<Self, ConfigError> {
-        Ok(Self {
-            routes: RouteTable::new(config)?,
-            timeouts: config.timeouts.clone(),
-            relay: match config.relay {
-                RelayMode::Splice => relay::Mode::Splice,
-                RelayMode::Copy => relay::Mode::Copy,
-            },
-        })
-    }
-}
+use crate::snapshot::Snapshot;
+use crate::tls::client::Resumption;
+use crate::transport::{sockopt, Resolver};
 
 /// Listening sockets, bound before the proxy starts so that tests can bind port 0 and so that a
 /// bad config never binds anything.
@@ -84,34 +64,44 @@ fn bind_plain(addr: SocketAddr) -> std::io::Result<TcpListener> {
 
 pub struct Server {
     metrics: Arc<Metrics>,
-    pools: Pools,
+    pools: Arc<Pools>,
     snapshot: watch::Sender<Arc<Snapshot>>,
+    /// What the listeners and their connections see.
+    listeners: Arc<Context>,
+    /// Ticket keys and session caches: the server's, so reloads keep clients' sessions.
+    resumption: Resumption,
+    resolver: Arc<Resolver>,
     /// The config as loaded, to refuse reloads that change what is bound.
     bound_config: std::sync::Mutex<Config>,
-    ready: AtomicBool,
-    /// Stop accepting.
-    stop: CancellationToken,
-    /// Cut open tunnels (grace period over).
-    cut: CancellationToken,
-    tracker: TaskTracker,
+    ready: Arc<AtomicBool>,
 }
 
 impl Server {
     /// Build the server for `config` and start its pools (so: inside the tokio runtime).
     pub fn new(config: &Config) -> Result<Arc<Self>, ConfigError> {
-        let snapshot = Arc::new(Snapshot::new(config)?);
+        let resumption = Resumption::default();
+        let resolver = Arc::new(Resolver::new(config.dns.cache_ttl));
+        let snapshot = Arc::new(Snapshot::new(config, &resumption, resolver.clone())?);
         let metrics = Arc::new(Metrics::new());
-        let pools = Pools::new(metrics.clone());
-        pools.sync(&snapshot.routes, snapshot.timeouts.connect);
-        Ok(Arc::new(Self {
-            metrics,
-            pools,
-            snapshot: watch::Sender::new(snapshot),
-            bound_config: std::sync::Mutex::new(config.clone()),
-            ready: AtomicBool::new(false),
+        let pools = Arc::new(Pools::new(metrics.clone()));
+        snapshot.attach_pools(&pools);
+        let (snapshot, receiver) = watch::channel(snapshot);
+        let listeners = Arc::new(Context {
+            metrics: metrics.clone(),
+            snapshot: receiver,
             stop: CancellationToken::new(),
             cut: CancellationToken::new(),
             tracker: TaskTracker::new(),
+        });
+        Ok(Arc::new(Self {
+            metrics,
+            pools,
+            snapshot,
+            listeners,
+            resumption,
+            resolver,
+            bound_config: std::sync::Mutex::new(config.clone()),
+            ready: Arc::new(AtomicBool::new(false)),
         }))
     }
 
@@ -123,6 +113,11 @@ impl Server {
         &self.pools
     }
 
+    /// What the admin listener needs: metrics, readiness, the pools.
+    pub fn admin_state(&self) -> AdminState {
+        AdminState { metrics: self.metrics.clone(), ready: self.ready.clone(), pools: self.pools.clone() }
+    }
+
     pub fn snapshot(&self) -> Arc<Snapshot> {
         self.snapshot.borrow().clone()
     }
@@ -132,9 +127,9 @@ impl Server {
         self.ready.load(Ordering::Relaxed)
     }
 
-    /// Tunnels open now.
+    /// Connections open now.
     pub fn open_connections(&self) -> usize {
-        self.tracker.len()
+        self.listeners.tracker.len()
     }
 
     /// Apply a new configuration to new connections. On error nothing changes.
@@ -146,24 +141,20 @@ impl Server {
     }
 
     fn try_reload(&self, config: &Config) -> Result<(), ConfigError> {
-        let snapshot = Snapshot::new(config)?;
+        let snapshot = Snapshot::new(config, &self.resumption, self.resolver.clone())?;
         let mut bound = self.bound_config.lock().unwrap_or_else(|p| p.into_inner());
-        if bound.admin.listen != config.admin.listen {
-            return Err(ConfigError::invalid("admin.listen", "cannot change on reload; restart edgewarm"));
+        // Whole-struct comparisons: a field added to either later is non-reloadable until
+        // someone decides otherwise, never silently ignored.
+        if bound.admin != config.admin {
+            return Err(ConfigError::invalid("admin", "cannot change on reload; restart edgewarm"));
         }
-        let same_listeners = bound.listeners.len() == config.listeners.len()
-            && bound.listeners.iter().zip(&config.listeners).all(|(a, b)| {
-                a.listen == b.listen
-                    && a.tcp_fastopen == b.tcp_fastopen
-                    && a.proxy_protocol == b.proxy_protocol
-                    && a.max_connections == b.max_connections
-            });
-        if !same_listeners {
+        if bound.listeners != config.listeners {
             return Err(ConfigError::invalid("listeners", "cannot change on reload; restart edgewarm"));
         }
         *bound = config.clone();
+        self.resolver.set_ttl(config.dns.cache_ttl);
         // Pools first: a connection that sees the new snapshot must find its pools.
-        self.pools.sync(&snapshot.routes, snapshot.timeouts.connect);
+        snapshot.attach_pools(&self.pools);
         self.snapshot.send_replace(Arc::new(snapshot));
         Ok(())
     }
@@ -171,7 +162,7 @@ impl Server {
     /// Begin shutdown: stop accepting; [`Server::run`] then drains.
     pub fn shutdown(&self) {
         self.ready.store(false, Ordering::Relaxed);
-        self.stop.cancel();
+        self.listeners.stop.cancel();
     }
 
     /// Serve the listeners until [`Server::shutdown`], then drain. The admin listener is served
@@ -179,7 +170,7 @@ impl Server {
     pub async fn run(self: &Arc<Self>, listeners: Vec<(TcpListener, ListenerConfig)>) {
         let mut accept_loops = tokio::task::JoinSet::new();
         for (listener, cfg) in listeners {
-            accept_loops.spawn(listener::accept_loop(listener, cfg, self.clone()));
+            accept_loops.spawn(listener::accept_loop(listener, cfg, self.listeners.clone()));
         }
         self.ready.store(true, Ordering::Relaxed);
         while accept_loops.join_next().await.is_some() {}
@@ -190,35 +181,24 @@ impl Server {
     }
 
     async fn drain(&self) {
-        self.tracker.close();
+        let tracker = &self.listeners.tracker;
+        tracker.close();
         let grace = self.snapshot().timeouts.shutdown_grace;
-        let open = self.tracker.len();
+        let open = tracker.len();
         if open > 0 {
             tracing::info!(open, grace = ?grace, "draining open connections");
         }
-        if tokio::time::timeout(grace, self.tracker.wait()).await.is_err() {
-            tracing::info!(open = self.tracker.len(), "grace period over, closing remaining connections");
-            self.cut.cancel();
+        if tokio::time::timeout(grace, tracker.wait()).await.is_err() {
+            tracing::info!(open = tracker.len(), "grace period over, closing remaining connections");
+            self.listeners.cut.cancel();
             // Cut connections finish at their next poll; bound the wait anyway.
-            let _ = tokio::time::timeout(Duration::from_secs(5), self.tracker.wait()).await;
+            let _ = tokio::time::timeout(Duration::from_secs(5), tracker.wait()).await;
         }
     }
 
-    /// Cut open tunnels now instead of waiting for the grace period.
+    /// Cut open connections now instead of waiting for the grace period.
     pub fn cut_now(&self) {
         self.shutdown();
-        self.cut.cancel();
-    }
-
-    pub(crate) fn stopping(&self) -> &CancellationToken {
-        &self.stop
-    }
-
-    pub(crate) fn cut_token(&self) -> &CancellationToken {
-        &self.cut
-    }
-
-    pub(crate) fn tracker(&self) -> &TaskTracker {
-        &self.tracker
+        self.listeners.cut.cancel();
     }
 }

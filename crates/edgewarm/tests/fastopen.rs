@@ -81,9 +81,9 @@ fn tcp_ext(name: &str) -> u64 {
 #[tokio::test]
 #[ignore = "run by fast_open_on_both_sides_in_a_private_namespace inside its own network namespace"]
 async fn fast_open_inner() {
-    assert_eq!(edgewarm::sockopt::fastopen_sysctl(), Some(3), "must run in a namespace with tcp_fastopen=3");
+    assert_eq!(edgewarm::transport::sockopt::fastopen_sysctl(), Some(3), "must run in a namespace with tcp_fastopen=3");
     // An origin listening with a TFO queue, answering "ok" after EOF.
-    let std = edgewarm::sockopt::bind_listener("127.0.0.1:0".parse().unwrap(), 16).unwrap();
+    let std = edgewarm::transport::sockopt::bind_listener("127.0.0.1:0".parse().unwrap(), 16).unwrap();
     let listener = tokio::net::TcpListener::from_std(std).unwrap();
     let origin = listener.local_addr().unwrap();
     tokio::spawn(async move {
@@ -105,7 +105,9 @@ async fn fast_open_inner() {
     for round in 0..3 {
         // The client side of the test uses edgewarm's own TFO connect: SYN carries the hello.
         let (mut s, _) =
-            edgewarm::tunnel::connect::connect(&edge_addr, true, Duration::from_secs(5), &hello).await.unwrap();
+            edgewarm::transport::dial::connect(&Default::default(), &edge_addr, true, Duration::from_secs(5), &hello)
+                .await
+                .unwrap();
         s.shutdown().await.unwrap();
         let mut answer = String::new();
         s.read_to_string(&mut answer).await.unwrap();

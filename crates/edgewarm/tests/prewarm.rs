@@ -337,3 +337,38 @@ async fn close_notify_half_close_both_ways() {
     assert_eq!(edge.metric("edgewarm_connections_closed_total", &[("route", "b.test"), ("reason", "done")]), 1.0);
     edge.stop().await;
 }
+
+/// A reload (SIGHUP) keeps ticket keys: a client resumes across it instead of paying a full
+/// handshake, as it would if every reload made new keys.
+#[tokio::test]
+async fn sessions_survive_a_reload() {
+    let fx = fixture();
+    let (origin, _) = tls_origin(&fx.origin, OriginOpts::default()).await;
+    let edge = edge(&fx.route(origin, "    pool: {min: 2}\n"), "", "").await;
+    let mut roots = rustls::RootCertStore::empty();
+    roots.add(fx.edge.ca_der.clone()).unwrap();
+    let config =
+        std::sync::Arc::new(rustls::ClientConfig::builder().with_root_certificates(roots).with_no_client_auth());
+    let yaml = format!(
+        "listeners:\n  - listen: 127.0.0.1:0\nadmin:\n  listen: 127.0.0.1:0\nroutes:\n{}",
+        fx.route(origin, "    pool: {min: 3}\n")
+    );
+    let mut kinds = Vec::new();
+    for i in 0..2 {
+        if i == 1 {
+            edge.server.reload(&edgewarm::config::Config::parse(&yaml).unwrap()).unwrap();
+        }
+        wait_for(&edge, "edgewarm_pool_ready", &[("alpn", "none")], 1.0).await;
+        let tcp = tokio::net::TcpStream::connect(edge.addr).await.unwrap();
+        let name = rustls::pki_types::ServerName::try_from("b.test").unwrap();
+        let mut tls = tokio_rustls::TlsConnector::from(config.clone()).connect(name, tcp).await.unwrap();
+        // A round trip, so the client has read the tickets the edge sent after the handshake.
+        tls.write_all(b"ping").await.unwrap();
+        let mut buf = [0u8; 4];
+        tls.read_exact(&mut buf).await.unwrap();
+        kinds.push(tls.get_ref().1.handshake_kind());
+        tls.shutdown().await.unwrap();
+    }
+    assert_eq!(kinds, [Some(rustls::HandshakeKind::Full), Some(rustls::HandshakeKind::Resumed)]);
+    edge.stop().await;
+}

@@ -47,6 +47,27 @@ pub struct Config {
     /// How tunnels move bytes: `splice` (kernel pipe, no copy to user space) or `copy`.
     #[serde(default)]
     pub relay: RelayMode,
+    #[serde(default)]
+    pub dns: DnsConfig,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DnsConfig {
+    /// How long a resolved origin name is reused (the system resolver reports no TTL); `0s`
+    /// resolves for every connection. Failures are never cached.
+    #[serde(default = "default_dns_cache_ttl", with = "duration")]
+    pub cache_ttl: Duration,
+}
+
+impl Default for DnsConfig {
+    fn default() -> Self {
+        Self { cache_ttl: default_dns_cache_ttl() }
+    }
+}
+
+fn default_dns_cache_ttl() -> Duration {
+    Duration::from_secs(30)
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
@@ -57,7 +78,7 @@ pub enum RelayMode {
     Copy,
 }
 
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct AdminConfig {
     /// `/metrics`, `/ready`, `/live`.
@@ -79,7 +100,7 @@ fn default_admin_listen() -> SocketAddr {
     SocketAddr::from(([127, 0, 0, 1], 9900))
 }
 
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ListenerConfig {
     pub listen: SocketAddr,

@@ -13,49 +13,64 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::net::TcpListener;
-use tokio::sync::Semaphore;
+use tokio::sync::{watch, Semaphore};
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 
 use crate::config::ListenerConfig;
-use crate::metrics::{ListenerLabel, ReasonLabel};
-use crate::server::Server;
+use crate::metrics::{AcceptError, AcceptErrorLabel, ListenerLabel, Metrics};
+use crate::snapshot::Snapshot;
 
 const BACKOFF_MIN: Duration = Duration::from_millis(10);
 const BACKOFF_MAX: Duration = Duration::from_secs(1);
 
-pub async fn accept_loop(listener: TcpListener, config: ListenerConfig, server: Arc<Server>) {
+/// What the listeners share with the server: the current snapshot, metrics, and the shutdown
+/// signals. Connections see nothing else of the server.
+pub struct Context {
+    pub metrics: Arc<Metrics>,
+    pub snapshot: watch::Receiver<Arc<Snapshot>>,
+    /// Stop accepting.
+    pub stop: CancellationToken,
+    /// Cut open connections (grace period over).
+    pub cut: CancellationToken,
+    /// Every connection task, so shutdown can wait for them.
+    pub tracker: TaskTracker,
+}
+
+pub async fn accept_loop(listener: TcpListener, config: ListenerConfig, cx: Arc<Context>) {
     let Ok(local) = listener.local_addr() else { return };
     let limit = Arc::new(Semaphore::new(config.max_connections));
-    let accepted = server.metrics().accepted.get_or_create(&ListenerLabel { listener: local.to_string() }).clone();
+    let accepted = cx.metrics.accepted.get_or_create(&ListenerLabel { listener: local.to_string() }).clone();
     let config = Arc::new(config);
     let mut backoff = BACKOFF_MIN;
     tracing::info!(listen = %local, tcp_fastopen = config.tcp_fastopen, proxy_protocol = config.proxy_protocol, "listening");
     loop {
         let permit = tokio::select! {
             p = limit.clone().acquire_owned() => match p { Ok(p) => p, Err(_) => return },
-            () = server.stopping().cancelled() => return,
+            () = cx.stop.cancelled() => return,
         };
         let result = tokio::select! {
             r = listener.accept() => r,
-            () = server.stopping().cancelled() => return,
+            () = cx.stop.cancelled() => return,
         };
         match result {
             Ok((stream, peer)) => {
                 backoff = BACKOFF_MIN;
                 accepted.inc();
-                let (server2, config) = (server.clone(), config.clone());
-                server.tracker().spawn(async move {
-                    conn::handle(stream, peer, local, &config, &server2).await;
+                let (cx2, config) = (cx.clone(), config.clone());
+                cx.tracker.spawn(async move {
+                    conn::handle(stream, peer, local, &config, &cx2).await;
                     drop(permit);
                 });
             }
             Err(e) if is_resource_exhaustion(&e) => {
-                server.metrics().accept_errors.get_or_create(&ReasonLabel { reason: "resources".into() }).inc();
+                cx.metrics.accept_errors.get_or_create(&AcceptErrorLabel { reason: AcceptError::Resources }).inc();
                 tracing::warn!(listen = %local, error = %e, backoff = ?backoff, "accept failed: out of resources, backing off");
                 tokio::time::sleep(backoff).await;
                 backoff = (backoff * 2).min(BACKOFF_MAX);
             }
             Err(e) => {
-                server.metrics().accept_errors.get_or_create(&ReasonLabel { reason: "connection".into() }).inc();
+                cx.metrics.accept_errors.get_or_create(&AcceptErrorLabel { reason: AcceptError::Connection }).inc();
                 tracing::debug!(listen = %local, error = %e, "accept failed for one connection");
             }
         }

@@ -50,8 +50,8 @@ pub enum PeekError {
 impl PeekError {
     pub fn close_reason(&self) -> CloseReason {
         match self {
-            Self::Hello(e) => CloseReason::BadHello(e.reason()),
-            Self::ProxyHeader => CloseReason::BadHello("proxy_header"),
+            Self::Hello(e) => CloseReason::BadHello(*e),
+            Self::ProxyHeader => CloseReason::ProxyHeader,
             Self::Truncated => CloseReason::Truncated,
             Self::Io(_) => CloseReason::ClientReset,
         }

@@ -4,20 +4,28 @@
 //! table needs, passes new sizes to pools that stay (their connections are untouched), and
 //! retires pools no route needs any more (refill stops, idle connections close; clients already
 //! attached keep theirs). So a reload never drops a connection in use and never leaks one.
+//!
+//! The map here serves reloads, shutdown and `/pools` only. Connections never look a pool up
+//! in it: each route holds its own pools (see [`crate::route::PrewarmRoute::pool`]).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
-use tokio_rustls::TlsConnector;
-
-use super::{Pool, Settings, Target};
-use crate::metrics::{Metrics, PoolLabels};
-use crate::route::RouteTable;
+use super::dial::TlsDial;
+use super::status::PoolStatus;
+use super::{Settings, TlsPool};
+use crate::metrics::{Metrics, PoolLabels, RouteName};
 use crate::tls::origin::PoolKey;
 
+/// A pool the new configuration needs: the route that first asked for it, how to dial, sizes.
+pub struct Wanted {
+    pub route: RouteName,
+    pub dial: TlsDial,
+    pub settings: Settings,
+}
+
 pub struct Pools {
-    map: Mutex<HashMap<PoolKey, Arc<Pool>>>,
+    map: Mutex<HashMap<PoolKey, Arc<TlsPool>>>,
     metrics: Arc<Metrics>,
 }
 
@@ -26,50 +34,38 @@ impl Pools {
         Self { map: Mutex::default(), metrics }
     }
 
-    fn map(&self) -> std::sync::MutexGuard<'_, HashMap<PoolKey, Arc<Pool>>> {
+    fn map(&self) -> std::sync::MutexGuard<'_, HashMap<PoolKey, Arc<TlsPool>>> {
         self.map.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    pub fn get(&self, key: &PoolKey) -> Option<Arc<Pool>> {
-        self.map().get(key).cloned()
-    }
-
-    /// Make the set of pools match `routes`. Must run inside the tokio runtime.
-    pub fn sync(&self, routes: &RouteTable, connect_timeout: Duration) {
+    /// Make the set of pools exactly `wanted` (the first entry for a key wins, as routes with
+    /// equal keys share a pool). Returns every wanted key's pool. Must run inside the runtime.
+    pub fn sync(&self, wanted: Vec<Wanted>) -> HashMap<PoolKey, Arc<TlsPool>> {
         let mut map = self.map();
-        let mut wanted = HashMap::new();
-        for (name, route) in routes.prewarm_routes() {
-            for alpn in route.pool_alpns() {
-                let key = route.origin.key(alpn);
-                let settings = Settings { size: route.pool.clone(), connect_timeout };
-                if let Some(pool) = map.get(&key) {
-                    pool.update(settings);
-                    wanted.insert(key, pool.clone());
-                    continue;
-                }
-                if wanted.contains_key(&key) {
-                    continue;
-                }
-                if !key.verify {
-                    tracing::warn!(route = name, origin = %key.origin, "origin_tls.verify is false: origin certificates are NOT verified");
-                }
-                let labels =
-                    PoolLabels { route: name.to_string(), origin: key.origin.to_string(), alpn: key.alpn_label() };
-                let target = Target {
-                    connector: TlsConnector::from(route.origin.config(alpn)),
-                    server_name: route.origin.server_name.clone(),
-                    key: key.clone(),
-                };
-                let pool = Pool::start(target, labels, settings, self.metrics.clone());
-                wanted.insert(key, pool);
+        let mut next = HashMap::new();
+        for w in wanted {
+            let key = w.dial.key.clone();
+            if let Some(pool) = map.get(&key) {
+                pool.update(w.settings);
+                next.insert(key, pool.clone());
+                continue;
             }
+            if next.contains_key(&key) {
+                continue;
+            }
+            if !key.verify {
+                tracing::warn!(route = %w.route, origin = %key.origin, "origin_tls.verify is false: origin certificates are NOT verified");
+            }
+            let labels = PoolLabels { route: w.route, origin: key.origin.to_string(), alpn: key.alpn_label() };
+            next.insert(key, TlsPool::start(w.dial, labels, w.settings, self.metrics.clone()));
         }
         for (key, pool) in map.drain() {
-            if !wanted.contains_key(&key) {
+            if !next.contains_key(&key) {
                 pool.retire();
             }
         }
-        *map = wanted;
+        map.clone_from(&next);
+        next
     }
 
     /// Stop every pool (shutdown).
@@ -79,11 +75,10 @@ impl Pools {
         }
     }
 
-    /// `/pools`: every pool's key and numbers.
-    pub fn status(&self) -> serde_json::Value {
-        let map = self.map();
-        let mut pools: Vec<_> = map.values().map(|p| p.status()).collect();
-        pools.sort_by_key(|p| (p["route"].to_string(), p["alpn"].to_string()));
-        serde_json::json!({ "pools": pools })
+    /// Every pool's key and numbers, in a stable order (route, then ALPN).
+    pub fn status(&self) -> Vec<PoolStatus> {
+        let mut pools: Vec<_> = self.map().values().map(|p| p.status()).collect();
+        pools.sort_by(|a, b| (&a.route, &a.alpn).cmp(&(&b.route, &b.alpn)));
+        pools
     }
 }

@@ -13,12 +13,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpStream;
 use tokio::sync::oneshot;
 use tokio::time::Instant;
-use tokio_rustls::client::TlsStream;
 
+use super::dial::Dial;
 use super::{Pool, Warm};
+use crate::metrics::{Discard, PoolDiscard};
 
 /// Most bytes buffered from an idle connection. An origin that sends more before any request
 /// is not one we want to hand to a client.
@@ -30,11 +30,11 @@ enum End {
     Expired,
 }
 
-pub(super) async fn watch(
-    pool: Arc<Pool>,
+pub(super) async fn watch<D: Dial>(
+    pool: Arc<Pool<D>>,
     id: u64,
-    mut stream: TlsStream<TcpStream>,
-    mut requests: oneshot::Receiver<oneshot::Sender<Warm>>,
+    mut stream: D::Conn,
+    mut requests: oneshot::Receiver<oneshot::Sender<Warm<D::Conn>>>,
     max_idle: Duration,
 ) {
     let born = Instant::now();
@@ -65,15 +65,20 @@ pub(super) async fn watch(
     };
     let labels = pool.labels();
     let m = &pool.metrics.pool;
+    let discard = |reason| PoolDiscard {
+        route: labels.route.clone(),
+        origin: labels.origin.clone(),
+        alpn: labels.alpn.clone(),
+        reason,
+    };
     let reason = match end {
-        End::Dead => "dead",
-        End::Overflow => "overflow",
-        End::Expired => "expired",
+        End::Dead | End::Expired => Discard::Dead,
+        End::Overflow => Discard::Overflow,
     };
     if pool.remove_idle(id) {
         match end {
             End::Expired => m.expired.get_or_create(labels).inc(),
-            _ => m.discarded.get_or_create(&pool.reason_labels(reason)).inc(),
+            _ => m.discarded.get_or_create(&discard(reason)).inc(),
         };
         let _ = stream.shutdown().await;
         pool.wake.notify_one();
@@ -88,7 +93,7 @@ pub(super) async fn watch(
             }
         }
         _ => {
-            m.discarded.get_or_create(&pool.reason_labels(reason)).inc();
+            m.discarded.get_or_create(&discard(reason)).inc();
         }
     }
 }

@@ -11,7 +11,7 @@ use tokio::io::Interest;
 use tokio::net::TcpStream;
 
 use super::{PumpResult, Side};
-use crate::sockopt;
+use crate::transport::sockopt;
 
 /// Largest single splice: the pipe's capacity.
 const CHUNK: usize = 256 * 1024;

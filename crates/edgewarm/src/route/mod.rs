@@ -6,33 +6,57 @@
 //! way to reach an origin that the config does not name.
 
 use std::collections::HashMap;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use crate::config::{sni_pattern, Action, Config, ConfigError, OriginAddr, PoolConfig};
-use crate::metrics::{Metrics, RouteMetrics};
-use crate::tls::client::ClientTls;
+use crate::metrics::{Metrics, RouteMetrics, RouteName};
+use crate::pool::TlsPool;
+use crate::tls::client::{ClientTls, Resumption};
 use crate::tls::origin::OriginTls;
 
 /// What to do with a connection whose hello matched a route.
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 pub enum RouteAction {
-    Tunnel { origin: OriginAddr, fastopen: bool },
+    Tunnel(TunnelRoute),
     Reject,
-    Prewarm(Arc<PrewarmRoute>),
+    Prewarm(Box<PrewarmRoute>),
 }
 
-/// A `prewarm` route's TLS on both sides and its pool sizing.
+/// A `tunnel` route: where to, and whether the replayed hello rides in the SYN.
+#[derive(Debug)]
+pub struct TunnelRoute {
+    pub origin: OriginAddr,
+    pub fastopen: bool,
+}
+
+/// A `prewarm` route's TLS on both sides, its pool sizing, and its pools.
 #[derive(Debug)]
 pub struct PrewarmRoute {
     pub client: ClientTls,
     pub origin: OriginTls,
     pub pool: PoolConfig,
+    /// One pool per ALPN choice, attached by the server before the snapshot holding this route
+    /// is published (so a connection never looks pools up in a shared map).
+    pools: OnceLock<RoutePools>,
 }
+
+/// A route's pools by ALPN choice (`None`: no ALPN); a handful of entries, searched in order.
+pub type RoutePools = Vec<(Option<Vec<u8>>, Arc<TlsPool>)>;
 
 impl PrewarmRoute {
     /// The ALPN choices that get a pool: each protocol of the route's list, and none.
     pub fn pool_alpns(&self) -> impl Iterator<Item = Option<&[u8]>> {
         std::iter::once(None).chain(self.client.alpn.iter().map(|p| Some(p.as_slice())))
+    }
+
+    /// The pool for an ALPN choice.
+    pub fn pool(&self, alpn: Option<&[u8]>) -> Option<&Arc<TlsPool>> {
+        self.pools.get()?.iter().find(|(a, _)| a.as_deref() == alpn).map(|(_, p)| p)
+    }
+
+    /// Give the route its pools; only the first call counts (a route belongs to one snapshot).
+    pub fn attach_pools(&self, pools: RoutePools) {
+        let _ = self.pools.set(pools);
     }
 }
 
@@ -42,7 +66,7 @@ pub const NO_SNI: &str = "<no-sni>";
 #[derive(Debug)]
 pub struct Route {
     /// The SNI pattern as configured (normalised): also the `route` metric label.
-    pub name: String,
+    pub name: RouteName,
     pub action: RouteAction,
     metrics: std::sync::OnceLock<RouteMetrics>,
 }
@@ -65,8 +89,9 @@ pub struct RouteTable {
 }
 
 impl RouteTable {
-    /// Build from a config; fails only on what [`Config::validate`] also refuses.
-    pub fn new(config: &Config) -> Result<Self, ConfigError> {
+    /// Build from a config; fails only on what [`Config::validate`] also refuses (and on
+    /// certificate files that cannot be read). `resumption` holds the server's ticket keys.
+    pub fn new(config: &Config, resumption: &Resumption) -> Result<Self, ConfigError> {
         config.validate()?;
         let mut table = Self::default();
         for (i, r) in config.routes.iter().enumerate() {
@@ -78,16 +103,20 @@ impl RouteTable {
             };
             let action = match r.action {
                 Action::Reject => RouteAction::Reject,
-                Action::Tunnel => RouteAction::Tunnel { origin: origin()?, fastopen: r.origin_tcp_fastopen },
-                Action::Prewarm => RouteAction::Prewarm(Arc::new(PrewarmRoute {
-                    client: ClientTls::new(r).map_err(|(field, m)| ConfigError::invalid(key(field), m))?,
+                Action::Tunnel => {
+                    RouteAction::Tunnel(TunnelRoute { origin: origin()?, fastopen: r.origin_tcp_fastopen })
+                }
+                Action::Prewarm => RouteAction::Prewarm(Box::new(PrewarmRoute {
+                    client: ClientTls::new(r, &name, resumption)
+                        .map_err(|(field, m)| ConfigError::invalid(key(field), m))?,
                     origin: OriginTls::new(r, &name, origin()?)
                         .map_err(|(field, m)| ConfigError::invalid(key(field), m))?,
                     pool: r.pool.clone(),
+                    pools: OnceLock::new(),
                 })),
             };
             // The no-SNI route's label must be visible in metrics and logs.
-            let label = if name.is_empty() { NO_SNI.to_string() } else { name.clone() };
+            let label = RouteName::new(if name.is_empty() { NO_SNI } else { &name });
             let route = Arc::new(Route { name: label, action, metrics: Default::default() });
             match name.as_str() {
                 "" => table.no_sni = Some(route),
@@ -106,10 +135,10 @@ impl RouteTable {
     }
 
     /// Every `prewarm` route, for syncing pools.
-    pub fn prewarm_routes(&self) -> impl Iterator<Item = (&str, &Arc<PrewarmRoute>)> {
+    pub fn prewarm_routes(&self) -> impl Iterator<Item = (&RouteName, &PrewarmRoute)> {
         let all = self.exact.values().chain(self.wildcard.values()).chain(&self.no_sni).chain(&self.default);
         all.filter_map(|r| match &r.action {
-            RouteAction::Prewarm(p) => Some((r.name.as_str(), p)),
+            RouteAction::Prewarm(p) => Some((&r.name, &**p)),
             _ => None,
         })
     }
@@ -154,11 +183,11 @@ mod tests {
              - {{sni: \"*.example.com\", action: tunnel, origin: wild.internal:443}}\n\
              - {{sni: \"*.b.example.com\", action: tunnel, origin: b.internal:443}}\n{extra}"
         );
-        RouteTable::new(&Config::parse(&yaml).unwrap()).unwrap()
+        RouteTable::new(&Config::parse(&yaml).unwrap(), &Resumption::default()).unwrap()
     }
 
     fn name(t: &RouteTable, sni: Option<&str>) -> Option<String> {
-        t.lookup(sni).map(|r| r.name.clone())
+        t.lookup(sni).map(|r| r.name.to_string())
     }
 
     #[test]

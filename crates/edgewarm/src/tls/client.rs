@@ -8,13 +8,17 @@
 //! client can only agree to what the warm origin connection speaks.
 //!
 //! Session resumption: stateless tickets from a rotating ticketer (keys rotate every 6 hours,
-//! tickets live 12) plus rustls's in-memory session cache. 0-RTT from clients is not accepted
+//! tickets live 12) plus an in-memory session cache, both per route and both owned by the
+//! server ([`Resumption`]) rather than by one configuration: a SIGHUP keeps every client's
+//! tickets valid. Per route, so a ticket issued under one route's certificate never resumes on
+//! another's. 0-RTT from clients is not accepted
 //! (rustls's default, `max_early_data_size = 0`): tokio-rustls's acceptor does not surface early
 //! data, and accepting it without reading it would lose the client's first request.
 
 use std::collections::HashMap;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
+use rustls::server::{ProducesTickets, ServerSessionMemoryCache, StoresServerSessions};
 use rustls::ServerConfig;
 
 use super::pem;
@@ -30,8 +34,40 @@ pub struct ClientTls {
     plain: Arc<ServerConfig>,
 }
 
+/// Session IDs remembered per route (TLS 1.2 clients without tickets); about 1 KiB each.
+const SESSION_CACHE_SIZE: usize = 4096;
+
+type RouteResumption = (Arc<dyn ProducesTickets>, Arc<dyn StoresServerSessions>);
+
+/// Ticket keys and session caches by route name, for the life of the server.
+#[derive(Default)]
+pub struct Resumption {
+    routes: Mutex<HashMap<String, RouteResumption>>,
+}
+
+impl std::fmt::Debug for Resumption {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Resumption").finish_non_exhaustive()
+    }
+}
+
+impl Resumption {
+    /// The route's ticketer and session cache, made on first use.
+    fn for_route(&self, name: &str) -> Result<RouteResumption, rustls::Error> {
+        let mut routes = self.routes.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(r) = routes.get(name) {
+            return Ok(r.clone());
+        }
+        let made: RouteResumption =
+            (rustls::crypto::aws_lc_rs::Ticketer::new()?, ServerSessionMemoryCache::new(SESSION_CACHE_SIZE));
+        routes.insert(name.to_string(), made.clone());
+        Ok(made)
+    }
+}
+
 impl ClientTls {
-    pub fn new(route: &RouteConfig) -> Result<Self, (&'static str, String)> {
+    /// `name` is the route's normalised SNI pattern: the key of its resumption state.
+    pub fn new(route: &RouteConfig, name: &str, resumption: &Resumption) -> Result<Self, (&'static str, String)> {
         let (Some(cert_path), Some(key_path)) = (&route.cert, &route.key) else {
             return Err(("cert", "required for action prewarm".into()));
         };
@@ -47,7 +83,7 @@ impl ClientTls {
             .with_no_client_auth()
             .with_single_cert(certs, key)
             .map_err(|e| ("key", format!("does not match the certificate or is unsupported: {e}")))?;
-        base.ticketer = rustls::crypto::aws_lc_rs::Ticketer::new().map_err(|e| ("cert", e.to_string()))?;
+        (base.ticketer, base.session_storage) = resumption.for_route(name).map_err(|e| ("cert", e.to_string()))?;
         let alpn: Vec<Vec<u8>> = route.alpn.iter().map(|p| p.as_bytes().to_vec()).collect();
         let by_alpn = alpn
             .iter()

@@ -4,7 +4,6 @@
 pub mod client;
 pub mod origin;
 pub mod pem;
-pub mod rewind;
 
 use std::sync::Arc;
 

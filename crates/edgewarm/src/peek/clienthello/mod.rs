@@ -32,7 +32,7 @@ pub enum Parsed<'a> {
 }
 
 /// Why the bytes are not an acceptable ClientHello. [`HelloError::reason`] is the metric label.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, thiserror::Error)]
 pub enum HelloError {
     /// The first bytes are not a TLS handshake record.
     #[error("not TLS")]

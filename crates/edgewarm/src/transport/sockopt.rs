@@ -14,23 +14,24 @@ use socket2::{Domain, Protocol, Socket, Type};
 /// Backlog for listening sockets; the kernel caps it at `net.core.somaxconn`.
 const LISTEN_BACKLOG: i32 = 4096;
 
-fn setsockopt_int(fd: &impl AsFd, level: libc::c_int, name: libc::c_int, value: libc::c_int) -> io::Result<()> {
-    // SAFETY: fd is a live descriptor borrowed for the call; value is a c_int and we pass its
-    // exact size.
-    let rc = unsafe {
-        libc::setsockopt(
-            fd.as_fd().as_raw_fd(),
-            level,
-            name,
-            std::ptr::from_ref(&value).cast(),
-            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
-        )
-    };
+/// `setsockopt(2)` with a typed argument: the size passed is always the size of `T`, so a
+/// struct option (kTLS's `tls12_crypto_info_*`, say) cannot be given a wrong length. `T` must be
+/// the plain C type the option expects (an `int`, a `#[repr(C)]` struct from libc).
+pub fn setsockopt<T: Copy>(fd: &impl AsFd, level: libc::c_int, name: libc::c_int, value: &T) -> io::Result<()> {
+    let len = libc::socklen_t::try_from(std::mem::size_of::<T>())
+        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "socket option argument too large"))?;
+    // SAFETY: fd is a live descriptor borrowed for the call; value points to a live, initialised
+    // T of exactly `len` bytes, which the kernel only reads.
+    let rc = unsafe { libc::setsockopt(fd.as_fd().as_raw_fd(), level, name, std::ptr::from_ref(value).cast(), len) };
     if rc == 0 {
         Ok(())
     } else {
         Err(io::Error::last_os_error())
     }
+}
+
+fn setsockopt_int(fd: &impl AsFd, level: libc::c_int, name: libc::c_int, value: libc::c_int) -> io::Result<()> {
+    setsockopt(fd, level, name, &value)
 }
 
 /// Bind a listening TCP socket with SO_REUSEADDR and, when `fastopen_queue > 0`, server-side TCP

@@ -1,4 +1,4 @@
-//! Connecting to an origin: resolve at connect time, try every address, one deadline.
+//! Connecting to an origin: resolve ([`super::resolve`]), try every address, one deadline.
 //!
 //! The connect timeout covers resolution and all attempts together; each address gets an equal
 //! share of what is left, so one black-holed address cannot eat the whole budget while a good
@@ -14,9 +14,11 @@ use tokio::io::{AsyncWriteExt, Interest};
 use tokio::net::{TcpSocket, TcpStream};
 use tokio::time::Instant;
 
+use super::fastopen::send_fastopen;
+use super::resolve::Resolver;
+use super::sockopt;
 use crate::config::OriginAddr;
 use crate::error::CloseReason;
-use crate::sockopt;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ConnectError {
@@ -43,18 +45,17 @@ impl ConnectError {
 /// Connect to `origin` and send `first` (the replayed ClientHello). Returns the stream and
 /// the address that answered.
 pub async fn connect(
+    resolver: &Resolver,
     origin: &OriginAddr,
     fastopen: bool,
     timeout: Duration,
     first: &[u8],
 ) -> Result<(TcpStream, SocketAddr), ConnectError> {
     let deadline = Instant::now() + timeout;
-    let addrs: Vec<SocketAddr> =
-        tokio::time::timeout_at(deadline, tokio::net::lookup_host((origin.host.as_str(), origin.port)))
-            .await
-            .map_err(|_| ConnectError::Timeout)?
-            .map_err(ConnectError::Resolve)?
-            .collect();
+    let addrs = tokio::time::timeout_at(deadline, resolver.resolve(origin))
+        .await
+        .map_err(|_| ConnectError::Timeout)?
+        .map_err(ConnectError::Resolve)?;
     let mut last = ConnectError::Resolve(io::Error::new(io::ErrorKind::NotFound, "no addresses"));
     for (i, addr) in addrs.iter().enumerate() {
         let left = deadline.saturating_duration_since(Instant::now());
@@ -84,75 +85,13 @@ async fn attempt(addr: SocketAddr, fastopen: bool, first: &[u8]) -> io::Result<T
     Ok(stream)
 }
 
-/// A stream whose first write may be a Fast Open connect: EINPROGRESS on a write means "the SYN
-/// is out, wait for the connection", which plain tokio streams would report as an error. Lets a
-/// TLS client (rustls writes the ClientHello itself) run over a TCP_FASTOPEN_CONNECT socket.
-pub struct FastOpenStream(TcpStream);
-
-impl FastOpenStream {
-    pub fn new(stream: TcpStream) -> Self {
-        Self(stream)
-    }
-}
-
-impl tokio::io::AsyncRead for FastOpenStream {
-    fn poll_read(
-        mut self: std::pin::Pin<&mut Self>,
-        cx: &mut std::task::Context<'_>,
-        buf: &mut tokio::io::ReadBuf<'_>,
-    ) -> std::task::Poll<io::Result<()>> {
-        std::pin::Pin::new(&mut self.0).poll_read(cx, buf)
-    }
-}
-
-impl tokio::io::AsyncWrite for FastOpenStream {
-    fn poll_write(
-        self: std::pin::Pin<&mut Self>,
-        cx: &mut std::task::Context<'_>,
-        buf: &[u8],
-    ) -> std::task::Poll<io::Result<usize>> {
-        loop {
-            std::task::ready!(self.0.poll_write_ready(cx))?;
-            match self.0.try_io(Interest::WRITABLE, || send_fastopen(&self.0, buf)) {
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
-                other => return std::task::Poll::Ready(other),
-            }
-        }
-    }
-
-    fn poll_flush(
-        mut self: std::pin::Pin<&mut Self>,
-        cx: &mut std::task::Context<'_>,
-    ) -> std::task::Poll<io::Result<()>> {
-        std::pin::Pin::new(&mut self.0).poll_flush(cx)
-    }
-
-    fn poll_shutdown(
-        mut self: std::pin::Pin<&mut Self>,
-        cx: &mut std::task::Context<'_>,
-    ) -> std::task::Poll<io::Result<()>> {
-        std::pin::Pin::new(&mut self.0).poll_shutdown(cx)
-    }
-}
-
-/// `send(2)` with EINPROGRESS (Fast Open connect under way) reported as WouldBlock.
-fn send_fastopen(stream: &TcpStream, buf: &[u8]) -> io::Result<usize> {
-    match socket2::SockRef::from(stream).send(buf) {
-        Err(e) if e.raw_os_error() == Some(libc::EINPROGRESS) => Err(io::ErrorKind::WouldBlock.into()),
-        other => other,
-    }
-}
-
 /// First write on a TCP_FASTOPEN_CONNECT socket. Without a cookie for this origin the kernel
 /// sends a plain SYN and reports EINPROGRESS: that is "connecting", so it becomes WouldBlock
 /// (clearing readiness) and we wait for the socket to become writable, i.e. connected.
 async fn write_fastopen(stream: &TcpStream, mut buf: &[u8]) -> io::Result<()> {
     while !buf.is_empty() {
         stream.writable().await?;
-        let sent = stream.try_io(Interest::WRITABLE, || match socket2::SockRef::from(stream).send(buf) {
-            Err(e) if e.raw_os_error() == Some(libc::EINPROGRESS) => Err(io::ErrorKind::WouldBlock.into()),
-            other => other,
-        });
+        let sent = stream.try_io(Interest::WRITABLE, || send_fastopen(stream, buf));
         match sent {
             Ok(n) => buf = &buf[n..],
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,

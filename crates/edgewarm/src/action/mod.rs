@@ -1,0 +1,57 @@
+//! What a connection does once its route is known: one module per route action.
+//!
+//! Every action has the same shape, `serve(client, hello, &ConnCtx, &mut AccessLog) ->
+//! CloseReason`: it owns the client socket from here on, fills in the parts of the access log
+//! it knows, and says why the connection ended. The listener does not know which actions exist;
+//! a new one (`http`) is a new file here and one arm in [`serve`].
+
+pub mod prewarm;
+pub mod reject;
+pub mod tunnel;
+
+use std::time::Instant;
+
+use tokio::net::TcpStream;
+use tokio_util::sync::CancellationToken;
+
+use crate::accesslog::AccessLog;
+use crate::error::CloseReason;
+use crate::metrics::{Metrics, RouteMetrics};
+use crate::peek::Hello;
+use crate::relay::{End, Side};
+use crate::route::{Route, RouteAction};
+use crate::snapshot::Snapshot;
+
+/// What one connection needs, and nothing more. Everything here was resolved before the
+/// connection arrived (the route's metric handles, its pools): serving a connection takes no
+/// lock shared with other connections.
+pub struct ConnCtx<'a> {
+    /// The configuration as it was when the connection was accepted.
+    pub snapshot: &'a Snapshot,
+    pub route: &'a Route,
+    pub route_metrics: &'a RouteMetrics,
+    pub metrics: &'a Metrics,
+    /// Cancelled when the shutdown grace period is over.
+    pub cut: &'a CancellationToken,
+    pub accepted: Instant,
+}
+
+/// Hand the connection to its route's action.
+pub async fn serve(client: TcpStream, hello: Hello, ctx: &ConnCtx<'_>, log: &mut AccessLog) -> CloseReason {
+    match &ctx.route.action {
+        RouteAction::Reject => reject::serve(client, hello, ctx, log).await,
+        RouteAction::Tunnel(route) => tunnel::serve(client, hello, route, ctx, log).await,
+        RouteAction::Prewarm(route) => prewarm::serve(client, hello, route, ctx, log).await,
+    }
+}
+
+/// How a relay's end reads in the metrics and the access log (the same for every action).
+pub fn relay_close_reason(end: End) -> CloseReason {
+    match end {
+        End::Done => CloseReason::Done,
+        End::Idle => CloseReason::IdleTimeout,
+        End::Reset(Side::Client) => CloseReason::ClientReset,
+        End::Reset(Side::Origin) => CloseReason::OriginReset,
+        End::Shutdown => CloseReason::Shutdown,
+    }
+}

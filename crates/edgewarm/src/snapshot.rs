@@ -1,0 +1,73 @@
+//! What one connection needs from the configuration, fixed at accept time.
+//!
+//! The server publishes a new [`Snapshot`] on every reload; a connection takes the one current
+//! when it is accepted and keeps it to its end, so a reload changes where *new* connections go
+//! and never touches open ones.
+
+use std::sync::Arc;
+
+use tokio_rustls::TlsConnector;
+
+use crate::config::{Config, ConfigError, RelayMode, Timeouts};
+use crate::pool::dial::TlsDial;
+use crate::pool::registry::{Pools, Wanted};
+use crate::pool::Settings;
+use crate::relay;
+use crate::route::RouteTable;
+use crate::tls::client::Resumption;
+use crate::transport::Resolver;
+
+#[derive(Debug)]
+pub struct Snapshot {
+    pub routes: RouteTable,
+    pub timeouts: Timeouts,
+    pub relay: relay::Mode,
+    /// Shared with every snapshot of the same server (the cache outlives reloads).
+    pub resolver: Arc<Resolver>,
+}
+
+impl Snapshot {
+    /// Build a snapshot; `resumption` and `resolver` belong to the server and survive reloads.
+    pub fn new(config: &Config, resumption: &Resumption, resolver: Arc<Resolver>) -> Result<Self, ConfigError> {
+        Ok(Self {
+            routes: RouteTable::new(config, resumption)?,
+            timeouts: config.timeouts.clone(),
+            relay: match config.relay {
+                RelayMode::Splice => relay::Mode::Splice,
+                RelayMode::Copy => relay::Mode::Copy,
+            },
+            resolver,
+        })
+    }
+}
+
+impl Snapshot {
+    /// Start, resize or retire the server's pools to match this snapshot's `prewarm` routes and
+    /// give each route its pools. Runs before the snapshot is published, so a connection that
+    /// sees this snapshot finds its route's pools in place.
+    pub fn attach_pools(&self, pools: &Pools) {
+        let mut wanted = Vec::new();
+        for (name, route) in self.routes.prewarm_routes() {
+            for alpn in route.pool_alpns() {
+                wanted.push(Wanted {
+                    route: name.clone(),
+                    dial: TlsDial {
+                        key: route.origin.key(alpn),
+                        connector: TlsConnector::from(route.origin.config(alpn)),
+                        server_name: route.origin.server_name.clone(),
+                        resolver: self.resolver.clone(),
+                    },
+                    settings: Settings { size: route.pool.clone(), connect_timeout: self.timeouts.connect },
+                });
+            }
+        }
+        let started = pools.sync(wanted);
+        for (_, route) in self.routes.prewarm_routes() {
+            let mine = route
+                .pool_alpns()
+                .filter_map(|alpn| Some((alpn.map(<[u8]>::to_vec), started.get(&route.origin.key(alpn))?.clone())))
+                .collect();
+            route.attach_pools(mine);
+        }
+    }
+}

@@ -1,0 +1,17 @@
+//! Sockets and streams below TLS: what every action and the pool build on.
+//!
+//! - [`sockopt`]: every setsockopt and raw syscall; the only module allowed `unsafe`.
+//! - [`resolve`]: origin name resolution off the worker threads, single-flight, cached.
+//! - [`dial`]: connect to an origin (every address, one deadline, optional Fast Open).
+//! - [`fastopen`]: a stream whose first write may be a Fast Open connect.
+//! - [`rewind`]: a stream that first returns bytes already read from it (the peeked hello).
+
+pub mod dial;
+pub mod fastopen;
+pub mod resolve;
+pub mod rewind;
+pub mod sockopt;
+
+pub use fastopen::FastOpenStream;
+pub use resolve::Resolver;
+pub use rewind::Rewind;
