@@ -158,7 +158,7 @@ mod humantime_serde_compat {
     use serde::{Deserialize, Deserializer};
     use std::time::Duration;
 
-    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
+    pub(super) fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
         let text = String::deserialize(d)?;
         humantime::parse_duration(&text).map_err(|e| serde::de::Error::custom(format!("{text:?}: {e}")))
     }

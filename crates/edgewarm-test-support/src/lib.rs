@@ -1,6 +1,5 @@
 //! Shared test fixtures: certificates, an in-process edgewarm, origins, and a real rustls
 //! client. Everything listens on 127.0.0.1 port 0 and is torn down with the test's runtime.
-#![allow(dead_code)]
 
 use std::net::SocketAddr;
 use std::path::Path;

@@ -101,7 +101,7 @@ async fn plain_forwarder(origin: SocketAddr) -> SocketAddr {
                     down: &down,
                     cancel: &cancel,
                 };
-                relay.run(&client, &upstream, || {}).await;
+                relay.run(client, upstream, || {}).await;
             });
         }
     });

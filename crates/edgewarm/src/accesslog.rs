@@ -13,10 +13,10 @@ use crate::error::CloseReason;
 use crate::metrics::RouteName;
 
 /// Log target of the access log, for filtering (`RUST_LOG=edgewarm::access=off`).
-pub const TARGET: &str = "edgewarm::access";
+pub(crate) const TARGET: &str = "edgewarm::access";
 
 #[derive(Debug)]
-pub struct AccessLog {
+pub(crate) struct AccessLog {
     pub client: SocketAddr,
     pub listener: SocketAddr,
     pub sni: Option<String>,
@@ -94,7 +94,7 @@ macro_rules! access_event {
 }
 
 impl AccessLog {
-    pub fn emit(&self) {
+    pub(crate) fn emit(&self) {
         // `event!` needs its level at compile time; one arm per level.
         match self.reason.level() {
             Level::ERROR => access_event!(Level::ERROR, self),

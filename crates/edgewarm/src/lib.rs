@@ -24,18 +24,18 @@
 //!
 //! The WAN lab and the load generator are the `edgewarm-lab` crate; the proxy links none of it.
 
-pub mod accesslog;
-pub mod action;
+pub(crate) mod accesslog;
+pub(crate) mod action;
 pub mod admin;
 pub mod config;
 pub mod error;
-pub mod listener;
+pub(crate) mod listener;
 pub mod metrics;
 pub mod peek;
-pub mod pool;
+pub(crate) mod pool;
 pub mod relay;
 pub mod route;
 pub mod server;
-pub mod snapshot;
+pub(crate) mod snapshot;
 pub mod tls;
 pub mod transport;

@@ -109,16 +109,12 @@ impl Server {
         &self.metrics
     }
 
-    pub fn pools(&self) -> &Pools {
-        &self.pools
-    }
-
     /// What the admin listener needs: metrics, readiness, the pools.
     pub fn admin_state(&self) -> AdminState {
         AdminState { metrics: self.metrics.clone(), ready: self.ready.clone(), pools: self.pools.clone() }
     }
 
-    pub fn snapshot(&self) -> Arc<Snapshot> {
+    pub(crate) fn snapshot(&self) -> Arc<Snapshot> {
         self.snapshot.borrow().clone()
     }
 

@@ -18,7 +18,7 @@ use crate::tls::client::Resumption;
 use crate::transport::Resolver;
 
 #[derive(Debug)]
-pub struct Snapshot {
+pub(crate) struct Snapshot {
     pub routes: RouteTable,
     pub timeouts: Timeouts,
     pub relay: relay::Mode,
@@ -28,7 +28,7 @@ pub struct Snapshot {
 
 impl Snapshot {
     /// Build a snapshot; `resumption` and `resolver` belong to the server and survive reloads.
-    pub fn new(config: &Config, resumption: &Resumption, resolver: Arc<Resolver>) -> Result<Self, ConfigError> {
+    pub(crate) fn new(config: &Config, resumption: &Resumption, resolver: Arc<Resolver>) -> Result<Self, ConfigError> {
         Ok(Self {
             routes: RouteTable::new(config, resumption)?,
             timeouts: config.timeouts.clone(),
@@ -45,7 +45,7 @@ impl Snapshot {
     /// Start, resize or retire the server's pools to match this snapshot's `prewarm` routes and
     /// give each route its pools. Runs before the snapshot is published, so a connection that
     /// sees this snapshot finds its route's pools in place.
-    pub fn attach_pools(&self, pools: &Pools) {
+    pub(crate) fn attach_pools(&self, pools: &Pools) {
         let mut wanted = Vec::new();
         for (name, route) in self.routes.prewarm_routes() {
             for alpn in route.pool_alpns() {

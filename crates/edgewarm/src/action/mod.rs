@@ -5,9 +5,9 @@
 //! it knows, and says why the connection ended. The listener does not know which actions exist;
 //! a new one (`http`) is a new file here and one arm in [`serve`].
 
-pub mod prewarm;
-pub mod reject;
-pub mod tunnel;
+pub(crate) mod prewarm;
+pub(crate) mod reject;
+pub(crate) mod tunnel;
 
 use std::time::Instant;
 
@@ -25,7 +25,7 @@ use crate::snapshot::Snapshot;
 /// What one connection needs, and nothing more. Everything here was resolved before the
 /// connection arrived (the route's metric handles, its pools): serving a connection takes no
 /// lock shared with other connections.
-pub struct ConnCtx<'a> {
+pub(crate) struct ConnCtx<'a> {
     /// The configuration as it was when the connection was accepted.
     pub snapshot: &'a Snapshot,
     pub route: &'a Route,
@@ -37,7 +37,7 @@ pub struct ConnCtx<'a> {
 }
 
 /// Hand the connection to its route's action.
-pub async fn serve(client: TcpStream, hello: Hello, ctx: &ConnCtx<'_>, log: &mut AccessLog) -> CloseReason {
+pub(crate) async fn serve(client: TcpStream, hello: Hello, ctx: &ConnCtx<'_>, log: &mut AccessLog) -> CloseReason {
     match &ctx.route.action {
         RouteAction::Reject => reject::serve(client, hello, ctx, log).await,
         RouteAction::Tunnel(route) => tunnel::serve(client, hello, route, ctx, log).await,
@@ -46,7 +46,7 @@ pub async fn serve(client: TcpStream, hello: Hello, ctx: &ConnCtx<'_>, log: &mut
 }
 
 /// How a relay's end reads in the metrics and the access log (the same for every action).
-pub fn relay_close_reason(end: End) -> CloseReason {
+pub(crate) fn relay_close_reason(end: End) -> CloseReason {
     match end {
         End::Done => CloseReason::Done,
         End::Idle => CloseReason::IdleTimeout,

@@ -19,7 +19,7 @@ use crate::relay::{self, Direction};
 use crate::route::PrewarmRoute;
 use crate::transport::Rewind;
 
-pub async fn serve(
+pub(crate) async fn serve(
     mut client: TcpStream,
     hello: Hello,
     route: &PrewarmRoute,
@@ -92,7 +92,7 @@ pub async fn serve(
         cancel: ctx.cut,
     };
     let mut first_byte = None;
-    let end = relay.run_streams(client_tls, warm.stream, || first_byte = Some(ctx.accepted.elapsed())).await;
+    let end = relay.run(client_tls, warm.stream, || first_byte = Some(ctx.accepted.elapsed())).await;
     log.first_byte = first_byte;
     log.bytes_up = up.bytes();
     log.bytes_down = down.bytes();

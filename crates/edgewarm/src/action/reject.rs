@@ -8,7 +8,12 @@ use crate::accesslog::AccessLog;
 use crate::error::CloseReason;
 use crate::peek::{self, Hello};
 
-pub async fn serve(mut client: TcpStream, _hello: Hello, _ctx: &ConnCtx<'_>, _log: &mut AccessLog) -> CloseReason {
+pub(crate) async fn serve(
+    mut client: TcpStream,
+    _hello: Hello,
+    _ctx: &ConnCtx<'_>,
+    _log: &mut AccessLog,
+) -> CloseReason {
     let _ = client.write_all(&peek::alert(peek::ALERT_UNRECOGNIZED_NAME)).await;
     CloseReason::RouteReject
 }

@@ -18,7 +18,7 @@ use crate::relay::{self, Direction};
 use crate::route::TunnelRoute;
 use crate::transport::dial;
 
-pub async fn serve(
+pub(crate) async fn serve(
     mut client: TcpStream,
     hello: Hello,
     route: &TunnelRoute,
@@ -61,7 +61,7 @@ pub async fn serve(
     drop(hello);
     let mut first_byte = None;
     let relay = relay::Relay { mode: ctx.snapshot.relay, idle: timeouts.idle, up: &up, down: &down, cancel: ctx.cut };
-    let end = relay.run(&client, &origin, || first_byte = Some(ctx.accepted.elapsed())).await;
+    let end = relay.run(client, origin, || first_byte = Some(ctx.accepted.elapsed())).await;
     if let Some(t) = first_byte {
         m.first_byte.observe(t.as_secs_f64());
     }

@@ -7,6 +7,7 @@
 //! Every key and its default is documented in docs/config.md.
 
 mod duration;
+mod route;
 mod validate;
 
 use std::net::SocketAddr;
@@ -15,6 +16,7 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
+pub use route::{ActionConfig, PrewarmConfig, RouteConfig, TunnelConfig};
 pub(crate) use validate::sni_pattern;
 pub use validate::OriginAddr;
 
@@ -163,50 +165,6 @@ fn default_shutdown_grace() -> Duration {
     Duration::from_secs(30)
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Action {
-    /// Splice the client's bytes to the origin without decrypting.
-    Tunnel,
-    /// Refuse with an `unrecognized_name` alert.
-    Reject,
-    /// Terminate TLS here and continue on an origin TLS connection handshaked in advance.
-    Prewarm,
-}
-
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct RouteConfig {
-    /// `a.example.com` exact, `*.example.com` any name below example.com (most specific wins),
-    /// `""` a ClientHello without SNI, `"*"` the default.
-    pub sni: String,
-    pub action: Action,
-    /// `host:port`, resolved at connect time; every address is tried in turn.
-    #[serde(default)]
-    pub origin: Option<String>,
-    /// Send the replayed ClientHello in the SYN (TCP_FASTOPEN_CONNECT).
-    #[serde(default)]
-    pub origin_tcp_fastopen: bool,
-    /// prewarm: certificate chain (PEM) presented to clients.
-    #[serde(default)]
-    pub cert: Option<std::path::PathBuf>,
-    /// prewarm: private key (PEM: PKCS#8, PKCS#1 RSA or SEC1 EC).
-    #[serde(default)]
-    pub key: Option<std::path::PathBuf>,
-    /// prewarm: ALPN protocols offered to clients, in preference order; each gets its own pool.
-    #[serde(default)]
-    pub alpn: Vec<String>,
-    /// prewarm: oldest TLS version accepted from clients.
-    #[serde(default)]
-    pub min_tls: TlsVersion,
-    /// prewarm: the TLS client side towards the origin.
-    #[serde(default)]
-    pub origin_tls: OriginTls,
-    /// prewarm: pool sizing.
-    #[serde(default)]
-    pub pool: PoolConfig,
-}
-
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
 pub enum TlsVersion {
     #[serde(rename = "1.2")]
@@ -219,8 +177,9 @@ pub enum TlsVersion {
 #[derive(Debug, Clone, Default, Deserialize, PartialEq, Eq)]
 #[serde(deny_unknown_fields)]
 pub struct OriginTls {
-    /// Server name sent to and verified against the origin; default: the client's SNI
-    /// (for wildcard routes) or the route's name.
+    /// Server name sent to and verified against the origin; default: the route's name.
+    /// Required on wildcard, default and no-SNI routes, which have no single name (one pool
+    /// per route, never one per name a client makes up).
     #[serde(default)]
     pub sni: Option<String>,
     /// CA bundle (PEM) to verify the origin with; default: the system roots.

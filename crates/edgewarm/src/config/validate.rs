@@ -4,7 +4,7 @@ use std::collections::HashSet;
 use std::fmt;
 use std::time::Duration;
 
-use super::{Action, Config, ConfigError};
+use super::{ActionConfig, Config, ConfigError, PrewarmConfig};
 
 /// An origin as written in the config: a host name or IP literal and a port. Resolution happens
 /// at connect time (every address tried), so DNS changes are picked up without a reload.
@@ -111,41 +111,27 @@ impl Config {
             if !seen.insert(pattern.clone()) {
                 return Err(ConfigError::invalid(key("sni"), format!("{:?} is routed twice", r.sni)));
             }
-            match (r.action, &r.origin) {
-                (Action::Tunnel | Action::Prewarm, None) => {
-                    return Err(ConfigError::invalid(key("origin"), "required for actions tunnel and prewarm"))
-                }
-                (Action::Tunnel | Action::Prewarm, Some(origin)) => {
-                    OriginAddr::parse(origin).map_err(|m| ConfigError::invalid(key("origin"), m))?;
-                }
-                (Action::Reject, Some(_)) => {
-                    return Err(ConfigError::invalid(key("origin"), "action reject takes no origin"))
-                }
-                (Action::Reject, None) => {}
+            if let Some((field, message)) = r.misplaced {
+                return Err(ConfigError::invalid(key(field), message));
             }
-            if r.action == Action::Reject && r.origin_tcp_fastopen {
-                return Err(ConfigError::invalid(key("origin_tcp_fastopen"), "action reject has no origin"));
-            }
-            if r.action == Action::Prewarm {
-                validate_prewarm(r, &key)?;
-            } else {
-                let prewarm_only = [
-                    ("cert", r.cert.is_some()),
-                    ("key", r.key.is_some()),
-                    ("alpn", !r.alpn.is_empty()),
-                    ("origin_tls", r.origin_tls != Default::default()),
-                    ("pool", r.pool != Default::default()),
-                ];
-                if let Some((field, _)) = prewarm_only.iter().find(|(_, set)| *set) {
-                    return Err(ConfigError::invalid(key(field), "only for action prewarm"));
-                }
+            let origin = match &r.action {
+                ActionConfig::Reject => continue,
+                ActionConfig::Tunnel(t) => &t.origin,
+                ActionConfig::Prewarm(p) => &p.origin,
+            };
+            let Some(origin) = origin else {
+                return Err(ConfigError::invalid(key("origin"), "required for actions tunnel and prewarm"));
+            };
+            OriginAddr::parse(origin).map_err(|m| ConfigError::invalid(key("origin"), m))?;
+            if let ActionConfig::Prewarm(p) = &r.action {
+                validate_prewarm(&r.sni, p, &key)?;
             }
         }
         Ok(())
     }
 }
 
-fn validate_prewarm(r: &super::RouteConfig, key: &dyn Fn(&str) -> String) -> Result<(), ConfigError> {
+fn validate_prewarm(sni: &str, r: &PrewarmConfig, key: &dyn Fn(&str) -> String) -> Result<(), ConfigError> {
     if r.cert.is_none() {
         return Err(ConfigError::invalid(key("cert"), "required for action prewarm"));
     }
@@ -174,16 +160,10 @@ fn validate_prewarm(r: &super::RouteConfig, key: &dyn Fn(&str) -> String) -> Res
     }
     // One pool per route, never one per client-chosen name: otherwise anyone could make
     // edgewarm open pools (and origin connections) by sending made-up names under a wildcard.
-    if (r.sni.starts_with('*') || r.sni.is_empty()) && t.sni.is_none() {
+    if (sni.starts_with('*') || sni.is_empty()) && t.sni.is_none() {
         return Err(ConfigError::invalid(
             key("origin_tls.sni"),
             "required on wildcard, default and no-SNI prewarm routes (the pool needs one origin name)",
-        ));
-    }
-    if r.origin_tcp_fastopen {
-        return Err(ConfigError::invalid(
-            key("origin_tcp_fastopen"),
-            "prewarm connects before clients arrive; Fast Open would shorten no client's wait",
         ));
     }
     let p = &r.pool;
@@ -249,6 +229,20 @@ routes:
         assert!(e.contains("timeouts.idle") && e.contains("invalid duration"), "{e}");
         let e = err(&GOOD.replace("action: reject", "action: open"));
         assert!(e.contains("routes[1].action"), "{e}");
+    }
+
+    #[test]
+    fn keys_the_action_does_not_take_are_named() {
+        let e = err(&GOOD.replace("origin: origin-a.internal:443", "origin: origin-a.internal:443\n    cert: c.pem"));
+        assert_eq!(e, "routes[0].cert: only for action prewarm");
+        let e = err(&GOOD.replace("action: reject", "action: reject\n    min_tls: \"1.3\""));
+        assert_eq!(e, "routes[1].min_tls: only for action prewarm");
+        let e = err(&GOOD.replace("action: reject", "action: reject\n    origin: x.internal:443"));
+        assert_eq!(e, "routes[1].origin: action reject takes no origin");
+        let e = err(&GOOD.replace("action: tunnel", "action: prewarm\n    origin_tcp_fastopen: true"));
+        assert!(e.starts_with("routes[0].origin_tcp_fastopen: prewarm connects"), "{e}");
+        let e = err(&GOOD.replace("    origin: origin-a.internal:443\n", ""));
+        assert_eq!(e, "routes[0].origin: required for actions tunnel and prewarm");
     }
 
     #[test]

@@ -21,7 +21,13 @@ use crate::peek::clienthello::HelloError;
 use crate::peek::{self, PeekError};
 use crate::transport::sockopt;
 
-pub async fn handle(mut client: TcpStream, peer: SocketAddr, local: SocketAddr, config: &ListenerConfig, cx: &Context) {
+pub(crate) async fn handle(
+    mut client: TcpStream,
+    peer: SocketAddr,
+    local: SocketAddr,
+    config: &ListenerConfig,
+    cx: &Context,
+) {
     let accepted = Instant::now();
     let metrics = &*cx.metrics;
     metrics.active.inc();

@@ -7,7 +7,7 @@
 //! memory it backs off (10 ms doubling to 1 s) instead of spinning on a listener that stays
 //! readable; other accept errors concern only the one connection and are skipped.
 
-pub mod conn;
+pub(crate) mod conn;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -26,7 +26,7 @@ const BACKOFF_MAX: Duration = Duration::from_secs(1);
 
 /// What the listeners share with the server: the current snapshot, metrics, and the shutdown
 /// signals. Connections see nothing else of the server.
-pub struct Context {
+pub(crate) struct Context {
     pub metrics: Arc<Metrics>,
     pub snapshot: watch::Receiver<Arc<Snapshot>>,
     /// Stop accepting.
@@ -37,7 +37,7 @@ pub struct Context {
     pub tracker: TaskTracker,
 }
 
-pub async fn accept_loop(listener: TcpListener, config: ListenerConfig, cx: Arc<Context>) {
+pub(crate) async fn accept_loop(listener: TcpListener, config: ListenerConfig, cx: Arc<Context>) {
     let Ok(local) = listener.local_addr() else { return };
     let limit = Arc::new(Semaphore::new(config.max_connections));
     let accepted = cx.metrics.accepted.get_or_create(&ListenerLabel { listener: local.to_string() }).clone();

@@ -23,11 +23,11 @@
 //! up again. Nothing closes surplus actively: takes are newest-first, so the connections a
 //! smaller demand no longer needs are the oldest and expire on their own.
 
-pub mod dial;
+pub(crate) mod dial;
 mod refill;
-pub mod registry;
-pub mod sizing;
-pub mod status;
+pub(crate) mod registry;
+pub(crate) mod sizing;
+pub(crate) mod status;
 mod watch;
 
 use std::collections::VecDeque;
@@ -45,7 +45,7 @@ use dial::{Dial, TlsDial, WarmError};
 use sizing::{Backoff, Demand};
 
 /// The pool of a `prewarm` route: origin TLS connections.
-pub type TlsPool = Pool<TlsDial>;
+pub(crate) type TlsPool = Pool<TlsDial>;
 
 /// A warm connection handed to a client.
 pub struct Warm<S> {

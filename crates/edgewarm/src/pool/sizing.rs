@@ -40,13 +40,13 @@ use std::time::Duration;
 
 /// Keep this many beyond the statistical need whenever there is any demand: covers the first
 /// arrivals of a burst while `λ` is still small.
-pub const HEADROOM: usize = 2;
+pub(crate) const HEADROOM: usize = 2;
 
 /// Weight of a new lower rate sample (half-life ≈ 3 periods).
 const DECAY: f64 = 0.2;
 
 #[derive(Debug, Clone)]
-pub struct Demand {
+pub(crate) struct Demand {
     /// Estimated arrivals per second.
     pub rate: f64,
     /// Estimated warm time (connect + handshake), seconds.
@@ -63,17 +63,17 @@ impl Default for Demand {
 
 impl Demand {
     /// A client arrived (hit or miss).
-    pub fn arrival(&mut self) {
+    pub(crate) fn arrival(&mut self) {
         self.arrivals += 1;
     }
 
     /// A warm connection finished its handshake in `took`.
-    pub fn warmed(&mut self, took: Duration) {
+    pub(crate) fn warmed(&mut self, took: Duration) {
         self.warm = 0.7 * self.warm + 0.3 * took.as_secs_f64();
     }
 
     /// End of a period of length `period`: fold its arrivals into the rate.
-    pub fn tick(&mut self, period: Duration) {
+    pub(crate) fn tick(&mut self, period: Duration) {
         let sample = self.arrivals as f64 / period.as_secs_f64().max(1e-3);
         self.arrivals = 0;
         self.rate = if sample >= self.rate { sample } else { self.rate + DECAY * (sample - self.rate) };
@@ -85,7 +85,7 @@ impl Demand {
 
     /// Warm connections to hold. Also counts arrivals of the running period, so a burst raises the target before the
     /// period ends: `elapsed` is how much of the period has passed.
-    pub fn target(&self, min: usize, max: usize, elapsed: Duration) -> usize {
+    pub(crate) fn target(&self, min: usize, max: usize, elapsed: Duration) -> usize {
         let running = self.arrivals as f64 / elapsed.as_secs_f64().max(0.05);
         let rate = self.rate.max(running);
         if rate == 0.0 {
@@ -101,7 +101,7 @@ impl Demand {
 /// Exponential backoff with jitter for a failing origin: 100 ms doubling to 30 s, each wait
 /// drawn from [½, 1½] of the nominal so many edges do not retry in lockstep.
 #[derive(Debug, Default, Clone)]
-pub struct Backoff {
+pub(crate) struct Backoff {
     pub failures: u32,
 }
 
@@ -110,20 +110,20 @@ impl Backoff {
     const CAP: Duration = Duration::from_secs(30);
 
     /// A failure; returns how long to wait before the next attempt. `jitter` in [0, 1).
-    pub fn failed(&mut self, jitter: f64) -> Duration {
+    pub(crate) fn failed(&mut self, jitter: f64) -> Duration {
         self.failures = self.failures.saturating_add(1);
         let nominal = Self::BASE.saturating_mul(1u32 << self.failures.min(16)).min(Self::CAP);
         nominal.mul_f64(0.5 + jitter)
     }
 
-    pub fn succeeded(&mut self) {
+    pub(crate) fn succeeded(&mut self) {
         self.failures = 0;
     }
 
     /// Clients fail fast (no on-demand connect) once the origin has failed twice in a row:
     /// one failure can be a blip worth a try; two mean "down", and a connect per client would
     /// hammer it at the clients' rate.
-    pub fn failing(&self) -> bool {
+    pub(crate) fn failing(&self) -> bool {
         self.failures >= 2
     }
 }

@@ -9,7 +9,7 @@ use super::{PumpResult, Side};
 /// 16 KiB: one TLS record's worth, so a record rarely straddles two writes.
 const BUF: usize = 16 * 1024;
 
-pub async fn pump(
+pub(super) async fn pump(
     src: &TcpStream,
     dst: &TcpStream,
     src_side: Side,

@@ -6,10 +6,13 @@
 //! fails (the other is then closed too), after `idle` with no bytes either way, or when
 //! shutdown cuts it.
 //!
-//! By default the pumps use `splice(2)` through a pipe per direction, so payload never enters
-//! user space ([`splice`]); [`copy`] is the portable fallback, used when splice is refused.
-//! Both directions run inside the connection's one task (`join`), so a tunnel costs one task and,
-//! with splice, two pipes — no buffers of ours.
+//! How bytes move is chosen per pair of streams, by what they are ([`Relayable::socket`]): two
+//! plain sockets are pumped with `splice(2)` through a pipe per direction, so payload never
+//! enters user space ([`splice`]), or with [`copy`] when the config says `relay: copy` or the
+//! kernel refuses splice; anything with user-space state (a TLS session) goes through
+//! [`stream`]'s buffered pumps. A stream that becomes a plain socket again (kernel TLS, later)
+//! only has to say so. Both directions run inside the connection's one task (`join`), so a
+//! tunnel costs one task and, with splice, two pipes — no buffers of ours.
 
 mod copy;
 mod splice;
@@ -20,15 +23,36 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use prometheus_client::metrics::counter::Counter;
+use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpStream;
 use tokio_util::sync::CancellationToken;
 
-/// How the relay moves bytes.
+/// How the relay may move bytes between two plain sockets (`relay:` in the config).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Mode {
     Splice,
     Copy,
 }
+
+/// A stream the relay can move bytes to and from.
+pub trait Relayable: AsyncRead + AsyncWrite + Unpin + Send {
+    /// The socket itself, when every byte read from or written to it is the stream's own
+    /// payload (no user-space framing or encryption in between): then the kernel can move
+    /// the bytes with splice(2).
+    fn socket(&self) -> Option<&TcpStream> {
+        None
+    }
+}
+
+impl Relayable for TcpStream {
+    fn socket(&self) -> Option<&TcpStream> {
+        Some(self)
+    }
+}
+
+/// A TLS session terminated here: user-space records, so never spliced.
+impl<S: AsyncRead + AsyncWrite + Unpin + Send> Relayable for tokio_rustls::server::TlsStream<S> {}
+impl<S: AsyncRead + AsyncWrite + Unpin + Send> Relayable for tokio_rustls::client::TlsStream<S> {}
 
 /// Which socket an error came from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -105,7 +129,20 @@ type PumpResult = Result<(), (Side, io::Error)>;
 
 impl Relay<'_> {
     /// Relay until the end; `on_first_down` runs once when the origin's first byte arrives.
-    pub async fn run(&self, client: &TcpStream, origin: &TcpStream, on_first_down: impl FnOnce() + Send) -> End {
+    pub async fn run<C: Relayable, O: Relayable>(
+        &self,
+        client: C,
+        origin: O,
+        on_first_down: impl FnOnce() + Send,
+    ) -> End {
+        match (client.socket(), origin.socket()) {
+            (Some(c), Some(o)) => self.run_sockets(c, o, on_first_down).await,
+            _ => self.run_streams(client, origin, on_first_down).await,
+        }
+    }
+
+    /// Two plain sockets: splice or copy, as the mode says.
+    async fn run_sockets(&self, client: &TcpStream, origin: &TcpStream, on_first_down: impl FnOnce() + Send) -> End {
         let activity = Activity::new();
         let mut first = Some(on_first_down);
         let mut notify_first = move || {

@@ -17,9 +17,9 @@ use crate::transport::sockopt;
 const CHUNK: usize = 256 * 1024;
 
 /// Splice cannot be used for this pair (refused before any byte moved); use the copy pump.
-pub struct Fallback;
+pub(super) struct Fallback;
 
-pub async fn pump(
+pub(super) async fn pump(
     src: &TcpStream,
     dst: &TcpStream,
     src_side: Side,

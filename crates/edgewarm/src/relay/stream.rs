@@ -14,7 +14,7 @@ const BUF: usize = 16 * 1024;
 
 impl Relay<'_> {
     /// Relay between two streams until both directions end.
-    pub async fn run_streams<C, O>(&self, client: C, origin: O, on_first_down: impl FnOnce() + Send) -> End
+    pub(super) async fn run_streams<C, O>(&self, client: C, origin: O, on_first_down: impl FnOnce() + Send) -> End
     where
         C: AsyncRead + AsyncWrite + Send,
         O: AsyncRead + AsyncWrite + Send,

@@ -8,7 +8,7 @@
 use std::collections::HashMap;
 use std::sync::{Arc, OnceLock};
 
-use crate::config::{sni_pattern, Action, Config, ConfigError, OriginAddr, PoolConfig};
+use crate::config::{sni_pattern, ActionConfig, Config, ConfigError, OriginAddr, PoolConfig};
 use crate::metrics::{Metrics, RouteMetrics, RouteName};
 use crate::pool::TlsPool;
 use crate::tls::client::{ClientTls, Resumption};
@@ -97,21 +97,21 @@ impl RouteTable {
         for (i, r) in config.routes.iter().enumerate() {
             let name = sni_pattern(&r.sni).map_err(|m| ConfigError::invalid(format!("routes[{i}].sni"), m))?;
             let key = |field: &str| format!("routes[{i}].{field}");
-            let origin = || -> Result<OriginAddr, ConfigError> {
-                let text = r.origin.as_deref().unwrap_or_default();
-                OriginAddr::parse(text).map_err(|m| ConfigError::invalid(key("origin"), m))
+            let origin = |text: &Option<String>| -> Result<OriginAddr, ConfigError> {
+                OriginAddr::parse(text.as_deref().unwrap_or_default())
+                    .map_err(|m| ConfigError::invalid(key("origin"), m))
             };
-            let action = match r.action {
-                Action::Reject => RouteAction::Reject,
-                Action::Tunnel => {
-                    RouteAction::Tunnel(TunnelRoute { origin: origin()?, fastopen: r.origin_tcp_fastopen })
+            let action = match &r.action {
+                ActionConfig::Reject => RouteAction::Reject,
+                ActionConfig::Tunnel(t) => {
+                    RouteAction::Tunnel(TunnelRoute { origin: origin(&t.origin)?, fastopen: t.origin_tcp_fastopen })
                 }
-                Action::Prewarm => RouteAction::Prewarm(Box::new(PrewarmRoute {
-                    client: ClientTls::new(r, &name, resumption)
+                ActionConfig::Prewarm(p) => RouteAction::Prewarm(Box::new(PrewarmRoute {
+                    client: ClientTls::new(p, &name, resumption)
                         .map_err(|(field, m)| ConfigError::invalid(key(field), m))?,
-                    origin: OriginTls::new(r, &name, origin()?)
+                    origin: OriginTls::new(p, &name, origin(&p.origin)?)
                         .map_err(|(field, m)| ConfigError::invalid(key(field), m))?,
-                    pool: r.pool.clone(),
+                    pool: p.pool.clone(),
                     pools: OnceLock::new(),
                 })),
             };

@@ -22,7 +22,7 @@ use rustls::server::{ProducesTickets, ServerSessionMemoryCache, StoresServerSess
 use rustls::ServerConfig;
 
 use super::pem;
-use crate::config::{RouteConfig, TlsVersion};
+use crate::config::{PrewarmConfig, TlsVersion};
 
 #[derive(Debug)]
 pub struct ClientTls {
@@ -67,7 +67,7 @@ impl Resumption {
 
 impl ClientTls {
     /// `name` is the route's normalised SNI pattern: the key of its resumption state.
-    pub fn new(route: &RouteConfig, name: &str, resumption: &Resumption) -> Result<Self, (&'static str, String)> {
+    pub fn new(route: &PrewarmConfig, name: &str, resumption: &Resumption) -> Result<Self, (&'static str, String)> {
         let (Some(cert_path), Some(key_path)) = (&route.cert, &route.key) else {
             return Err(("cert", "required for action prewarm".into()));
         };

@@ -13,7 +13,7 @@ use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
 use rustls::{ClientConfig, DigitallySignedStruct, RootCertStore, SignatureScheme};
 
 use super::pem;
-use crate::config::{OriginAddr, RouteConfig};
+use crate::config::{OriginAddr, PrewarmConfig};
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct PoolKey {
@@ -25,7 +25,6 @@ pub struct PoolKey {
     pub ca: Option<[u8; 32]>,
     /// SHA-256 of the client certificate and key files.
     pub client_cert: Option<([u8; 32], [u8; 32])>,
-    pub fastopen: bool,
 }
 
 impl PoolKey {
@@ -45,7 +44,7 @@ pub struct OriginTls {
 impl OriginTls {
     /// `route_name` is the normalised SNI pattern (the default origin server name for exact
     /// routes). Errors name the field of `origin_tls` at fault.
-    pub fn new(route: &RouteConfig, route_name: &str, origin: OriginAddr) -> Result<Self, (&'static str, String)> {
+    pub fn new(route: &PrewarmConfig, route_name: &str, origin: OriginAddr) -> Result<Self, (&'static str, String)> {
         let t = &route.origin_tls;
         let name = t.sni.clone().unwrap_or_else(|| route_name.to_string());
         let server_name =
@@ -83,15 +82,7 @@ impl OriginTls {
         // rustls's default in-memory session cache stays on: refills resume instead of doing
         // full handshakes. Early data towards the origin stays off: a warm connection has no
         // request to send early.
-        let base_key = PoolKey {
-            origin,
-            server_name: name,
-            alpn: None,
-            verify: t.verify,
-            ca: ca_digest,
-            client_cert,
-            fastopen: route.origin_tcp_fastopen,
-        };
+        let base_key = PoolKey { origin, server_name: name, alpn: None, verify: t.verify, ca: ca_digest, client_cert };
         Ok(Self { server_name, base_key, base })
     }
 
