@@ -697,10 +697,22 @@ impl LabError {
 }
 
 impl LabReport {
+    /// What load each mode got, as the header says it: a count for sequential runs, the
+    /// arrival ramp (and the connections it made, in the table's `ok` column) for ramps.
+    fn load_description(&self) -> String {
+        match &self.scenario.ramp {
+            Some(r) => format!(
+                "Open-loop arrivals rising from {} to {} new connections per second over {} s per mode",
+                r.from, r.to, r.secs
+            ),
+            None => format!("{} new connections per mode", self.requests_per_mode),
+        }
+    }
+
     pub fn markdown(&self) -> String {
         let s = &self.scenario;
         let mut t = format!(
-            "# edgewarm lab: {} (r = {} ms, R = {} ms, TLS {})\n\n{} new connections per mode, each a new TCP + TLS connection and one request. \
+            "# edgewarm lab: {} (r = {} ms, R = {} ms, TLS {})\n\n{}, each a new TCP + TLS connection and one request. \
              TTFB is from the start of the TCP connect to the first response byte. Delay box worst lateness: {:.2} ms.\n\n\
              | mode | R ms | ok | errors | TTFB p50 ms | TTFB p99 ms | minimum | minimum ms | p50 / minimum | pool hit rate | waste |\n\
              |---|---|---|---|---|---|---|---|---|---|---|\n",
@@ -708,7 +720,7 @@ impl LabReport {
             s.r_ms,
             s.big_r_ms,
             if s.tls12 { "1.2" } else { "1.3" },
-            self.requests_per_mode,
+            self.load_description(),
             self.delay_box_max_late_us as f64 / 1e3
         );
         for m in &self.results {

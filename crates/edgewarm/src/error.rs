@@ -9,6 +9,7 @@ use prometheus_client::encoding::{EncodeLabelValue, LabelValueEncoder};
 use tracing::Level;
 
 use crate::peek::clienthello::HelloError;
+use crate::peek::PeekError;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum CloseReason {
@@ -106,5 +107,18 @@ impl CloseReason {
 impl EncodeLabelValue for CloseReason {
     fn encode(&self, encoder: &mut LabelValueEncoder) -> Result<(), std::fmt::Error> {
         EncodeLabelValue::encode(&self.label(), encoder)
+    }
+}
+
+/// Why a connection whose hello could not be read ended. Here rather than in `peek`, so that
+/// the peek stage depends on nothing but its parser.
+impl From<&PeekError> for CloseReason {
+    fn from(e: &PeekError) -> Self {
+        match e {
+            PeekError::Hello(e) => Self::BadHello(*e),
+            PeekError::ProxyHeader => Self::ProxyHeader,
+            PeekError::Truncated => Self::Truncated,
+            PeekError::Io(_) => Self::ClientReset,
+        }
     }
 }

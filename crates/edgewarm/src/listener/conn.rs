@@ -63,7 +63,7 @@ pub(crate) async fn handle(
             Ok(Err(e)) => {
                 refuse_bad_hello(&mut client, &e).await;
                 log.detail = Some(e.to_string());
-                break 'conn e.close_reason();
+                break 'conn CloseReason::from(&e);
             }
             Ok(Ok(h)) => h,
         };

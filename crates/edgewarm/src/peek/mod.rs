@@ -14,7 +14,6 @@ use std::net::SocketAddr;
 
 use tokio::io::{AsyncRead, AsyncReadExt};
 
-use crate::error::CloseReason;
 use clienthello::{HelloError, Parsed, MAX_HELLO_LEN};
 use proxy::ProxyHeader;
 
@@ -45,17 +44,6 @@ pub enum PeekError {
     Truncated,
     #[error(transparent)]
     Io(#[from] io::Error),
-}
-
-impl PeekError {
-    pub fn close_reason(&self) -> CloseReason {
-        match self {
-            Self::Hello(e) => CloseReason::BadHello(*e),
-            Self::ProxyHeader => CloseReason::ProxyHeader,
-            Self::Truncated => CloseReason::Truncated,
-            Self::Io(_) => CloseReason::ClientReset,
-        }
-    }
 }
 
 /// Bytes we hold before giving up. The hello itself is capped at [`MAX_HELLO_LEN`] by the

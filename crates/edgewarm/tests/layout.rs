@@ -1,0 +1,97 @@
+//! The shape of the source tree, checked: the top-level modules of `src/` import each other
+//! without cycles (so each can be read, tested and replaced on its own), and `lib.rs`'s module
+//! map names every one of them.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::Path;
+
+fn src() -> std::path::PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("src")
+}
+
+/// Every `.rs` file under `dir`, recursively.
+fn files(dir: &Path, out: &mut Vec<std::path::PathBuf>) {
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.is_dir() {
+            files(&path, out);
+        } else if path.extension().is_some_and(|e| e == "rs") {
+            out.push(path);
+        }
+    }
+}
+
+/// Top-level module → the other top-level modules its code names as `crate::x`.
+fn imports() -> BTreeMap<String, BTreeSet<String>> {
+    let root = src();
+    let mut all = Vec::new();
+    files(&root, &mut all);
+    let mut graph: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    for path in all {
+        let rel = path.strip_prefix(&root).unwrap();
+        let first = rel.components().next().unwrap().as_os_str().to_string_lossy().into_owned();
+        let module = first.trim_end_matches(".rs").to_string();
+        if module == "lib" || module == "main" {
+            continue;
+        }
+        let deps = graph.entry(module.clone()).or_default();
+        let text = std::fs::read_to_string(&path).unwrap();
+        for line in text.lines().map(str::trim_start).filter(|l| !l.starts_with("//")) {
+            let mut rest = line;
+            while let Some(at) = rest.find("crate::") {
+                rest = &rest[at + "crate::".len()..];
+                let names: Vec<&str> = if let Some(group) = rest.strip_prefix('{') {
+                    // `use crate::{a, b::c}`: the first segment of each path in the group.
+                    let group = group.split('}').next().unwrap_or_default();
+                    group.split(',').map(|p| p.trim().split("::").next().unwrap_or_default()).collect()
+                } else {
+                    vec![rest.split(|c: char| !c.is_alphanumeric() && c != '_').next().unwrap_or_default()]
+                };
+                for name in names.into_iter().filter(|n| !n.is_empty() && *n != module) {
+                    deps.insert(name.to_string());
+                }
+            }
+        }
+    }
+    graph
+}
+
+#[test]
+fn top_level_modules_have_no_import_cycles() {
+    let graph = imports();
+    assert!(graph.len() > 10, "found only {graph:?}");
+    // Depth-first search with colours; a grey node met again closes a cycle.
+    fn visit<'a>(
+        n: &'a str,
+        g: &'a BTreeMap<String, BTreeSet<String>>,
+        done: &mut BTreeSet<&'a str>,
+        path: &mut Vec<&'a str>,
+    ) {
+        if done.contains(n) {
+            return;
+        }
+        if let Some(i) = path.iter().position(|p| *p == n) {
+            panic!("import cycle: {}", [&path[i..], &[n]].concat().join(" -> "));
+        }
+        path.push(n);
+        for m in g.get(n).into_iter().flatten() {
+            visit(m, g, done, path);
+        }
+        path.pop();
+        done.insert(n);
+    }
+    let mut done = BTreeSet::new();
+    for n in graph.keys() {
+        visit(n, &graph, &mut done, &mut Vec::new());
+    }
+}
+
+#[test]
+fn the_module_map_names_every_module() {
+    let lib = std::fs::read_to_string(src().join("lib.rs")).unwrap();
+    let map: String = lib.lines().filter(|l| l.starts_with("//!")).collect::<Vec<_>>().join("\n");
+    for module in imports().keys() {
+        assert!(lib.contains(&format!("mod {module};")), "lib.rs does not declare {module}");
+        assert!(map.contains(&format!("[`{module}`]")), "lib.rs's module map does not mention {module}");
+    }
+}
