@@ -338,3 +338,162 @@ pub fn wait_for_port(port: u16) {
         std::thread::sleep(Duration::from_millis(20));
     }
 }
+
+/// What an HTTP/2 test origin saw.
+#[derive(Default)]
+pub struct H2Stats {
+    /// TLS connections accepted.
+    pub connections: std::sync::atomic::AtomicUsize,
+    pub requests: std::sync::atomic::AtomicUsize,
+    /// Every request's headers, in arrival order.
+    pub seen: Mutex<Vec<http::HeaderMap>>,
+}
+
+/// How an HTTP/2 test origin misbehaves.
+#[derive(Default, Clone)]
+pub struct H2Opts {
+    /// Send GOAWAY (graceful) after this many streams on a connection.
+    pub goaway_after: Option<usize>,
+    /// SETTINGS_MAX_CONCURRENT_STREAMS.
+    pub max_streams: Option<u32>,
+}
+
+/// An HTTP/2 origin over TLS (ALPN h2), driven with the `h2` crate so tests control GOAWAY and
+/// stream limits. Paths: `/echo` answers with the request body; `/slow` never answers; any
+/// other path answers `hello <path>`. Each response carries `x-origin-conn` (which connection).
+pub async fn h2_origin(certs: &Certs, opts: H2Opts) -> (SocketAddr, Arc<H2Stats>) {
+    use std::sync::atomic::Ordering;
+    let mut config = rustls::ServerConfig::builder()
+        .with_no_client_auth()
+        .with_single_cert(vec![certs.cert_der.clone()], PrivateKeyDer::Pkcs8(certs.key_der.clone_key()))
+        .unwrap();
+    config.alpn_protocols = vec![b"h2".to_vec()];
+    let acceptor = TlsAcceptor::from(Arc::new(config));
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let stats = Arc::new(H2Stats::default());
+    let st = stats.clone();
+    tokio::spawn(async move {
+        loop {
+            let Ok((tcp, _)) = listener.accept().await else { return };
+            let n = st.connections.fetch_add(1, Ordering::Relaxed);
+            let (acceptor, st, opts) = (acceptor.clone(), st.clone(), opts.clone());
+            tokio::spawn(async move {
+                let Ok(tls) = acceptor.accept(tcp).await else { return };
+                let mut builder = h2::server::Builder::new();
+                if let Some(m) = opts.max_streams {
+                    builder.max_concurrent_streams(m);
+                }
+                let Ok(mut conn) = builder.handshake::<_, bytes::Bytes>(tls).await else { return };
+                let mut streams = 0;
+                while let Some(next) = conn.accept().await {
+                    let Ok((req, respond)) = next else { return };
+                    streams += 1;
+                    st.requests.fetch_add(1, Ordering::Relaxed);
+                    st.seen.lock().unwrap().push(req.headers().clone());
+                    tokio::spawn(h2_answer(req, respond, n));
+                    if opts.goaway_after == Some(streams) {
+                        conn.graceful_shutdown();
+                    }
+                }
+            });
+        }
+    });
+    (addr, stats)
+}
+
+async fn h2_answer(
+    req: http::Request<h2::RecvStream>,
+    mut respond: h2::server::SendResponse<bytes::Bytes>,
+    conn: usize,
+) {
+    let path = req.uri().path().to_string();
+    if path == "/slow" {
+        tokio::time::sleep(Duration::from_secs(3600)).await;
+        return;
+    }
+    let mut recv = req.into_body();
+    let mut body = Vec::new();
+    while let Some(chunk) = recv.data().await {
+        let Ok(chunk) = chunk else { return };
+        let _ = recv.flow_control().release_capacity(chunk.len());
+        body.extend_from_slice(&chunk);
+    }
+    let reply = if path == "/echo" { body } else { format!("hello {path}").into_bytes() };
+    let response = http::Response::builder().status(200).header("x-origin-conn", conn.to_string()).body(()).unwrap();
+    let Ok(mut tx) = respond.send_response(response, reply.is_empty()) else { return };
+    let mut reply = bytes::Bytes::from(reply);
+    while !reply.is_empty() {
+        tx.reserve_capacity(reply.len());
+        let Some(Ok(n)) = std::future::poll_fn(|cx| tx.poll_capacity(cx)).await else { return };
+        let chunk = reply.split_to(n.min(reply.len()));
+        if tx.send_data(chunk, reply.is_empty()).is_err() {
+            return;
+        }
+    }
+}
+
+/// A real HTTPS client (hyper) on one connection to the edge, speaking HTTP/2 or HTTP/1.1.
+pub enum HttpClient {
+    H2(hyper::client::conn::http2::SendRequest<http_body_util::Full<bytes::Bytes>>),
+    H1(hyper::client::conn::http1::SendRequest<http_body_util::Full<bytes::Bytes>>),
+}
+
+impl HttpClient {
+    pub async fn connect(certs: &Certs, addr: SocketAddr, sni: &str, h2: bool) -> std::io::Result<Self> {
+        let mut roots = rustls::RootCertStore::empty();
+        roots.add(certs.ca_der.clone()).unwrap();
+        let mut config = rustls::ClientConfig::builder().with_root_certificates(roots).with_no_client_auth();
+        config.alpn_protocols = vec![if h2 { b"h2".to_vec() } else { b"http/1.1".to_vec() }];
+        let tcp = TcpStream::connect(addr).await?;
+        tcp.set_nodelay(true)?;
+        let name = ServerName::try_from(sni.to_string()).unwrap();
+        let tls = TlsConnector::from(Arc::new(config)).connect(name, tcp).await?;
+        let io = hyper_util::rt::TokioIo::new(tls);
+        let err = |e: hyper::Error| std::io::Error::other(e);
+        Ok(if h2 {
+            let (send, conn) =
+                hyper::client::conn::http2::handshake(hyper_util::rt::TokioExecutor::new(), io).await.map_err(err)?;
+            tokio::spawn(conn);
+            Self::H2(send)
+        } else {
+            let (send, conn) = hyper::client::conn::http1::handshake(io).await.map_err(err)?;
+            tokio::spawn(conn);
+            Self::H1(send)
+        })
+    }
+
+    /// Send one request (`uri` is a path; the authority is `b.test`-style `host`).
+    pub async fn send(
+        &mut self,
+        method: &str,
+        host: &str,
+        path: &str,
+        headers: &[(&str, &str)],
+        body: Vec<u8>,
+    ) -> Result<(http::response::Parts, Vec<u8>), hyper::Error> {
+        use http_body_util::BodyExt;
+        let mut b = http::Request::builder().method(method);
+        b = match self {
+            Self::H2(_) => b.uri(format!("https://{host}{path}")),
+            Self::H1(_) => b.uri(path).header("host", host),
+        };
+        for (k, v) in headers {
+            b = b.header(*k, *v);
+        }
+        let req = b.body(http_body_util::Full::new(bytes::Bytes::from(body))).unwrap();
+        let resp = match self {
+            Self::H2(s) => {
+                s.ready().await?;
+                s.send_request(req).await?
+            }
+            Self::H1(s) => {
+                s.ready().await?;
+                s.send_request(req).await?
+            }
+        };
+        let (parts, body) = resp.into_parts();
+        let bytes = body.collect().await?.to_bytes().to_vec();
+        Ok((parts, bytes))
+    }
+}

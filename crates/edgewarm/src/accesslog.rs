@@ -105,3 +105,87 @@ impl AccessLog {
         }
     }
 }
+
+/// One line per request on `http` routes, beside the connection's own line. The path is logged
+/// without its query string (queries carry tokens and personal data).
+#[derive(Debug)]
+pub(crate) struct RequestLog {
+    pub(crate) client: SocketAddr,
+    pub(crate) route: RouteName,
+    pub(crate) method: http::Method,
+    pub(crate) version: http::Version,
+    pub(crate) authority: Option<String>,
+    pub(crate) path: String,
+    pub(crate) status: u16,
+    /// Request body bytes sent to the origin (counted by the upload as it goes).
+    pub(crate) bytes_up: std::sync::Arc<std::sync::atomic::AtomicU64>,
+    pub(crate) bytes_down: u64,
+    pub(crate) duration: Duration,
+    /// From the request's arrival to the origin's response headers.
+    pub(crate) ttfb: Option<Duration>,
+    /// Which standing origin connection carried it, and whether it had carried others before.
+    pub(crate) origin_conn: Option<u64>,
+    pub(crate) reused: bool,
+    pub(crate) retries: u32,
+    pub(crate) detail: Option<String>,
+}
+
+impl RequestLog {
+    pub(crate) fn new<B>(req: &http::Request<B>, client: SocketAddr, route: &RouteName) -> Self {
+        let authority = req
+            .uri()
+            .authority()
+            .map(|a| a.as_str().to_string())
+            .or_else(|| req.headers().get(http::header::HOST).and_then(|h| h.to_str().ok()).map(str::to_string));
+        Self {
+            client,
+            route: route.clone(),
+            method: req.method().clone(),
+            version: req.version(),
+            authority,
+            path: req.uri().path().to_string(),
+            status: 0,
+            bytes_up: Default::default(),
+            bytes_down: 0,
+            duration: Duration::ZERO,
+            ttfb: None,
+            origin_conn: None,
+            reused: false,
+            retries: 0,
+            detail: None,
+        }
+    }
+
+    pub(crate) fn emit(&self) {
+        macro_rules! request_event {
+            ($level:expr) => {
+                tracing::event!(
+                    target: TARGET,
+                    $level,
+                    client = %self.client,
+                    route = %self.route,
+                    method = %self.method,
+                    version = ?self.version,
+                    authority = %Opt(&self.authority),
+                    path = %self.path,
+                    status = self.status,
+                    bytes_up = self.bytes_up.load(std::sync::atomic::Ordering::Relaxed),
+                    bytes_down = self.bytes_down,
+                    ttfb_ms = %Ms(self.ttfb),
+                    duration_ms = %Ms(Some(self.duration)),
+                    origin_conn = %Opt(&self.origin_conn),
+                    reused = self.reused,
+                    retries = self.retries,
+                    detail = %Opt(&self.detail),
+                    "request"
+                )
+            };
+        }
+        // Origin failures (5xx made here or by the origin) stand out; the rest is traffic.
+        if self.status >= 500 {
+            request_event!(Level::WARN);
+        } else {
+            request_event!(Level::INFO);
+        }
+    }
+}

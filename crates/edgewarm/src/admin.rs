@@ -1,4 +1,5 @@
-//! The admin listener: `/metrics` (OpenMetrics text), `/pools` (JSON, per warm pool), `/ready` (200 while accepting, 503 while
+//! The admin listener: `/metrics` (OpenMetrics text), `/pools` (JSON, per warm pool),
+//! `/origins` (JSON, each `http` route's standing origin connections: age, streams, PING RTT), `/ready` (200 while accepting, 503 while
 //! starting or draining, so a load balancer stops sending first), `/live` (200 while the
 //! process runs). Plain HTTP/1.1 on loopback by default; hyper does the HTTP.
 
@@ -18,6 +19,7 @@ use tokio::net::TcpListener;
 
 use crate::metrics::Metrics;
 use crate::pool::registry::Pools;
+use crate::upstream::registry::Upstreams;
 
 /// What the admin listener reads: the server's metrics, its readiness, its pools.
 #[derive(Clone)]
@@ -26,6 +28,7 @@ pub struct AdminState {
     /// True while the server accepts connections (not starting, not draining).
     pub ready: Arc<AtomicBool>,
     pub pools: Arc<Pools>,
+    pub upstreams: Arc<Upstreams>,
 }
 
 /// Serve until `shutdown` resolves. Each admin connection gets its own task.
@@ -81,9 +84,16 @@ fn respond(req: &Request<Incoming>, state: &AdminState) -> Response<Full<Bytes>>
                 .insert(hyper::header::CONTENT_TYPE, hyper::header::HeaderValue::from_static("application/json"));
             r
         }
+        "/origins" => {
+            let body = serde_json::json!({ "origins": state.upstreams.status() });
+            let mut r = Response::new(Full::new(Bytes::from(body.to_string())));
+            r.headers_mut()
+                .insert(hyper::header::CONTENT_TYPE, hyper::header::HeaderValue::from_static("application/json"));
+            r
+        }
         "/ready" if state.ready.load(Ordering::Relaxed) => text(StatusCode::OK, "ready\n"),
         "/ready" => text(StatusCode::SERVICE_UNAVAILABLE, "not ready\n"),
         "/live" => text(StatusCode::OK, "live\n"),
-        _ => text(StatusCode::NOT_FOUND, "not found: try /metrics /pools /ready /live\n"),
+        _ => text(StatusCode::NOT_FOUND, "not found: try /metrics /pools /origins /ready /live\n"),
     }
 }

@@ -9,7 +9,9 @@
 //! - [`action`]: what the route says to do, one module each, all with one signature:
 //!   [`action::reject`]; [`action::tunnel`] (blind: connect the origin, replay the hello);
 //!   [`action::prewarm`] (terminate the client's TLS ([`tls`]) and attach it to a connection
-//!   from the route's [`pool`], handshaked before the client arrived).
+//!   from the route's [`pool`], handshaked before the client arrived); `http` (terminate TLS
+//!   and HTTP, carry each request as a stream on the route's standing HTTP/2 origin
+//!   connections: [`upstream`]).
 //! - [`relay`]: move bytes both ways (splice(2), userspace fallback, or between TLS sessions),
 //!   half-close, idle timeout.
 //! - [`transport`]: below all of them: socket options (the only `unsafe`), name resolution,
@@ -39,3 +41,4 @@ pub mod server;
 pub(crate) mod snapshot;
 pub mod tls;
 pub mod transport;
+pub(crate) mod upstream;

@@ -143,7 +143,119 @@ pub struct PoolReason {
     pub reason: CloseReason,
 }
 
+/// A pool or upstream event by reason (`max_age`, `goaway`, `ping_timeout`, …).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct PoolEvent {
+    pub route: RouteName,
+    pub origin: String,
+    pub reason: &'static str,
+}
+
+/// One `http` route's origin.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct UpstreamConn {
+    pub route: RouteName,
+    pub origin: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RouteStatus {
+    pub route: RouteName,
+    /// `2xx` … `5xx`.
+    pub status: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RouteError {
+    pub route: RouteName,
+    pub reason: &'static str,
+}
+
 type HistogramFamily<L> = Family<L, Histogram, fn() -> Histogram>;
+
+/// `http` routes: requests, their errors and retries.
+#[derive(Clone, Debug)]
+pub struct HttpMetrics {
+    pub requests: Family<RouteStatus, Counter>,
+    pub duration: HistogramFamily<RouteLabel>,
+    pub errors: Family<RouteError, Counter>,
+    pub retries: Family<RouteLabel, Counter>,
+}
+
+impl HttpMetrics {
+    fn new() -> Self {
+        Self {
+            requests: Family::default(),
+            duration: Family::new_with_constructor(latency_histogram),
+            errors: Family::default(),
+            retries: Family::default(),
+        }
+    }
+
+    fn register(&self, r: &mut Registry) {
+        r.register("http_requests", "Requests on http routes, by status class", self.requests.clone());
+        r.register("http_request_duration_seconds", "Request to end of response", self.duration.clone());
+        r.register("http_errors", "Requests answered by edgewarm with an error, by reason", self.errors.clone());
+        r.register("http_retries", "Requests sent again because the origin refused the stream", self.retries.clone());
+    }
+
+    pub fn request(&self, route: &RouteName, status: u16, took: std::time::Duration) {
+        let class = match status {
+            100..=199 => "1xx",
+            200..=299 => "2xx",
+            300..=399 => "3xx",
+            400..=499 => "4xx",
+            _ => "5xx",
+        };
+        self.requests.get_or_create(&RouteStatus { route: route.clone(), status: class }).inc();
+        self.duration.get_or_create(&RouteLabel { route: route.clone() }).observe(took.as_secs_f64());
+    }
+
+    pub fn error(&self, route: &RouteName, reason: &'static str) {
+        self.errors.get_or_create(&RouteError { route: route.clone(), reason }).inc();
+    }
+
+    pub fn retry(&self, route: &RouteName) {
+        self.retries.get_or_create(&RouteLabel { route: route.clone() }).inc();
+    }
+}
+
+/// The standing HTTP/2 origin connections of `http` routes (opened connections and handshake
+/// times are in the pool metrics, labelled `alpn="h2"`).
+pub struct UpstreamMetrics {
+    /// Last PING round trip on any of the origin's connections: the live R of the link.
+    pub ping_rtt: Family<UpstreamConn, Gauge<f64, std::sync::atomic::AtomicU64>>,
+    pub goaways: Family<PoolEvent, Counter>,
+    /// Connections that ended or were retired, by why (`max_age`, `goaway`, `ping_timeout`…).
+    pub replaced: Family<PoolEvent, Counter>,
+    pub connect_errors: Family<PoolLabels, Counter>,
+    /// Connections opened beyond `connections` because every one was at its stream limit.
+    pub spills: Family<PoolLabels, Counter>,
+}
+
+impl UpstreamMetrics {
+    fn new() -> Self {
+        Self {
+            ping_rtt: Family::default(),
+            goaways: Family::default(),
+            replaced: Family::default(),
+            connect_errors: Family::default(),
+            spills: Family::default(),
+        }
+    }
+
+    fn register(&self, r: &mut Registry) {
+        r.register("upstream_ping_rtt_seconds", "Last HTTP/2 PING round trip to the origin", self.ping_rtt.clone());
+        r.register("upstream_goaways", "GOAWAYs received from origins", self.goaways.clone());
+        r.register("upstream_replaced", "Origin connections ended or retired, by reason", self.replaced.clone());
+        r.register("upstream_connect_errors", "Failed HTTP/2 origin connects", self.connect_errors.clone());
+        r.register(
+            "upstream_spills",
+            "Connections opened because every one was at its stream limit",
+            self.spills.clone(),
+        );
+    }
+}
 
 /// 0.5 ms to ~16 s in doublings: covers loopback through a long intercontinental link.
 fn latency_histogram() -> Histogram {
@@ -163,6 +275,8 @@ pub struct Metrics {
     pub accept_errors: Family<AcceptErrorLabel, Counter>,
     pub config_reloads: Family<ResultLabel, Counter>,
     pub pool: PoolMetrics,
+    pub http: HttpMetrics,
+    pub upstream: UpstreamMetrics,
     registry: Registry,
 }
 
@@ -271,6 +385,8 @@ impl Metrics {
             accept_errors: Family::default(),
             config_reloads: Family::default(),
             pool: PoolMetrics::new(),
+            http: HttpMetrics::new(),
+            upstream: UpstreamMetrics::new(),
             registry: Registry::default(),
         };
         registry.register("connections_accepted", "Client connections accepted", m.accepted.clone());
@@ -301,6 +417,8 @@ impl Metrics {
         registry.register("accept_errors", "accept(2) failures, by errno kind", m.accept_errors.clone());
         registry.register("config_reloads", "Configuration reloads, by result", m.config_reloads.clone());
         m.pool.register(&mut registry);
+        m.http.register(&mut registry);
+        m.upstream.register(&mut registry);
         Self { registry, ..m }
     }
 

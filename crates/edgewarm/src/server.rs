@@ -27,6 +27,7 @@ use crate::pool::registry::Pools;
 use crate::snapshot::Snapshot;
 use crate::tls::client::Resumption;
 use crate::transport::{sockopt, Resolver};
+use crate::upstream::registry::Upstreams;
 
 /// Listening sockets, bound before the proxy starts so that tests can bind port 0 and so that a
 /// bad config never binds anything.
@@ -65,6 +66,7 @@ fn bind_plain(addr: SocketAddr) -> std::io::Result<TcpListener> {
 pub struct Server {
     metrics: Arc<Metrics>,
     pools: Arc<Pools>,
+    upstreams: Arc<Upstreams>,
     snapshot: watch::Sender<Arc<Snapshot>>,
     /// What the listeners and their connections see.
     listeners: Arc<Context>,
@@ -84,7 +86,8 @@ impl Server {
         let snapshot = Arc::new(Snapshot::new(config, &resumption, resolver.clone())?);
         let metrics = Arc::new(Metrics::new());
         let pools = Arc::new(Pools::new(metrics.clone()));
-        snapshot.attach_pools(&pools);
+        let upstreams = Arc::new(Upstreams::new(metrics.clone()));
+        snapshot.attach_pools(&pools, &upstreams);
         let (snapshot, receiver) = watch::channel(snapshot);
         let listeners = Arc::new(Context {
             metrics: metrics.clone(),
@@ -96,6 +99,7 @@ impl Server {
         Ok(Arc::new(Self {
             metrics,
             pools,
+            upstreams,
             snapshot,
             listeners,
             resumption,
@@ -111,7 +115,12 @@ impl Server {
 
     /// What the admin listener needs: metrics, readiness, the pools.
     pub fn admin_state(&self) -> AdminState {
-        AdminState { metrics: self.metrics.clone(), ready: self.ready.clone(), pools: self.pools.clone() }
+        AdminState {
+            metrics: self.metrics.clone(),
+            ready: self.ready.clone(),
+            pools: self.pools.clone(),
+            upstreams: self.upstreams.clone(),
+        }
     }
 
     pub(crate) fn snapshot(&self) -> Arc<Snapshot> {
@@ -150,7 +159,7 @@ impl Server {
         *bound = config.clone();
         self.resolver.set_ttl(config.dns.cache_ttl);
         // Pools first: a connection that sees the new snapshot must find its pools.
-        snapshot.attach_pools(&self.pools);
+        snapshot.attach_pools(&self.pools, &self.upstreams);
         self.snapshot.send_replace(Arc::new(snapshot));
         Ok(())
     }
@@ -174,6 +183,8 @@ impl Server {
         // No new clients: warm connections would only be wasted.
         self.pools.retire_all();
         self.drain().await;
+        // After the drain: requests still in flight keep their origin streams until then.
+        self.upstreams.retire_all();
     }
 
     async fn drain(&self) {

@@ -16,6 +16,7 @@ use crate::relay;
 use crate::route::RouteTable;
 use crate::tls::client::Resumption;
 use crate::transport::Resolver;
+use crate::upstream::registry::{self as upstream_registry, Upstreams};
 
 #[derive(Debug)]
 pub(crate) struct Snapshot {
@@ -45,7 +46,7 @@ impl Snapshot {
     /// Start, resize or retire the server's pools to match this snapshot's `prewarm` routes and
     /// give each route its pools. Runs before the snapshot is published, so a connection that
     /// sees this snapshot finds its route's pools in place.
-    pub(crate) fn attach_pools(&self, pools: &Pools) {
+    pub(crate) fn attach_pools(&self, pools: &Pools, upstreams: &Upstreams) {
         let mut wanted = Vec::new();
         for (name, route) in self.routes.prewarm_routes() {
             for alpn in route.pool_alpns() {
@@ -61,6 +62,7 @@ impl Snapshot {
                 });
             }
         }
+        self.attach_upstreams(upstreams);
         let started = pools.sync(wanted);
         for (_, route) in self.routes.prewarm_routes() {
             let mine = route
@@ -68,6 +70,31 @@ impl Snapshot {
                 .filter_map(|alpn| Some((alpn.map(<[u8]>::to_vec), started.get(&route.origin.key(alpn))?.clone())))
                 .collect();
             route.attach_pools(mine);
+        }
+    }
+
+    /// The same for `http` routes' standing origin connections (ALPN `h2` toward the origin).
+    fn attach_upstreams(&self, upstreams: &Upstreams) {
+        let mut wanted = Vec::new();
+        for (name, route) in self.routes.http_routes() {
+            let alpn = Some(&b"h2"[..]);
+            wanted.push(upstream_registry::Wanted {
+                route: name.clone(),
+                dial: TlsDial {
+                    key: route.origin.key(alpn),
+                    connector: TlsConnector::from(route.origin.config(alpn)),
+                    server_name: route.origin.server_name.clone(),
+                    resolver: self.resolver.clone(),
+                },
+                settings: route.upstream.clone(),
+                connect_timeout: self.timeouts.connect,
+            });
+        }
+        let started = upstreams.sync(wanted);
+        for (_, route) in self.routes.http_routes() {
+            if let Some(u) = started.get(&route.origin.key(Some(b"h2"))) {
+                route.attach_upstream(u.clone());
+            }
         }
     }
 }

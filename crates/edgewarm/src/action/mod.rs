@@ -3,8 +3,9 @@
 //! Every action has the same shape, `serve(client, hello, &ConnCtx, &mut AccessLog) ->
 //! CloseReason`: it owns the client socket from here on, fills in the parts of the access log
 //! it knows, and says why the connection ended. The listener does not know which actions exist;
-//! a new one (`http`) is a new file here and one arm in [`serve`].
+//! a new one is a new file here and one arm in [`serve`].
 
+pub(crate) mod http;
 pub(crate) mod prewarm;
 pub(crate) mod reject;
 pub(crate) mod tunnel;
@@ -31,6 +32,9 @@ pub(crate) struct ConnCtx<'a> {
     pub route: &'a Route,
     pub route_metrics: &'a RouteMetrics,
     pub metrics: &'a Metrics,
+    /// Cancelled when shutdown begins: connections that can end gracefully (HTTP keep-alive
+    /// between requests) should.
+    pub stop: &'a CancellationToken,
     /// Cancelled when the shutdown grace period is over.
     pub cut: &'a CancellationToken,
     pub accepted: Instant,
@@ -42,6 +46,7 @@ pub(crate) async fn serve(client: TcpStream, hello: Hello, ctx: &ConnCtx<'_>, lo
         RouteAction::Reject => reject::serve(client, hello, ctx, log).await,
         RouteAction::Tunnel(route) => tunnel::serve(client, hello, route, ctx, log).await,
         RouteAction::Prewarm(route) => prewarm::serve(client, hello, route, ctx, log).await,
+        RouteAction::Http(route) => self::http::serve(client, hello, route, ctx, log).await,
     }
 }
 

@@ -16,7 +16,7 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
-pub use route::{ActionConfig, PrewarmConfig, RouteConfig, TunnelConfig};
+pub use route::{ActionConfig, HttpConfig, PrewarmConfig, RouteConfig, TerminateConfig, TunnelConfig, UpstreamConfig};
 pub(crate) use validate::sni_pattern;
 pub use validate::OriginAddr;
 
@@ -139,6 +139,9 @@ pub struct Timeouts {
     /// On SIGTERM/SIGINT, open tunnels get this long to finish before they are cut.
     #[serde(default = "default_shutdown_grace", with = "duration")]
     pub shutdown_grace: Duration,
+    /// `http` routes: from a request sent to the origin until its response headers (504).
+    #[serde(default = "default_origin_response", with = "duration")]
+    pub origin_response: Duration,
 }
 
 impl Default for Timeouts {
@@ -148,6 +151,7 @@ impl Default for Timeouts {
             connect: default_connect(),
             idle: default_idle(),
             shutdown_grace: default_shutdown_grace(),
+            origin_response: default_origin_response(),
         }
     }
 }
@@ -160,6 +164,9 @@ fn default_connect() -> Duration {
 }
 fn default_idle() -> Duration {
     Duration::from_secs(300)
+}
+fn default_origin_response() -> Duration {
+    Duration::from_secs(60)
 }
 fn default_shutdown_grace() -> Duration {
     Duration::from_secs(30)

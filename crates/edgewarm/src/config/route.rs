@@ -6,10 +6,11 @@
 //! remembered and reported by validation, naming the key.
 
 use std::path::PathBuf;
+use std::time::Duration;
 
 use serde::Deserialize;
 
-use super::{OriginTls, PoolConfig, TlsVersion};
+use super::{duration, OriginTls, PoolConfig, TlsVersion};
 
 #[derive(Debug, Clone, Deserialize)]
 #[serde(from = "RouteFile")]
@@ -30,17 +31,8 @@ pub enum ActionConfig {
     Tunnel(TunnelConfig),
     /// Terminate TLS here and continue on an origin TLS connection handshaked in advance.
     Prewarm(Box<PrewarmConfig>),
-}
-
-impl ActionConfig {
-    /// The action's name as written in the config.
-    pub fn name(&self) -> &'static str {
-        match self {
-            Self::Reject => "reject",
-            Self::Tunnel(_) => "tunnel",
-            Self::Prewarm(_) => "prewarm",
-        }
-    }
+    /// Terminate TLS and HTTP here; carry requests over standing HTTP/2 origin connections.
+    Http(Box<HttpConfig>),
 }
 
 #[derive(Debug, Clone)]
@@ -51,22 +43,83 @@ pub struct TunnelConfig {
     pub origin_tcp_fastopen: bool,
 }
 
+/// The client-facing TLS of a route that terminates it (`prewarm`, `http`).
 #[derive(Debug, Clone)]
-pub struct PrewarmConfig {
-    /// `host:port` of the origin. Required.
-    pub origin: Option<String>,
+pub struct TerminateConfig {
     /// Certificate chain (PEM) presented to clients. Required.
     pub cert: Option<PathBuf>,
     /// Private key (PEM: PKCS#8, PKCS#1 RSA or SEC1 EC). Required.
     pub key: Option<PathBuf>,
-    /// ALPN protocols offered to clients, in preference order; each gets its own pool.
+    /// ALPN protocols offered to clients, in preference order.
     pub alpn: Vec<String>,
     /// Oldest TLS version accepted from clients.
     pub min_tls: TlsVersion,
+}
+
+#[derive(Debug, Clone)]
+pub struct PrewarmConfig {
+    /// `host:port` of the origin. Required.
+    pub origin: Option<String>,
+    /// Client-facing TLS; each ALPN protocol gets its own pool.
+    pub tls: TerminateConfig,
     /// The TLS client side towards the origin.
     pub origin_tls: OriginTls,
     /// Pool sizing.
     pub pool: PoolConfig,
+}
+
+#[derive(Debug, Clone)]
+pub struct HttpConfig {
+    /// `host:port` of the origin. Required.
+    pub origin: Option<String>,
+    /// Client-facing TLS; ALPN defaults to `h2, http/1.1`.
+    pub tls: TerminateConfig,
+    /// The TLS client side towards the origin (ALPN `h2`).
+    pub origin_tls: OriginTls,
+    pub upstream: UpstreamConfig,
+}
+
+/// The standing origin connections of an `http` route.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct UpstreamConfig {
+    /// Connections opened at start-up and on reload, before any client, and kept open.
+    #[serde(default = "default_connections")]
+    pub connections: usize,
+    /// Ceiling when every connection's stream limit is reached.
+    #[serde(default = "default_max_connections")]
+    pub max_connections: usize,
+    /// HTTP/2 PING interval on each connection (liveness, and the link's RTT).
+    #[serde(default = "default_keepalive", with = "duration")]
+    pub keepalive: Duration,
+    /// A connection is replaced after this long (before the origin's own limits close it);
+    /// it is retired gracefully: no new streams, open ones finish.
+    #[serde(default = "default_max_age", with = "duration")]
+    pub max_age: Duration,
+}
+
+impl Default for UpstreamConfig {
+    fn default() -> Self {
+        Self {
+            connections: default_connections(),
+            max_connections: default_max_connections(),
+            keepalive: default_keepalive(),
+            max_age: default_max_age(),
+        }
+    }
+}
+
+fn default_connections() -> usize {
+    2
+}
+fn default_max_connections() -> usize {
+    8
+}
+fn default_keepalive() -> Duration {
+    Duration::from_secs(20)
+}
+fn default_max_age() -> Duration {
+    Duration::from_secs(50 * 60)
 }
 
 /// The flat form operators write.
@@ -76,6 +129,7 @@ enum Action {
     Tunnel,
     Reject,
     Prewarm,
+    Http,
 }
 
 #[derive(Deserialize)]
@@ -99,20 +153,33 @@ struct RouteFile {
     origin_tls: Option<OriginTls>,
     #[serde(default)]
     pool: Option<PoolConfig>,
+    #[serde(default)]
+    upstream: Option<UpstreamConfig>,
 }
 
 impl From<RouteFile> for RouteConfig {
     fn from(r: RouteFile) -> Self {
-        let prewarm_only = [
+        let terminating = [
             ("cert", r.cert.is_some()),
             ("key", r.key.is_some()),
             ("alpn", !r.alpn.is_empty()),
             ("min_tls", r.min_tls.is_some()),
             ("origin_tls", r.origin_tls.is_some()),
-            ("pool", r.pool.is_some()),
         ];
-        let first_prewarm_only =
-            prewarm_only.iter().find(|(_, set)| *set).map(|(k, _)| (*k, "only for action prewarm"));
+        let first_terminating =
+            terminating.iter().find(|(_, set)| *set).map(|(k, _)| (*k, "only for actions prewarm and http"));
+        let pool = r.pool.is_some().then_some(("pool", "only for action prewarm"));
+        let upstream = r.upstream.is_some().then_some(("upstream", "only for action http"));
+        let fastopen_prewarm = r.origin_tcp_fastopen.then_some((
+            "origin_tcp_fastopen",
+            "origin connections are made before clients arrive; Fast Open would shorten no client's wait",
+        ));
+        let tls = || TerminateConfig {
+            cert: r.cert.clone(),
+            key: r.key.clone(),
+            alpn: r.alpn.clone(),
+            min_tls: r.min_tls.unwrap_or_default(),
+        };
         let (action, misplaced) = match r.action {
             Action::Reject => {
                 let misplaced = if r.origin.is_some() {
@@ -120,29 +187,38 @@ impl From<RouteFile> for RouteConfig {
                 } else if r.origin_tcp_fastopen {
                     Some(("origin_tcp_fastopen", "action reject has no origin"))
                 } else {
-                    first_prewarm_only
+                    first_terminating.or(pool).or(upstream)
                 };
                 (ActionConfig::Reject, misplaced)
             }
             Action::Tunnel => (
-                ActionConfig::Tunnel(TunnelConfig { origin: r.origin, origin_tcp_fastopen: r.origin_tcp_fastopen }),
-                first_prewarm_only,
+                ActionConfig::Tunnel(TunnelConfig {
+                    origin: r.origin.clone(),
+                    origin_tcp_fastopen: r.origin_tcp_fastopen,
+                }),
+                first_terminating.or(pool).or(upstream),
             ),
             Action::Prewarm => {
-                let misplaced = r.origin_tcp_fastopen.then_some((
-                    "origin_tcp_fastopen",
-                    "prewarm connects before clients arrive; Fast Open would shorten no client's wait",
-                ));
                 let prewarm = PrewarmConfig {
-                    origin: r.origin,
-                    cert: r.cert,
-                    key: r.key,
-                    alpn: r.alpn,
-                    min_tls: r.min_tls.unwrap_or_default(),
-                    origin_tls: r.origin_tls.unwrap_or_default(),
-                    pool: r.pool.unwrap_or_default(),
+                    origin: r.origin.clone(),
+                    tls: tls(),
+                    origin_tls: r.origin_tls.clone().unwrap_or_default(),
+                    pool: r.pool.clone().unwrap_or_default(),
                 };
-                (ActionConfig::Prewarm(Box::new(prewarm)), misplaced)
+                (ActionConfig::Prewarm(Box::new(prewarm)), fastopen_prewarm.or(upstream))
+            }
+            Action::Http => {
+                let mut tls = tls();
+                if tls.alpn.is_empty() {
+                    tls.alpn = vec!["h2".into(), "http/1.1".into()];
+                }
+                let http = HttpConfig {
+                    origin: r.origin.clone(),
+                    tls,
+                    origin_tls: r.origin_tls.clone().unwrap_or_default(),
+                    upstream: r.upstream.clone().unwrap_or_default(),
+                };
+                (ActionConfig::Http(Box::new(http)), fastopen_prewarm.or(pool))
             }
         };
         Self { sni: r.sni, action, misplaced }

@@ -4,7 +4,7 @@ use std::collections::HashSet;
 use std::fmt;
 use std::time::Duration;
 
-use super::{ActionConfig, Config, ConfigError, PrewarmConfig};
+use super::{ActionConfig, Config, ConfigError, OriginTls, PoolConfig, TerminateConfig, UpstreamConfig};
 
 /// An origin as written in the config: a host name or IP literal and a port. Resolution happens
 /// at connect time (every address tried), so DNS changes are picked up without a reload.
@@ -94,9 +94,12 @@ impl Config {
             }
         }
         let t = &self.timeouts;
-        for (key, value) in
-            [("timeouts.client_hello", t.client_hello), ("timeouts.connect", t.connect), ("timeouts.idle", t.idle)]
-        {
+        for (key, value) in [
+            ("timeouts.client_hello", t.client_hello),
+            ("timeouts.connect", t.connect),
+            ("timeouts.idle", t.idle),
+            ("timeouts.origin_response", t.origin_response),
+        ] {
             if value == Duration::ZERO {
                 return Err(ConfigError::invalid(key, "must be greater than zero"));
             }
@@ -118,25 +121,41 @@ impl Config {
                 ActionConfig::Reject => continue,
                 ActionConfig::Tunnel(t) => &t.origin,
                 ActionConfig::Prewarm(p) => &p.origin,
+                ActionConfig::Http(h) => &h.origin,
             };
             let Some(origin) = origin else {
-                return Err(ConfigError::invalid(key("origin"), "required for actions tunnel and prewarm"));
+                return Err(ConfigError::invalid(key("origin"), "required for actions tunnel, prewarm and http"));
             };
             OriginAddr::parse(origin).map_err(|m| ConfigError::invalid(key("origin"), m))?;
-            if let ActionConfig::Prewarm(p) = &r.action {
-                validate_prewarm(&r.sni, p, &key)?;
+            match &r.action {
+                ActionConfig::Prewarm(p) => {
+                    validate_terminating(&r.sni, "prewarm", &p.tls, &p.origin_tls, &key)?;
+                    validate_pool(&p.pool, &key)?;
+                }
+                ActionConfig::Http(h) => {
+                    validate_terminating(&r.sni, "http", &h.tls, &h.origin_tls, &key)?;
+                    validate_upstream(&h.upstream, &key)?;
+                }
+                _ => {}
             }
         }
         Ok(())
     }
 }
 
-fn validate_prewarm(sni: &str, r: &PrewarmConfig, key: &dyn Fn(&str) -> String) -> Result<(), ConfigError> {
+/// A route that terminates TLS: its certificate, ALPN list and origin TLS settings.
+fn validate_terminating(
+    sni: &str,
+    action: &str,
+    r: &TerminateConfig,
+    t: &OriginTls,
+    key: &dyn Fn(&str) -> String,
+) -> Result<(), ConfigError> {
     if r.cert.is_none() {
-        return Err(ConfigError::invalid(key("cert"), "required for action prewarm"));
+        return Err(ConfigError::invalid(key("cert"), format!("required for action {action}")));
     }
     if r.key.is_none() {
-        return Err(ConfigError::invalid(key("key"), "required for action prewarm"));
+        return Err(ConfigError::invalid(key("key"), format!("required for action {action}")));
     }
     let mut seen = HashSet::new();
     for (j, p) in r.alpn.iter().enumerate() {
@@ -147,7 +166,6 @@ fn validate_prewarm(sni: &str, r: &PrewarmConfig, key: &dyn Fn(&str) -> String) 
             ));
         }
     }
-    let t = &r.origin_tls;
     if t.client_cert.is_some() != t.client_key.is_some() {
         return Err(ConfigError::invalid(key("origin_tls.client_key"), "client_cert and client_key go together"));
     }
@@ -163,10 +181,15 @@ fn validate_prewarm(sni: &str, r: &PrewarmConfig, key: &dyn Fn(&str) -> String) 
     if (sni.starts_with('*') || sni.is_empty()) && t.sni.is_none() {
         return Err(ConfigError::invalid(
             key("origin_tls.sni"),
-            "required on wildcard, default and no-SNI prewarm routes (the pool needs one origin name)",
+            format!(
+                "required on wildcard, default and no-SNI {action} routes (their origin connections need one name)"
+            ),
         ));
     }
-    let p = &r.pool;
+    Ok(())
+}
+
+fn validate_pool(p: &PoolConfig, key: &dyn Fn(&str) -> String) -> Result<(), ConfigError> {
     if p.max == 0 || p.min > p.max {
         return Err(ConfigError::invalid(
             key("pool.max"),
@@ -175,6 +198,22 @@ fn validate_prewarm(sni: &str, r: &PrewarmConfig, key: &dyn Fn(&str) -> String) 
     }
     if p.period == Duration::ZERO || p.max_idle == Duration::ZERO {
         return Err(ConfigError::invalid(key("pool.period"), "pool durations must be greater than zero"));
+    }
+    Ok(())
+}
+
+fn validate_upstream(u: &UpstreamConfig, key: &dyn Fn(&str) -> String) -> Result<(), ConfigError> {
+    if u.connections == 0 || u.max_connections < u.connections {
+        return Err(ConfigError::invalid(
+            key("upstream.max_connections"),
+            format!(
+                "need 1 <= connections <= max_connections (connections {}, max_connections {})",
+                u.connections, u.max_connections
+            ),
+        ));
+    }
+    if u.keepalive == Duration::ZERO || u.max_age == Duration::ZERO {
+        return Err(ConfigError::invalid(key("upstream.keepalive"), "upstream durations must be greater than zero"));
     }
     Ok(())
 }
@@ -234,15 +273,17 @@ routes:
     #[test]
     fn keys_the_action_does_not_take_are_named() {
         let e = err(&GOOD.replace("origin: origin-a.internal:443", "origin: origin-a.internal:443\n    cert: c.pem"));
-        assert_eq!(e, "routes[0].cert: only for action prewarm");
+        assert_eq!(e, "routes[0].cert: only for actions prewarm and http");
         let e = err(&GOOD.replace("action: reject", "action: reject\n    min_tls: \"1.3\""));
-        assert_eq!(e, "routes[1].min_tls: only for action prewarm");
+        assert_eq!(e, "routes[1].min_tls: only for actions prewarm and http");
         let e = err(&GOOD.replace("action: reject", "action: reject\n    origin: x.internal:443"));
         assert_eq!(e, "routes[1].origin: action reject takes no origin");
         let e = err(&GOOD.replace("action: tunnel", "action: prewarm\n    origin_tcp_fastopen: true"));
-        assert!(e.starts_with("routes[0].origin_tcp_fastopen: prewarm connects"), "{e}");
+        assert!(e.starts_with("routes[0].origin_tcp_fastopen: origin connections are made before"), "{e}");
         let e = err(&GOOD.replace("    origin: origin-a.internal:443\n", ""));
-        assert_eq!(e, "routes[0].origin: required for actions tunnel and prewarm");
+        assert_eq!(e, "routes[0].origin: required for actions tunnel, prewarm and http");
+        let e = err(&GOOD.replace("action: tunnel", "action: tunnel\n    upstream: {connections: 3}"));
+        assert_eq!(e, "routes[0].upstream: only for action http");
     }
 
     #[test]

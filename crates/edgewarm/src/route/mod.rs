@@ -8,11 +8,12 @@
 use std::collections::HashMap;
 use std::sync::{Arc, OnceLock};
 
-use crate::config::{sni_pattern, ActionConfig, Config, ConfigError, OriginAddr, PoolConfig};
+use crate::config::{sni_pattern, ActionConfig, Config, ConfigError, OriginAddr, PoolConfig, UpstreamConfig};
 use crate::metrics::{Metrics, RouteMetrics, RouteName};
 use crate::pool::TlsPool;
 use crate::tls::client::{ClientTls, Resumption};
 use crate::tls::origin::OriginTls;
+use crate::upstream::Upstream;
 
 /// What to do with a connection whose hello matched a route.
 #[derive(Debug)]
@@ -20,6 +21,29 @@ pub enum RouteAction {
     Tunnel(TunnelRoute),
     Reject,
     Prewarm(Box<PrewarmRoute>),
+    Http(Box<HttpRoute>),
+}
+
+/// An `http` route: client TLS, and the standing HTTP/2 connections to its origin.
+#[derive(Debug)]
+pub struct HttpRoute {
+    pub client: ClientTls,
+    /// How to reach and verify the origin (ALPN `h2`).
+    pub origin: OriginTls,
+    pub upstream: UpstreamConfig,
+    /// Attached by the server before the snapshot is published, like a prewarm route's pools.
+    origins: OnceLock<Arc<Upstream>>,
+}
+
+impl HttpRoute {
+    /// The route's origin connections.
+    pub fn upstream(&self) -> Option<&Arc<Upstream>> {
+        self.origins.get()
+    }
+
+    pub(crate) fn attach_upstream(&self, upstream: Arc<Upstream>) {
+        let _ = self.origins.set(upstream);
+    }
 }
 
 /// A `tunnel` route: where to, and whether the replayed hello rides in the SYN.
@@ -107,12 +131,20 @@ impl RouteTable {
                     RouteAction::Tunnel(TunnelRoute { origin: origin(&t.origin)?, fastopen: t.origin_tcp_fastopen })
                 }
                 ActionConfig::Prewarm(p) => RouteAction::Prewarm(Box::new(PrewarmRoute {
-                    client: ClientTls::new(p, &name, resumption)
+                    client: ClientTls::new(&p.tls, &name, resumption)
                         .map_err(|(field, m)| ConfigError::invalid(key(field), m))?,
-                    origin: OriginTls::new(p, &name, origin(&p.origin)?)
+                    origin: OriginTls::new(&p.origin_tls, &name, origin(&p.origin)?)
                         .map_err(|(field, m)| ConfigError::invalid(key(field), m))?,
                     pool: p.pool.clone(),
                     pools: OnceLock::new(),
+                })),
+                ActionConfig::Http(h) => RouteAction::Http(Box::new(HttpRoute {
+                    client: ClientTls::new(&h.tls, &name, resumption)
+                        .map_err(|(field, m)| ConfigError::invalid(key(field), m))?,
+                    origin: OriginTls::new(&h.origin_tls, &name, origin(&h.origin)?)
+                        .map_err(|(field, m)| ConfigError::invalid(key(field), m))?,
+                    upstream: h.upstream.clone(),
+                    origins: OnceLock::new(),
                 })),
             };
             // The no-SNI route's label must be visible in metrics and logs.
@@ -132,6 +164,15 @@ impl RouteTable {
             }
         }
         Ok(table)
+    }
+
+    /// Every `http` route, for attaching origin connections.
+    pub fn http_routes(&self) -> impl Iterator<Item = (&RouteName, &HttpRoute)> {
+        let all = self.exact.values().chain(self.wildcard.values()).chain(&self.no_sni).chain(&self.default);
+        all.filter_map(|r| match &r.action {
+            RouteAction::Http(h) => Some((&r.name, &**h)),
+            _ => None,
+        })
     }
 
     /// Every `prewarm` route, for syncing pools.

@@ -22,7 +22,7 @@ use rustls::server::{ProducesTickets, ServerSessionMemoryCache, StoresServerSess
 use rustls::ServerConfig;
 
 use super::pem;
-use crate::config::{PrewarmConfig, TlsVersion};
+use crate::config::{TerminateConfig, TlsVersion};
 
 #[derive(Debug)]
 pub struct ClientTls {
@@ -67,9 +67,9 @@ impl Resumption {
 
 impl ClientTls {
     /// `name` is the route's normalised SNI pattern: the key of its resumption state.
-    pub fn new(route: &PrewarmConfig, name: &str, resumption: &Resumption) -> Result<Self, (&'static str, String)> {
+    pub fn new(route: &TerminateConfig, name: &str, resumption: &Resumption) -> Result<Self, (&'static str, String)> {
         let (Some(cert_path), Some(key_path)) = (&route.cert, &route.key) else {
-            return Err(("cert", "required for action prewarm".into()));
+            return Err(("cert", "required when a route terminates TLS".into()));
         };
         let certs = pem::read(cert_path).and_then(|f| pem::certs(&f, cert_path)).map_err(|e| ("cert", e))?;
         let key = pem::read(key_path).and_then(|f| pem::key(&f, key_path)).map_err(|e| ("key", e))?;

@@ -13,7 +13,7 @@ use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
 use rustls::{ClientConfig, DigitallySignedStruct, RootCertStore, SignatureScheme};
 
 use super::pem;
-use crate::config::{OriginAddr, PrewarmConfig};
+use crate::config::{self, OriginAddr};
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct PoolKey {
@@ -44,8 +44,7 @@ pub struct OriginTls {
 impl OriginTls {
     /// `route_name` is the normalised SNI pattern (the default origin server name for exact
     /// routes). Errors name the field of `origin_tls` at fault.
-    pub fn new(route: &PrewarmConfig, route_name: &str, origin: OriginAddr) -> Result<Self, (&'static str, String)> {
-        let t = &route.origin_tls;
+    pub fn new(t: &config::OriginTls, route_name: &str, origin: OriginAddr) -> Result<Self, (&'static str, String)> {
         let name = t.sni.clone().unwrap_or_else(|| route_name.to_string());
         let server_name =
             ServerName::try_from(name.clone()).map_err(|_| ("origin_tls.sni", format!("invalid {name:?}")))?;

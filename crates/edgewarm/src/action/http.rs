@@ -1,0 +1,272 @@
+//! `action: http`: terminate TLS and HTTP at the edge; carry each request as a stream on the
+//! route's standing HTTP/2 origin connections ([`crate::upstream`]).
+//!
+//! The client side is hyper's server (HTTP/1.1 keep-alive and HTTP/2, by ALPN), with limits
+//! that answer abuse instead of absorbing it: header size (431), slow headers (the connection is
+//! closed), HTTP/2 concurrent streams, and h2's rapid-reset and CONTINUATION-flood guards.
+//! Every request gets one access-log line; the connection gets its own when it closes.
+//!
+//! Errors toward the client: 400 for a request that cannot be forwarded, 502 when the origin
+//! fails mid-request, 503 when no origin connection can be had, 504 when the origin's response
+//! headers take longer than `timeouts.origin_response`. A request is retried on another stream
+//! only when it provably never reached the origin (REFUSED_STREAM, or the connection refused
+//! the stream before sending it) and it has no body.
+
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use http::{Request, Response, StatusCode};
+use http_body_util::combinators::BoxBody;
+use http_body_util::{BodyExt, Full};
+use hyper::body::Incoming;
+use hyper::service::service_fn;
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use hyper_util::server::conn::auto;
+use tokio::net::TcpStream;
+use tokio_rustls::TlsAcceptor;
+
+use super::ConnCtx;
+use crate::accesslog::{AccessLog, RequestLog};
+use crate::error::CloseReason;
+use crate::metrics::{HttpMetrics, RouteName};
+use crate::peek::Hello;
+use crate::route::HttpRoute;
+use crate::transport::Rewind;
+use crate::upstream::body::{self, OriginBody};
+use crate::upstream::conn::Slot;
+use crate::upstream::{forward, Upstream};
+
+type Body = BoxBody<Bytes, Box<dyn std::error::Error + Send + Sync>>;
+
+/// Largest request head accepted (HTTP/1.1 buffer, HTTP/2 header list): 431 beyond.
+const MAX_HEADER_BYTES: usize = 64 * 1024;
+/// Streams one client may have open at once over HTTP/2.
+const MAX_CLIENT_STREAMS: u32 = 128;
+/// Attempts for a request that never reached the origin.
+const MAX_ATTEMPTS: u32 = 3;
+
+pub(crate) async fn serve(
+    client: TcpStream,
+    hello: Hello,
+    route: &HttpRoute,
+    ctx: &ConnCtx<'_>,
+    log: &mut AccessLog,
+) -> CloseReason {
+    let Some(upstream) = route.upstream().cloned() else {
+        log.detail = Some("no upstream for this route".into());
+        return CloseReason::Internal;
+    };
+    log.origin = Some(upstream.key().origin.to_string());
+    // The client may speak either protocol: the origin side is HTTP/2 whatever it chooses.
+    let alpn = route.client.choose(&hello.alpn, |_| true);
+    let peer = log.client;
+    let acceptor = TlsAcceptor::from(route.client.config(alpn.as_deref()));
+    let handshake = acceptor.accept(Rewind::new(hello.bytes, client));
+    let tls = match tokio::time::timeout(ctx.snapshot.timeouts.client_hello, handshake).await {
+        Ok(Ok(tls)) => tls,
+        Ok(Err(e)) => {
+            log.detail = Some(e.to_string());
+            return CloseReason::ClientTls;
+        }
+        Err(_) => return CloseReason::HelloTimeout,
+    };
+    log.alpn_selected = alpn.as_deref().map(|p| String::from_utf8_lossy(p).into_owned());
+    log.tls_version = tls.get_ref().1.protocol_version().map(|v| format!("{v:?}"));
+
+    let shared = Arc::new(Shared {
+        upstream,
+        client: peer,
+        route: ctx.route.name.clone(),
+        metrics: ctx.metrics.http.clone(),
+        origin_response: ctx.snapshot.timeouts.origin_response,
+        up: Arc::default(),
+        down: Arc::default(),
+    });
+    let service = {
+        let shared = shared.clone();
+        service_fn(move |req| {
+            let shared = shared.clone();
+            async move { Ok::<_, Infallible>(shared.handle(req).await) }
+        })
+    };
+    let mut builder = auto::Builder::new(TokioExecutor::new());
+    builder
+        .http1()
+        .timer(TokioTimer::new())
+        // Slow headers (slowloris) close the connection.
+        .header_read_timeout(ctx.snapshot.timeouts.client_hello)
+        .max_buf_size(MAX_HEADER_BYTES);
+    builder
+        .http2()
+        .timer(TokioTimer::new())
+        .max_concurrent_streams(MAX_CLIENT_STREAMS)
+        .max_header_list_size(u32::try_from(MAX_HEADER_BYTES).unwrap_or(u32::MAX))
+        // Rapid reset (CVE-2023-44487): h2 refuses a client that resets streams faster than
+        // this before we accept them, and one that makes us reset too many.
+        .max_pending_accept_reset_streams(Some(64))
+        .max_local_error_reset_streams(Some(256));
+    let conn = builder.serve_connection_with_upgrades(TokioIo::new(tls), service);
+    tokio::pin!(conn);
+    // Shutdown: first ask the connection to finish gracefully (HTTP/2 GOAWAY, HTTP/1.1 close
+    // after the current response), then, when the grace period is over, cut it.
+    let result = tokio::select! {
+        r = conn.as_mut() => r,
+        () = ctx.stop.cancelled() => {
+            conn.as_mut().graceful_shutdown();
+            tokio::select! {
+                r = conn.as_mut() => r,
+                () = ctx.cut.cancelled() => {
+                    log.bytes_up = shared.up.load(Ordering::Relaxed);
+                    log.bytes_down = shared.down.load(Ordering::Relaxed);
+                    return CloseReason::Shutdown;
+                }
+            }
+        }
+    };
+    log.bytes_up = shared.up.load(Ordering::Relaxed);
+    log.bytes_down = shared.down.load(Ordering::Relaxed);
+    match result {
+        Ok(()) => CloseReason::Done,
+        Err(e) => {
+            log.detail = Some(e.to_string());
+            CloseReason::ClientReset
+        }
+    }
+}
+
+/// What every request of one client connection shares.
+struct Shared {
+    upstream: Arc<Upstream>,
+    client: SocketAddr,
+    route: RouteName,
+    metrics: HttpMetrics,
+    origin_response: Duration,
+    /// Body bytes of every request on this connection, for its own log line.
+    up: Arc<AtomicU64>,
+    down: Arc<AtomicU64>,
+}
+
+impl Shared {
+    /// One request, start to end. Its log line and metrics are written when its response
+    /// body ends (or at once for an error answered here), so they carry real sizes and times.
+    async fn handle(&self, req: Request<Incoming>) -> Response<Body> {
+        let started = Instant::now();
+        let mut rlog = RequestLog::new(&req, self.client, &self.route);
+        match self.forward(req, &mut rlog, started).await {
+            Ok((parts, recv, slot)) => {
+                let (metrics, route, down) = (self.metrics.clone(), self.route.clone(), self.down.clone());
+                rlog.status = parts.status.as_u16();
+                let body = OriginBody::new(recv, move |sent| {
+                    drop(slot);
+                    down.fetch_add(sent, Ordering::Relaxed);
+                    rlog.bytes_down = sent;
+                    rlog.duration = started.elapsed();
+                    metrics.request(&route, rlog.status, rlog.duration);
+                    rlog.emit();
+                });
+                Response::from_parts(parts, body.map_err(Into::into).boxed())
+            }
+            Err(response) => {
+                rlog.status = response.status().as_u16();
+                rlog.duration = started.elapsed();
+                self.metrics.request(&self.route, rlog.status, rlog.duration);
+                rlog.emit();
+                response
+            }
+        }
+    }
+
+    /// Send the request to the origin and return its response head and body stream, or the
+    /// error response to give the client.
+    async fn forward(
+        &self,
+        req: Request<Incoming>,
+        rlog: &mut RequestLog,
+        started: Instant,
+    ) -> Result<(http::response::Parts, h2::RecvStream, Slot), Response<Body>> {
+        let head = forward::request(&req, self.client).map_err(|e| {
+            rlog.detail = Some(e.to_string());
+            error_response(StatusCode::BAD_REQUEST, "bad request\n")
+        })?;
+        let body = req.into_body();
+        let end_of_stream = hyper::body::Body::is_end_stream(&body);
+        let mut body = Some(body);
+        let mut attempt = 0;
+        let (response, slot) = loop {
+            attempt += 1;
+            let sent = self.upstream.send(head.clone(), end_of_stream).await.map_err(|e| {
+                rlog.detail = Some(e.to_string());
+                self.metrics.error(&self.route, "no_connection");
+                error_response(StatusCode::SERVICE_UNAVAILABLE, "origin unavailable\n")
+            })?;
+            rlog.origin_conn = Some(sent.conn_id);
+            rlog.reused = sent.reused;
+            // The body goes up while we wait for the response: an origin may answer early.
+            let upload = match body.take() {
+                Some(b) if !end_of_stream => {
+                    let tx = sent.body;
+                    let counter = rlog.bytes_up.clone();
+                    let conn_total = self.up.clone();
+                    Some(tokio::spawn(async move {
+                        let r = body::send(b, tx, counter.clone()).await;
+                        conn_total.fetch_add(counter.load(Ordering::Relaxed), Ordering::Relaxed);
+                        r
+                    }))
+                }
+                _ => None,
+            };
+            let response = sent.response;
+            match tokio::time::timeout(self.origin_response, response).await {
+                Err(_) => {
+                    abort(upload);
+                    self.metrics.error(&self.route, "timeout");
+                    rlog.detail = Some("origin response timed out".into());
+                    return Err(error_response(StatusCode::GATEWAY_TIMEOUT, "origin timed out\n"));
+                }
+                Ok(Err(e)) if upload.is_none() && attempt < MAX_ATTEMPTS && never_processed(&e) => {
+                    // The origin refused the stream before doing anything with it: safe to
+                    // send again, whatever the method.
+                    self.metrics.retry(&self.route);
+                    rlog.retries += 1;
+                }
+                Ok(Err(e)) => {
+                    abort(upload);
+                    self.metrics.error(&self.route, "origin_error");
+                    rlog.detail = Some(e.to_string());
+                    return Err(error_response(StatusCode::BAD_GATEWAY, "origin failed\n"));
+                }
+                // The upload, if any, finishes on its own (or fails and resets the stream).
+                Ok(Ok(resp)) => break (resp, sent.slot),
+            }
+        };
+        rlog.ttfb = Some(started.elapsed());
+        let (mut parts, recv) = response.into_parts();
+        forward::response_headers(&mut parts.headers);
+        parts.version = http::Version::HTTP_11;
+        Ok((parts, recv, slot))
+    }
+}
+
+/// The origin never acted on the stream: REFUSED_STREAM (RFC 9113 §8.7), which h2 also reports
+/// for streams above a GOAWAY's last stream id.
+fn never_processed(e: &h2::Error) -> bool {
+    e.reason() == Some(h2::Reason::REFUSED_STREAM)
+}
+
+fn abort(upload: Option<tokio::task::JoinHandle<Result<(), body::SendError>>>) {
+    if let Some(u) = upload {
+        u.abort();
+    }
+}
+
+fn error_response(status: StatusCode, text: &'static str) -> Response<Body> {
+    let body = Full::new(Bytes::from_static(text.as_bytes())).map_err(|never| match never {}).boxed();
+    let mut r = Response::new(body);
+    *r.status_mut() = status;
+    r.headers_mut().insert(http::header::CONTENT_TYPE, http::HeaderValue::from_static("text/plain"));
+    r
+}

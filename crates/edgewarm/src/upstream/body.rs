@@ -1,0 +1,126 @@
+//! Bodies, streamed both ways under HTTP/2 flow control; nothing is buffered whole.
+//!
+//! Toward the origin, [`send`] reads the client's body a frame at a time and writes each only
+//! when the origin's window has room, so a slow origin slows the client's upload instead of
+//! growing our buffers. Back toward the client, [`OriginBody`] hands the origin's DATA frames
+//! to hyper and returns their window to the origin only once hyper has taken them, so a slow
+//! client slows the origin's download the same way. Trailers pass both ways.
+
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::task::{ready, Context, Poll};
+
+use bytes::Bytes;
+use h2::{RecvStream, SendStream};
+use http_body::{Body, Frame};
+use http_body_util::BodyExt;
+
+/// The origin's response body, as a hyper body. `on_end` runs once, when the body is finished
+/// or dropped (the client went away), with the bytes passed on: the request's log line is
+/// written then, with its real size and duration.
+pub(crate) struct OriginBody<F: FnOnce(u64)> {
+    recv: RecvStream,
+    data_done: bool,
+    sent: u64,
+    on_end: Option<F>,
+}
+
+impl<F: FnOnce(u64)> OriginBody<F> {
+    pub(crate) fn new(recv: RecvStream, on_end: F) -> Self {
+        Self { recv, data_done: false, sent: 0, on_end: Some(on_end) }
+    }
+
+    fn end(&mut self) {
+        if let Some(f) = self.on_end.take() {
+            f(self.sent);
+        }
+    }
+}
+
+impl<F: FnOnce(u64)> Drop for OriginBody<F> {
+    fn drop(&mut self) {
+        self.end();
+    }
+}
+
+// The callback is never pinned-projected; moving it is fine.
+impl<F: FnOnce(u64)> Unpin for OriginBody<F> {}
+
+impl<F: FnOnce(u64)> Body for OriginBody<F> {
+    type Data = Bytes;
+    type Error = h2::Error;
+
+    fn poll_frame(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, h2::Error>>> {
+        if !self.data_done {
+            match ready!(self.recv.poll_data(cx)) {
+                Some(Ok(data)) => {
+                    // hyper has the bytes now: the origin may send as many more.
+                    let _ = self.recv.flow_control().release_capacity(data.len());
+                    self.sent += data.len() as u64;
+                    return Poll::Ready(Some(Ok(Frame::data(data))));
+                }
+                Some(Err(e)) => {
+                    self.end();
+                    return Poll::Ready(Some(Err(e)));
+                }
+                None => self.data_done = true,
+            }
+        }
+        let result = ready!(self.recv.poll_trailers(cx));
+        self.end();
+        match result {
+            Ok(Some(trailers)) => Poll::Ready(Some(Ok(Frame::trailers(trailers)))),
+            Ok(None) => Poll::Ready(None),
+            Err(e) => Poll::Ready(Some(Err(e))),
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.recv.is_end_stream()
+    }
+}
+
+/// Why an upload stopped.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum SendError {
+    #[error("client body: {0}")]
+    Client(Box<dyn std::error::Error + Send + Sync>),
+    #[error("origin stream: {0}")]
+    Origin(#[from] h2::Error),
+}
+
+/// Copy the client's request body to the origin stream, counting into `sent` as it goes.
+pub(crate) async fn send<B>(body: B, mut tx: SendStream<Bytes>, sent: Arc<AtomicU64>) -> Result<(), SendError>
+where
+    B: Body<Data = Bytes> + Unpin,
+    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
+    let mut body = body;
+    loop {
+        let Some(frame) = body.frame().await else {
+            tx.send_data(Bytes::new(), true)?;
+            return Ok(());
+        };
+        let frame = frame.map_err(|e| SendError::Client(e.into()))?;
+        match frame.into_data() {
+            Ok(mut data) => {
+                while !data.is_empty() {
+                    tx.reserve_capacity(data.len());
+                    let granted = std::future::poll_fn(|cx| tx.poll_capacity(cx))
+                        .await
+                        .ok_or_else(|| h2::Error::from(h2::Reason::CANCEL))??;
+                    let chunk = data.split_to(granted.min(data.len()));
+                    sent.fetch_add(chunk.len() as u64, Ordering::Relaxed);
+                    tx.send_data(chunk, false)?;
+                }
+            }
+            Err(frame) => {
+                if let Ok(trailers) = frame.into_trailers() {
+                    tx.send_trailers(trailers)?;
+                    return Ok(());
+                }
+            }
+        }
+    }
+}

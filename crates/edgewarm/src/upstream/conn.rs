@@ -1,0 +1,220 @@
+//! One standing HTTP/2 origin connection: the handshake, the driver task, PINGs, retirement.
+//!
+//! The driver task owns h2's `Connection` future (which does all the connection's I/O) and
+//! sends a PING every `keepalive`. The PING's round trip is exported: it is the live R of the
+//! edge↔origin link. A PING unanswered within `keepalive` means the connection is dead even
+//! if TCP has not noticed; the connection is retired at once, before a request is put on it.
+//!
+//! Retiring a connection never cuts a stream: the upstream stops choosing it and drops its
+//! handle, and h2 closes the connection once the streams already on it have finished.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bytes::Bytes;
+use h2::client::ResponseFuture;
+use h2::{Ping, SendStream};
+use http::Request;
+use tokio::net::TcpStream;
+use tokio::time::Instant;
+use tokio_rustls::client::TlsStream;
+use tokio_util::sync::CancellationToken;
+
+use super::{ConnStatus, H2Send, Upstream};
+use crate::metrics::PoolEvent;
+
+/// Flow-control windows toward the origin, sized for a long link: a window caps one stream's
+/// throughput at window / RTT, and 4 MiB over 100 ms is ~335 Mbit/s per stream (h2's 64 KiB
+/// default would be 5 Mbit/s). The connection window covers many streams at full speed.
+const STREAM_WINDOW: u32 = 4 << 20;
+const CONNECTION_WINDOW: u32 = 32 << 20;
+
+pub(crate) struct Conn {
+    pub id: u64,
+    /// `None` once retired: the handle is dropped so h2 can close after the last stream.
+    send: Mutex<Option<H2Send>>,
+    opened: Instant,
+    retiring: AtomicBool,
+    /// Cancelled when the driver task has ended (the connection is gone).
+    closed: CancellationToken,
+    requests: AtomicU64,
+    /// Streams open now: counted by [`Slot`]s, since h2 does not expose its own count.
+    active: Arc<AtomicUsize>,
+    /// The upstream's "a connection has room" signal.
+    room: Arc<tokio::sync::Notify>,
+    /// Last PING round trip, in microseconds (0: none yet).
+    rtt_us: AtomicU64,
+}
+
+/// One open stream's place on its connection; dropping it (when the response body has ended
+/// or the request failed) frees the place and wakes a request waiting for room.
+pub struct Slot {
+    active: Arc<AtomicUsize>,
+    room: Arc<tokio::sync::Notify>,
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        self.active.fetch_sub(1, Ordering::Relaxed);
+        self.room.notify_waiters();
+    }
+}
+
+impl Conn {
+    /// HTTP/2 handshake over a fresh origin TLS connection, then start its driver.
+    pub(super) async fn handshake(
+        id: u64,
+        tls: TlsStream<TcpStream>,
+        upstream: Arc<Upstream>,
+    ) -> Result<Arc<Self>, h2::Error> {
+        let (send, mut connection) = h2::client::Builder::new()
+            .initial_window_size(STREAM_WINDOW)
+            .initial_connection_window_size(CONNECTION_WINDOW)
+            // The origin does not push to a proxy.
+            .enable_push(false)
+            .handshake::<_, Bytes>(tls)
+            .await?;
+        let conn = Arc::new(Self {
+            id,
+            send: Mutex::new(Some(send)),
+            opened: Instant::now(),
+            retiring: AtomicBool::new(false),
+            closed: CancellationToken::new(),
+            requests: AtomicU64::new(0),
+            active: Arc::default(),
+            room: upstream.room.clone(),
+            rtt_us: AtomicU64::new(0),
+        });
+        let ping = connection.ping_pong();
+        let me = conn.clone();
+        let (ready_tx, ready_rx) = tokio::sync::oneshot::channel();
+        tokio::spawn(async move {
+            let keepalive = upstream.keepalive();
+            let pings = async {
+                let Some(mut ping) = ping else { return "ping_unavailable" };
+                let mut ready = Some(ready_tx);
+                loop {
+                    // The first PING goes at once: the origin sends its SETTINGS before the
+                    // PONG, so when the PONG is back the stream limit is known. A connection
+                    // used before that would assume no limit and get streams refused.
+                    if ready.is_none() {
+                        tokio::time::sleep(keepalive).await;
+                    }
+                    let sent = Instant::now();
+                    match tokio::time::timeout(keepalive, ping.ping(Ping::opaque())).await {
+                        Ok(Ok(_)) => {
+                            let rtt = sent.elapsed();
+                            me.rtt_us.store(u64::try_from(rtt.as_micros()).unwrap_or(u64::MAX), Ordering::Relaxed);
+                            let l = upstream.labels();
+                            let label =
+                                crate::metrics::UpstreamConn { route: l.route.clone(), origin: l.origin.clone() };
+                            upstream.metrics().upstream.ping_rtt.get_or_create(&label).set(rtt.as_secs_f64());
+                            if let Some(tx) = ready.take() {
+                                let _ = tx.send(());
+                            }
+                        }
+                        Ok(Err(_)) => return "ping_failed",
+                        Err(_) => return "ping_timeout",
+                    }
+                }
+            };
+            let why = tokio::select! {
+                r = &mut connection => match r {
+                    Ok(()) => "closed",
+                    Err(e) if e.is_go_away() => "goaway",
+                    Err(_) => "error",
+                },
+                why = pings => why,
+            };
+            me.retire();
+            if why == "goaway" {
+                let l = upstream.labels();
+                let label = PoolEvent { route: l.route.clone(), origin: l.origin.clone(), reason: "goaway" };
+                upstream.metrics().upstream.goaways.get_or_create(&label).inc();
+            }
+            // A dead PING means a dead link: do not wait for TCP to find out.
+            if why != "closed" {
+                drop(connection);
+            } else {
+                let _ = tokio::time::timeout(Duration::from_secs(1), connection).await;
+            }
+            me.closed.cancel();
+            tracing::debug!(route = %upstream.labels().route, conn = me.id, why, "origin connection ended");
+            upstream.closed(me.id, why);
+        });
+        // No answer to the first PING: the connection ended during set-up.
+        match ready_rx.await {
+            Ok(()) => Ok(conn),
+            Err(_) => Err(h2::Error::from(h2::Reason::CONNECT_ERROR)),
+        }
+    }
+
+    pub(crate) fn age(&self) -> Duration {
+        self.opened.elapsed()
+    }
+
+    pub(crate) fn retiring(&self) -> bool {
+        self.retiring.load(Ordering::Relaxed)
+    }
+
+    pub(crate) fn is_closed(&self) -> bool {
+        self.closed.is_cancelled()
+    }
+
+    /// Stop using this connection; streams on it finish.
+    pub(crate) fn retire(&self) {
+        self.retiring.store(true, Ordering::Relaxed);
+        self.send.lock().unwrap_or_else(|p| p.into_inner()).take();
+    }
+
+    fn with_send<T>(&self, f: impl FnOnce(&H2Send) -> T) -> Option<T> {
+        self.send.lock().unwrap_or_else(|p| p.into_inner()).as_ref().map(f)
+    }
+
+    pub(crate) fn active_streams(&self) -> usize {
+        self.active.load(Ordering::Relaxed)
+    }
+
+    /// Take a stream place if the connection is below the origin's
+    /// `SETTINGS_MAX_CONCURRENT_STREAMS`. The upstream calls this under its lock, so two
+    /// requests can never both take the last place.
+    pub(crate) fn try_reserve(&self) -> Option<Slot> {
+        let max = self.with_send(|s| s.current_max_send_streams())?;
+        if self.retiring() || self.active_streams() >= max {
+            return None;
+        }
+        self.active.fetch_add(1, Ordering::Relaxed);
+        Some(Slot { active: self.active.clone(), room: self.room.clone() })
+    }
+
+    /// Open a stream. Fails if the connection is retiring, going away or broken; the request
+    /// was then not sent.
+    pub(crate) fn send(
+        &self,
+        request: Request<()>,
+        end_of_stream: bool,
+    ) -> Result<(ResponseFuture, SendStream<Bytes>, bool), h2::Error> {
+        // A clone per request: h2 lets one handle have only one stream waiting for a slot, and
+        // a fresh clone never has one, so a request over the limit queues instead of failing.
+        let Some(mut send) = self.with_send(H2Send::clone) else {
+            return Err(h2::Error::from(h2::Reason::REFUSED_STREAM));
+        };
+        let (response, body) = send.send_request(request, end_of_stream)?;
+        let reused = self.requests.fetch_add(1, Ordering::Relaxed) > 0;
+        Ok((response, body, reused))
+    }
+
+    pub(crate) fn status(&self) -> ConnStatus {
+        let rtt = self.rtt_us.load(Ordering::Relaxed);
+        ConnStatus {
+            id: self.id,
+            age_ms: u64::try_from(self.age().as_millis()).unwrap_or(u64::MAX),
+            streams: self.active_streams(),
+            max_streams: self.with_send(|s| s.current_max_send_streams()).unwrap_or(0),
+            requests: self.requests.load(Ordering::Relaxed),
+            ping_rtt_ms: (rtt > 0).then(|| rtt as f64 / 1e3),
+            retiring: self.retiring(),
+        }
+    }
+}

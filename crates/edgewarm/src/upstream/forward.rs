@@ -1,0 +1,169 @@
+//! A client's request as the origin should see it, and the origin's response as the client
+//! should see it: what a reverse proxy changes in between.
+//!
+//! - The request goes out as HTTP/2 with `:scheme https` and `:authority` from the client's
+//!   `:authority` or `Host` (an HTTP/1.1 origin-form target forwarded as is would be a
+//!   malformed HTTP/2 request).
+//! - Hop-by-hop headers are the client connection's, not the request's: `Connection` and every
+//!   header it names, `Keep-Alive`, `Proxy-Connection`, `TE` (except `trailers`),
+//!   `Transfer-Encoding`, `Upgrade`, and `Host` (carried as `:authority`). The same go from
+//!   responses.
+//! - `X-Forwarded-For`, `X-Forwarded-Proto` and `Forwarded` from the client are dropped, never
+//!   trusted, and set from what edgewarm saw; `Via` gets edgewarm's hop appended.
+
+use std::net::SocketAddr;
+
+use http::header::{self, HeaderMap, HeaderName, HeaderValue};
+use http::{Request, Uri, Version};
+
+/// Why a request cannot be forwarded: the client gets a 400.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub(crate) enum BadRequest {
+    #[error("no Host or :authority")]
+    NoAuthority,
+    #[error("invalid request target")]
+    Target,
+}
+
+static HOP_BY_HOP: [HeaderName; 7] = [
+    header::CONNECTION,
+    HeaderName::from_static("keep-alive"),
+    HeaderName::from_static("proxy-connection"),
+    header::TE,
+    header::TRANSFER_ENCODING,
+    header::UPGRADE,
+    header::HOST,
+];
+
+static X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
+static X_FORWARDED_PROTO: HeaderName = HeaderName::from_static("x-forwarded-proto");
+
+/// Remove hop-by-hop headers, including those the `Connection` header names.
+fn strip_hop_by_hop(headers: &mut HeaderMap) {
+    let named: Vec<HeaderName> = headers
+        .get_all(header::CONNECTION)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .filter_map(|n| HeaderName::from_bytes(n.trim().as_bytes()).ok())
+        .collect();
+    let te_trailers = headers
+        .get_all(header::TE)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .any(|v| v.split(',').any(|t| t.trim().eq_ignore_ascii_case("trailers")));
+    for name in named.iter().chain(&HOP_BY_HOP) {
+        headers.remove(name);
+    }
+    if te_trailers {
+        headers.insert(header::TE, HeaderValue::from_static("trailers"));
+    }
+}
+
+fn via(version: Version) -> &'static str {
+    match version {
+        Version::HTTP_10 => "1.0 edgewarm",
+        Version::HTTP_2 => "2 edgewarm",
+        _ => "1.1 edgewarm",
+    }
+}
+
+/// The origin-bound request (without body) for a client's request head.
+pub(crate) fn request<B>(client_req: &Request<B>, client: SocketAddr) -> Result<Request<()>, BadRequest> {
+    let authority = match client_req.uri().authority() {
+        Some(a) => a.as_str().to_string(),
+        None => client_req
+            .headers()
+            .get(header::HOST)
+            .and_then(|h| h.to_str().ok())
+            .filter(|h| !h.is_empty())
+            .ok_or(BadRequest::NoAuthority)?
+            .to_string(),
+    };
+    let path = client_req.uri().path_and_query().map_or("/", |p| p.as_str());
+    let uri = Uri::builder()
+        .scheme("https")
+        .authority(authority.as_str())
+        .path_and_query(path)
+        .build()
+        .map_err(|_| BadRequest::Target)?;
+    let mut headers = client_req.headers().clone();
+    strip_hop_by_hop(&mut headers);
+    headers.remove(&X_FORWARDED_FOR);
+    headers.remove(&X_FORWARDED_PROTO);
+    headers.remove(header::FORWARDED);
+    let ip = client.ip().to_canonical();
+    headers.insert(&X_FORWARDED_FOR, HeaderValue::from_str(&ip.to_string()).map_err(|_| BadRequest::Target)?);
+    headers.insert(&X_FORWARDED_PROTO, HeaderValue::from_static("https"));
+    let node = if ip.is_ipv6() { format!("\"[{ip}]\"") } else { ip.to_string() };
+    let forwarded = format!("for={node};proto=https;host=\"{authority}\"");
+    if let Ok(v) = HeaderValue::from_str(&forwarded) {
+        headers.insert(header::FORWARDED, v);
+    }
+    headers.append(header::VIA, HeaderValue::from_static(via(client_req.version())));
+    let mut out = Request::builder().method(client_req.method().clone()).uri(uri).version(Version::HTTP_2);
+    if let Some(h) = out.headers_mut() {
+        *h = headers;
+    }
+    out.body(()).map_err(|_| BadRequest::Target)
+}
+
+/// The client-bound response headers for an origin's response.
+pub(crate) fn response_headers(headers: &mut HeaderMap) {
+    strip_hop_by_hop(headers);
+    headers.append(header::VIA, HeaderValue::from_static("2 edgewarm"));
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn client() -> SocketAddr {
+        "192.0.2.7:50000".parse().unwrap()
+    }
+
+    #[test]
+    fn http1_request_becomes_a_valid_h2_request() {
+        let req = Request::builder()
+            .uri("/a/b?c=1")
+            .header("host", "www.example.com")
+            .header("connection", "keep-alive, x-secret")
+            .header("x-secret", "hop")
+            .header("keep-alive", "timeout=5")
+            .header("te", "trailers, deflate")
+            .header("x-forwarded-for", "6.6.6.6")
+            .header("forwarded", "for=6.6.6.6")
+            .header("accept", "*/*")
+            .body(())
+            .unwrap();
+        let out = request(&req, client()).unwrap();
+        assert_eq!(out.uri().to_string(), "https://www.example.com/a/b?c=1");
+        assert_eq!(out.version(), Version::HTTP_2);
+        let h = out.headers();
+        for gone in ["host", "connection", "x-secret", "keep-alive"] {
+            assert!(!h.contains_key(gone), "{gone} forwarded");
+        }
+        assert_eq!(h["te"], "trailers");
+        assert_eq!(h["x-forwarded-for"], "192.0.2.7");
+        assert_eq!(h["x-forwarded-proto"], "https");
+        assert_eq!(h["forwarded"], "for=192.0.2.7;proto=https;host=\"www.example.com\"");
+        assert_eq!(h["via"], "1.1 edgewarm");
+        assert_eq!(h["accept"], "*/*");
+    }
+
+    #[test]
+    fn h2_authority_is_kept_and_missing_host_is_refused() {
+        let req = Request::builder().uri("https://b.test/x").version(Version::HTTP_2).body(()).unwrap();
+        assert_eq!(request(&req, client()).unwrap().uri().to_string(), "https://b.test/x");
+        let req = Request::builder().uri("/x").body(()).unwrap();
+        assert_eq!(request(&req, client()).unwrap_err(), BadRequest::NoAuthority);
+    }
+
+    #[test]
+    fn ipv6_clients_are_quoted_in_forwarded() {
+        let req = Request::builder().uri("/").header("host", "h").body(()).unwrap();
+        let out = request(&req, "[2001:db8::1]:443".parse().unwrap()).unwrap();
+        assert_eq!(out.headers()["forwarded"], "for=\"[2001:db8::1]\";proto=https;host=\"h\"");
+        assert_eq!(out.headers()["x-forwarded-for"], "2001:db8::1");
+    }
+}

@@ -1,0 +1,358 @@
+//! The origin side of `http` routes: a standing set of multiplexed HTTP/2 connections.
+//!
+//! Each [`Upstream`] (one per origin key: address, server name, verification, client
+//! certificate) opens `connections` HTTP/2 TLS connections when the configuration is loaded,
+//! before any client arrives, and keeps them: a client's request becomes a stream on one of
+//! them, so no request waits for a TCP or TLS handshake to the origin unless every connection
+//! is down.
+//!
+//! - [`conn`]: one connection: its driver task, PINGs (liveness and the link's RTT), and its
+//!   retirement (GOAWAY, error, missed PING, `max_age`).
+//! - [`forward`]: a client's request as the origin should see it, and the response back.
+//! - [`body`]: bodies streamed both ways with HTTP/2 flow control (never buffered whole).
+//! - [`registry`]: the upstreams of the running config, kept across reloads by key.
+//!
+//! Why the `h2` crate and not hyper's client: hyper's `SendRequest::poll_ready` is ready
+//! whenever the connection is open, queueing requests past the origin's
+//! `SETTINGS_MAX_CONCURRENT_STREAMS` where the caller cannot see them, and hyper-util's pool
+//! never spills to a second connection. `h2` exposes the stream limit and the number of open
+//! streams, so [`Upstream::send`] can place each request on a connection with room, and open
+//! another connection (up to `max_connections`) when all are full.
+
+pub(crate) mod body;
+pub(crate) mod conn;
+pub(crate) mod forward;
+pub(crate) mod registry;
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use bytes::Bytes;
+use h2::client::{ResponseFuture, SendRequest};
+use h2::SendStream;
+use http::Request;
+use serde::Serialize;
+use tokio::sync::Notify;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use crate::config::UpstreamConfig;
+use crate::metrics::{Metrics, PoolLabels};
+use crate::pool::dial::{Dial, TlsDial, WarmError};
+use crate::pool::sizing::Backoff;
+use crate::tls::origin::PoolKey;
+use conn::Conn;
+
+/// Why a request could not be placed on an origin connection.
+#[derive(Debug, thiserror::Error)]
+pub enum UpstreamError {
+    #[error("no origin connection: {0}")]
+    Connect(#[from] WarmError),
+    #[error("origin connection failed: {0}")]
+    H2(#[from] h2::Error),
+    #[error("upstream retired")]
+    Retired,
+}
+
+/// A request on its way: the response to wait for, the stream to send the body on, and
+/// which connection carries it (for the access log).
+pub struct Sent {
+    pub response: ResponseFuture,
+    pub body: SendStream<Bytes>,
+    /// Hold until the response body has ended: it is the stream's place on the connection.
+    pub slot: conn::Slot,
+    pub conn_id: u64,
+    /// The connection had carried requests before this one.
+    pub reused: bool,
+}
+
+/// One standing connection as `/origins` shows it.
+#[derive(Debug, Clone, Serialize)]
+pub struct ConnStatus {
+    pub id: u64,
+    pub age_ms: u64,
+    pub streams: usize,
+    pub max_streams: usize,
+    pub requests: u64,
+    pub ping_rtt_ms: Option<f64>,
+    pub retiring: bool,
+}
+
+/// One upstream as `/origins` shows it.
+#[derive(Debug, Clone, Serialize)]
+pub struct UpstreamStatus {
+    pub route: String,
+    pub origin: String,
+    pub sni: String,
+    pub verify: bool,
+    pub connections: Vec<ConnStatus>,
+    pub opening: usize,
+    pub consecutive_failures: u32,
+}
+
+struct State {
+    conns: Vec<Arc<Conn>>,
+    /// Connects under way (counted against `max_connections`).
+    opening: usize,
+    backoff: Backoff,
+    retry_at: Option<Instant>,
+    settings: UpstreamConfig,
+    connect_timeout: Duration,
+}
+
+pub struct Upstream {
+    dial: TlsDial,
+    labels: PoolLabels,
+    state: Mutex<State>,
+    /// Wakes the maintenance task: a connection ended, settings changed, a request found
+    /// every connection full.
+    wake: Notify,
+    /// A connection became usable (opened, or streams finished).
+    room: Arc<Notify>,
+    retired: CancellationToken,
+    next_id: AtomicU64,
+    metrics: Arc<Metrics>,
+}
+
+impl std::fmt::Debug for Upstream {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Upstream").field("labels", &self.labels).finish_non_exhaustive()
+    }
+}
+
+impl Upstream {
+    /// Create the upstream and start opening its connections. Must run inside the runtime.
+    pub fn start(
+        dial: TlsDial,
+        labels: PoolLabels,
+        settings: UpstreamConfig,
+        connect_timeout: Duration,
+        metrics: Arc<Metrics>,
+    ) -> Arc<Self> {
+        let upstream = Arc::new(Self {
+            dial,
+            labels,
+            state: Mutex::new(State {
+                conns: Vec::new(),
+                opening: 0,
+                backoff: Backoff::default(),
+                retry_at: None,
+                settings,
+                connect_timeout,
+            }),
+            wake: Notify::new(),
+            room: Arc::new(Notify::new()),
+            retired: CancellationToken::new(),
+            next_id: AtomicU64::new(0),
+            metrics,
+        });
+        tokio::spawn(upstream.clone().maintain());
+        upstream
+    }
+
+    pub fn key(&self) -> &PoolKey {
+        self.dial.key()
+    }
+
+    pub fn labels(&self) -> &PoolLabels {
+        &self.labels
+    }
+
+    fn state(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// New settings from a reload; connections stay.
+    pub fn update(&self, settings: UpstreamConfig, connect_timeout: Duration) {
+        let mut st = self.state();
+        st.settings = settings;
+        st.connect_timeout = connect_timeout;
+        drop(st);
+        self.wake.notify_one();
+    }
+
+    /// A reload removed every route using this upstream: stop opening connections and let the
+    /// existing ones finish their streams, then close.
+    pub fn retire(&self) {
+        self.retired.cancel();
+        let conns = std::mem::take(&mut self.state().conns);
+        for c in conns {
+            c.retire();
+        }
+        self.room.notify_waiters();
+    }
+
+    /// Live connections (not retiring).
+    pub fn live(&self) -> usize {
+        self.state().conns.iter().filter(|c| !c.retiring()).count()
+    }
+
+    /// Keep `connections` connections open; replace the ones that end or age out.
+    async fn maintain(self: Arc<Self>) {
+        let mut tick = tokio::time::interval(Duration::from_secs(1));
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                () = self.wake.notified() => {}
+                _ = tick.tick() => {}
+                () = self.retired.cancelled() => return,
+            }
+            self.fill();
+        }
+    }
+
+    /// Retire aged connections and start connects until `connections` are live or opening.
+    fn fill(self: &Arc<Self>) {
+        let mut st = self.state();
+        let max_age = st.settings.max_age;
+        for c in &st.conns {
+            if !c.retiring() && c.age() >= max_age {
+                c.retire();
+                self.metrics.upstream.replaced.get_or_create(&self.reason("max_age")).inc();
+            }
+        }
+        st.conns.retain(|c| !c.is_closed());
+        if st.retry_at.is_some_and(|t| Instant::now() < t) {
+            return;
+        }
+        let live = st.conns.iter().filter(|c| !c.retiring()).count();
+        let mut start = st.settings.connections.saturating_sub(live + st.opening);
+        if st.backoff.failures > 0 {
+            // Probing a failing origin: one attempt at a time.
+            start = start.min(1).saturating_sub(st.opening);
+        }
+        st.opening += start;
+        drop(st);
+        for _ in 0..start {
+            let me = self.clone();
+            tokio::spawn(async move {
+                let _ = me.open().await;
+            });
+        }
+    }
+
+    /// Open one connection and add it to the set.
+    async fn open(self: &Arc<Self>) -> Result<Arc<Conn>, UpstreamError> {
+        let timeout = self.state().connect_timeout;
+        let started = Instant::now();
+        let result = async {
+            let tls = self.dial.dial(timeout).await?;
+            let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+            Ok::<_, UpstreamError>(Conn::handshake(id, tls, self.clone()).await?)
+        }
+        .await;
+        let mut st = self.state();
+        st.opening -= 1;
+        match result {
+            Ok(conn) => {
+                st.backoff.succeeded();
+                st.retry_at = None;
+                st.conns.push(conn.clone());
+                drop(st);
+                let m = &self.metrics.pool;
+                m.opened.get_or_create(&self.labels).inc();
+                m.handshake_seconds.get_or_create(&self.labels).observe(started.elapsed().as_secs_f64());
+                self.room.notify_waiters();
+                Ok(conn)
+            }
+            Err(e) => {
+                let wait = st.backoff.failed(0.5);
+                st.retry_at = Some(Instant::now() + wait);
+                drop(st);
+                tracing::warn!(route = %self.labels.route, origin = %self.labels.origin, error = %e, "opening an HTTP/2 origin connection failed");
+                self.metrics.upstream.connect_errors.get_or_create(&self.labels).inc();
+                self.room.notify_waiters();
+                Err(e)
+            }
+        }
+    }
+
+    /// A connection ended (its driver returned): forget it and replace it.
+    pub(crate) fn closed(&self, id: u64, why: &'static str) {
+        self.state().conns.retain(|c| c.id != id);
+        self.metrics.upstream.replaced.get_or_create(&self.reason(why)).inc();
+        self.wake.notify_one();
+        self.room.notify_waiters();
+    }
+
+    fn reason(&self, reason: &'static str) -> crate::metrics::PoolEvent {
+        let l = &self.labels;
+        crate::metrics::PoolEvent { route: l.route.clone(), origin: l.origin.clone(), reason }
+    }
+
+    /// Start a request: on the least loaded connection with a free stream; if all are full,
+    /// on a new connection (up to `max_connections`); else wait for room.
+    pub async fn send(self: &Arc<Self>, request: Request<()>, end_of_stream: bool) -> Result<Sent, UpstreamError> {
+        let deadline = Instant::now() + self.state().connect_timeout;
+        loop {
+            if self.retired.is_cancelled() {
+                return Err(UpstreamError::Retired);
+            }
+            let room = self.room.notified();
+            tokio::pin!(room);
+            room.as_mut().enable();
+            let (best, may_open) = {
+                let st = self.state();
+                // Least loaded first; the reservation is taken under the lock.
+                let mut candidates: Vec<&Arc<Conn>> = st.conns.iter().filter(|c| !c.retiring()).collect();
+                candidates.sort_by_key(|c| c.active_streams());
+                let best = candidates.iter().find_map(|c| Some(((*c).clone(), c.try_reserve()?)));
+                let total = st.conns.iter().filter(|c| !c.retiring()).count() + st.opening;
+                // A connection being opened will have room: wait for it rather than open
+                // another (at start-up, every early request would otherwise open its own).
+                (best, st.opening == 0 && total < st.settings.max_connections)
+            };
+            if let Some((conn, slot)) = best {
+                match conn.send(request.clone(), end_of_stream) {
+                    Ok((response, body, reused)) => return Ok(Sent { response, body, slot, conn_id: conn.id, reused }),
+                    // The connection is going away (GOAWAY seen, or it failed): the request
+                    // was never sent, so it may go on another connection.
+                    Err(_) => {
+                        conn.retire();
+                        continue;
+                    }
+                }
+            }
+            if may_open {
+                self.state().opening += 1;
+                self.metrics.upstream.spills.get_or_create(&self.labels).inc();
+                match self.open().await {
+                    Ok(_) => continue,
+                    Err(e) if self.live() == 0 => return Err(e),
+                    Err(_) => {}
+                }
+            }
+            self.wake.notify_one();
+            if tokio::time::timeout_at(deadline, room).await.is_err() {
+                return Err(UpstreamError::Connect(WarmError::HandshakeTimeout));
+            }
+        }
+    }
+
+    /// Numbers for `/origins`.
+    pub fn status(&self) -> UpstreamStatus {
+        let st = self.state();
+        let k = self.dial.key();
+        UpstreamStatus {
+            route: self.labels.route.to_string(),
+            origin: k.origin.to_string(),
+            sni: k.server_name.clone(),
+            verify: k.verify,
+            connections: st.conns.iter().map(|c| c.status()).collect(),
+            opening: st.opening,
+            consecutive_failures: st.backoff.failures,
+        }
+    }
+
+    pub(crate) fn metrics(&self) -> &Metrics {
+        &self.metrics
+    }
+
+    pub(crate) fn keepalive(&self) -> Duration {
+        self.state().settings.keepalive
+    }
+}
+
+/// Used by [`conn`] so it need not know the send side's types.
+pub(crate) type H2Send = SendRequest<Bytes>;
