@@ -143,12 +143,70 @@ pub struct PoolReason {
     pub reason: CloseReason,
 }
 
-/// A pool or upstream event by reason (`max_age`, `goaway`, `ping_timeout`, …).
+/// A closed set of label values: an enum whose variants are the only values the label takes.
+macro_rules! label_enum {
+    ($(#[$doc:meta])* $name:ident { $($variant:ident => $label:literal),+ $(,)? }) => {
+        $(#[$doc])*
+        #[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
+        pub enum $name {
+            $($variant),+
+        }
+
+        impl $name {
+            pub fn label(self) -> &'static str {
+                match self {
+                    $(Self::$variant => $label),+
+                }
+            }
+        }
+
+        impl EncodeLabelValue for $name {
+            fn encode(&self, encoder: &mut LabelValueEncoder) -> Result<(), fmt::Error> {
+                EncodeLabelValue::encode(&self.label(), encoder)
+            }
+        }
+    };
+}
+
+label_enum! {
+    /// Why a standing origin connection ended or was retired.
+    UpstreamEnd {
+        MaxAge => "max_age",
+        GoAway => "goaway",
+        Closed => "closed",
+        Error => "error",
+        PingTimeout => "ping_timeout",
+        PingFailed => "ping_failed",
+        PingUnavailable => "ping_unavailable",
+    }
+}
+
+label_enum! {
+    /// Why edgewarm answered an `http` request itself.
+    HttpError {
+        NoConnection => "no_connection",
+        Timeout => "timeout",
+        OriginError => "origin_error",
+    }
+}
+
+label_enum! {
+    /// An HTTP status class.
+    StatusClass {
+        Informational => "1xx",
+        Success => "2xx",
+        Redirect => "3xx",
+        ClientError => "4xx",
+        ServerError => "5xx",
+    }
+}
+
+/// A standing origin connection's end, by reason.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct PoolEvent {
     pub route: RouteName,
     pub origin: String,
-    pub reason: &'static str,
+    pub reason: UpstreamEnd,
 }
 
 /// One `http` route's origin.
@@ -161,14 +219,13 @@ pub struct UpstreamConn {
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct RouteStatus {
     pub route: RouteName,
-    /// `2xx` … `5xx`.
-    pub status: &'static str,
+    pub status: StatusClass,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct RouteError {
     pub route: RouteName,
-    pub reason: &'static str,
+    pub reason: HttpError,
 }
 
 type HistogramFamily<L> = Family<L, Histogram, fn() -> Histogram>;
@@ -201,17 +258,17 @@ impl HttpMetrics {
 
     pub fn request(&self, route: &RouteName, status: u16, took: std::time::Duration) {
         let class = match status {
-            100..=199 => "1xx",
-            200..=299 => "2xx",
-            300..=399 => "3xx",
-            400..=499 => "4xx",
-            _ => "5xx",
+            100..=199 => StatusClass::Informational,
+            200..=299 => StatusClass::Success,
+            300..=399 => StatusClass::Redirect,
+            400..=499 => StatusClass::ClientError,
+            _ => StatusClass::ServerError,
         };
         self.requests.get_or_create(&RouteStatus { route: route.clone(), status: class }).inc();
         self.duration.get_or_create(&RouteLabel { route: route.clone() }).observe(took.as_secs_f64());
     }
 
-    pub fn error(&self, route: &RouteName, reason: &'static str) {
+    pub fn error(&self, route: &RouteName, reason: HttpError) {
         self.errors.get_or_create(&RouteError { route: route.clone(), reason }).inc();
     }
 

@@ -270,7 +270,12 @@ async fn curl_and_h2load_through_the_edge() {
         let all = edge.server.metrics().encode();
         all.lines().filter(|l| l.starts_with("edgewarm_upstream")).collect::<Vec<_>>().join("\n")
     };
-    assert_eq!(stats.connections.load(Ordering::Relaxed), 2, "clients never cost an origin handshake\n{}", upstream_metrics());
+    assert_eq!(
+        stats.connections.load(Ordering::Relaxed),
+        2,
+        "clients never cost an origin handshake\n{}",
+        upstream_metrics()
+    );
     edge.settle().await;
     edge.stop().await;
 }

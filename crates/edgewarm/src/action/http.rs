@@ -32,7 +32,7 @@ use tokio_rustls::TlsAcceptor;
 use super::ConnCtx;
 use crate::accesslog::{AccessLog, RequestLog};
 use crate::error::CloseReason;
-use crate::metrics::{HttpMetrics, RouteName};
+use crate::metrics::{HttpError, HttpMetrics, RouteName};
 use crate::peek::Hello;
 use crate::route::HttpRoute;
 use crate::transport::Rewind;
@@ -200,7 +200,7 @@ impl Shared {
             attempt += 1;
             let sent = self.upstream.send(head.clone(), end_of_stream).await.map_err(|e| {
                 rlog.detail = Some(e.to_string());
-                self.metrics.error(&self.route, "no_connection");
+                self.metrics.error(&self.route, HttpError::NoConnection);
                 error_response(StatusCode::SERVICE_UNAVAILABLE, "origin unavailable\n")
             })?;
             rlog.origin_conn = Some(sent.conn_id);
@@ -223,7 +223,7 @@ impl Shared {
             match tokio::time::timeout(self.origin_response, response).await {
                 Err(_) => {
                     abort(upload);
-                    self.metrics.error(&self.route, "timeout");
+                    self.metrics.error(&self.route, HttpError::Timeout);
                     rlog.detail = Some("origin response timed out".into());
                     return Err(error_response(StatusCode::GATEWAY_TIMEOUT, "origin timed out\n"));
                 }
@@ -235,7 +235,7 @@ impl Shared {
                 }
                 Ok(Err(e)) => {
                     abort(upload);
-                    self.metrics.error(&self.route, "origin_error");
+                    self.metrics.error(&self.route, HttpError::OriginError);
                     rlog.detail = Some(e.to_string());
                     return Err(error_response(StatusCode::BAD_GATEWAY, "origin failed\n"));
                 }

@@ -22,7 +22,7 @@ use tokio_rustls::client::TlsStream;
 use tokio_util::sync::CancellationToken;
 
 use super::{ConnStatus, H2Send, Upstream};
-use crate::metrics::PoolEvent;
+use crate::metrics::{PoolEvent, UpstreamEnd};
 
 /// Flow-control windows toward the origin, sized for a long link: a window caps one stream's
 /// throughput at window / RTT, and 4 MiB over 100 ms is ~335 Mbit/s per stream (h2's 64 KiB
@@ -92,7 +92,7 @@ impl Conn {
         tokio::spawn(async move {
             let keepalive = upstream.keepalive();
             let pings = async {
-                let Some(mut ping) = ping else { return "ping_unavailable" };
+                let Some(mut ping) = ping else { return UpstreamEnd::PingUnavailable };
                 let mut ready = Some(ready_tx);
                 loop {
                     // The first PING goes at once: the origin sends its SETTINGS before the
@@ -114,33 +114,33 @@ impl Conn {
                                 let _ = tx.send(());
                             }
                         }
-                        Ok(Err(_)) => return "ping_failed",
-                        Err(_) => return "ping_timeout",
+                        Ok(Err(_)) => return UpstreamEnd::PingFailed,
+                        Err(_) => return UpstreamEnd::PingTimeout,
                     }
                 }
             };
             let why = tokio::select! {
                 r = &mut connection => match r {
-                    Ok(()) => "closed",
-                    Err(e) if e.is_go_away() => "goaway",
-                    Err(_) => "error",
+                    Ok(()) => UpstreamEnd::Closed,
+                    Err(e) if e.is_go_away() => UpstreamEnd::GoAway,
+                    Err(_) => UpstreamEnd::Error,
                 },
                 why = pings => why,
             };
             me.retire();
-            if why == "goaway" {
+            if why == UpstreamEnd::GoAway {
                 let l = upstream.labels();
-                let label = PoolEvent { route: l.route.clone(), origin: l.origin.clone(), reason: "goaway" };
+                let label = PoolEvent { route: l.route.clone(), origin: l.origin.clone(), reason: UpstreamEnd::GoAway };
                 upstream.metrics().upstream.goaways.get_or_create(&label).inc();
             }
             // A dead PING means a dead link: do not wait for TCP to find out.
-            if why != "closed" {
+            if why != UpstreamEnd::Closed {
                 drop(connection);
             } else {
                 let _ = tokio::time::timeout(Duration::from_secs(1), connection).await;
             }
             me.closed.cancel();
-            tracing::debug!(route = %upstream.labels().route, conn = me.id, why, "origin connection ended");
+            tracing::debug!(route = %upstream.labels().route, conn = me.id, why = why.label(), "origin connection ended");
             upstream.closed(me.id, why);
         });
         // No answer to the first PING: the connection ended during set-up.

@@ -38,7 +38,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::config::UpstreamConfig;
-use crate::metrics::{Metrics, PoolLabels};
+use crate::metrics::{Metrics, PoolLabels, UpstreamEnd};
 use crate::pool::dial::{Dial, TlsDial, WarmError};
 use crate::pool::sizing::Backoff;
 use crate::tls::origin::PoolKey;
@@ -209,7 +209,7 @@ impl Upstream {
         for c in &st.conns {
             if !c.retiring() && c.age() >= max_age {
                 c.retire();
-                self.metrics.upstream.replaced.get_or_create(&self.reason("max_age")).inc();
+                self.metrics.upstream.replaced.get_or_create(&self.reason(UpstreamEnd::MaxAge)).inc();
             }
         }
         st.conns.retain(|c| !c.is_closed());
@@ -269,14 +269,14 @@ impl Upstream {
     }
 
     /// A connection ended (its driver returned): forget it and replace it.
-    pub(crate) fn closed(&self, id: u64, why: &'static str) {
+    pub(crate) fn closed(&self, id: u64, why: UpstreamEnd) {
         self.state().conns.retain(|c| c.id != id);
         self.metrics.upstream.replaced.get_or_create(&self.reason(why)).inc();
         self.wake.notify_one();
         self.room.notify_waiters();
     }
 
-    fn reason(&self, reason: &'static str) -> crate::metrics::PoolEvent {
+    fn reason(&self, reason: UpstreamEnd) -> crate::metrics::PoolEvent {
         let l = &self.labels;
         crate::metrics::PoolEvent { route: l.route.clone(), origin: l.origin.clone(), reason }
     }
