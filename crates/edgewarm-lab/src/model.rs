@@ -10,6 +10,7 @@
 //! | tunnel | r + R (edge connects after the hello) | r+R | r+R | 3(r+R) | 4(r+R) |
 //! | tunnel, origin TFO | r (the hello rides the edge's SYN) | r+R | r+R | 3r+2R | 4r+3R |
 //! | prewarm | r | r (terminated at the edge) | r+R | 3r+R | 4r+R |
+//! | http | r | r (terminated at the edge) | r+R (a stream on a standing connection) | 3r+R | 4r+R |
 //!
 //! Client TCP Fast Open removes one `r` (the request or hello rides the client's SYN), as does
 //! TLS 1.3 0-RTT on a resumed session; with both on a pre-warmed route the floor is `r+R`.
@@ -25,6 +26,7 @@ pub enum Mode {
     Tunnel,
     TunnelTfo,
     Prewarm,
+    Http,
 }
 
 impl Mode {
@@ -34,6 +36,7 @@ impl Mode {
             Self::Tunnel => "tunnel",
             Self::TunnelTfo => "tunnel + origin TFO",
             Self::Prewarm => "prewarm",
+            Self::Http => "http",
         }
     }
 }
@@ -44,7 +47,7 @@ pub fn round_trips(mode: Mode, tls12: bool, client_tfo: bool, zero_rtt: bool) ->
     let (on_r, on_big_r) = match mode {
         Mode::Direct | Mode::Tunnel => (2 + tls, 2 + tls),
         Mode::TunnelTfo => (2 + tls, 1 + tls),
-        Mode::Prewarm => (2 + tls, 1),
+        Mode::Prewarm | Mode::Http => (2 + tls, 1),
     };
     let saved = u32::from(client_tfo) + u32::from(zero_rtt && !tls12);
     (on_r - saved, on_big_r)

@@ -117,6 +117,8 @@ impl ModeRun {
             "prewarm" => run(Mode::Prewarm, true, false),
             "client_tfo_prewarm" => run(Mode::Prewarm, true, true),
             "client_tfo_prewarm_x25519" => run(Mode::Prewarm, false, true),
+            "http" => run(Mode::Http, true, false),
+            "client_tfo_http" => run(Mode::Http, true, true),
             _ => None,
         }
     }
@@ -222,6 +224,7 @@ impl Scenario {
             pq(Mode::TunnelTfo),
             ModeRun { mode: Mode::TunnelTfo, pq_hello: false, client_tfo: false },
             pq(Mode::Prewarm),
+            pq(Mode::Http),
         ];
         let base = |r, big_r, tls12, modes| Self {
             name: name.into(),
@@ -288,6 +291,9 @@ pub struct ModeResult {
     pub ratio_p50: f64,
     pub hit_rate: Option<f64>,
     pub waste: Option<f64>,
+    /// Origin connections the edge opened while the mode ran, per 1000 client connections
+    /// (`prewarm` and `http`).
+    pub origin_conns_per_1000: Option<f64>,
     pub load: LoadReport,
 }
 
@@ -322,7 +328,7 @@ impl Drop for Guard {
     }
 }
 
-const NAMES: [&str; 4] = ["origin.test", "a.test", "t.test", "b.test"];
+const NAMES: [&str; 5] = ["origin.test", "a.test", "t.test", "b.test", "h.test"];
 
 pub async fn run(opts: &LabOpts) -> Result<LabReport, LabError> {
     let mut scenario = match &opts.scenario_file {
@@ -462,6 +468,7 @@ async fn run_part(part: Part<'_>) -> Result<(Vec<ModeResult>, Vec<PoolSample>, u
                 Mode::Tunnel => ("a.test", EDGE_A),
                 Mode::TunnelTfo => ("t.test", EDGE_A),
                 Mode::Prewarm => ("b.test", EDGE_A),
+                Mode::Http => ("h.test", EDGE_A),
             };
             (run, run.label(), name, SocketAddrV4::new(ip, 443))
         })
@@ -503,7 +510,8 @@ async fn run_part(part: Part<'_>) -> Result<(Vec<ModeResult>, Vec<PoolSample>, u
         topo.flush_tcp_metrics()?;
         // Two unmeasured connections first: Fast Open needs a cookie from a first contact.
         load(&topo, &exe, &d, scenario, name, target, 2, run).await?;
-        let before = pool_counts(&topo).await;
+        let route = if mode == Mode::Http { "h.test" } else { "b.test" };
+        let before = pool_counts(&topo, route).await;
         let requests = if scenario.ramp.is_some() { 1_000_000 } else { requests };
         // During a ramp, sample the pool every 500 ms for as long as the load runs.
         let samples = std::sync::Mutex::new(Vec::new());
@@ -523,7 +531,7 @@ async fn run_part(part: Part<'_>) -> Result<(Vec<ModeResult>, Vec<PoolSample>, u
             () = sampling => return Err(LabError::NotReady { what: "pool sampler", detail: "stopped".into() }),
         };
         timeline.extend(samples.into_inner().unwrap_or_else(|p| p.into_inner()));
-        let after = pool_counts(&topo).await;
+        let after = pool_counts(&topo, route).await;
         let min = model::min_ttfb(mode, scenario.tls12, scenario.r(), big_r, run.client_tfo, false);
         let min_ms = min.as_secs_f64() * 1e3;
         let (hit_rate, waste) = if mode == Mode::Prewarm && after[0] + after[1] > before[0] + before[1] {
@@ -533,6 +541,9 @@ async fn run_part(part: Part<'_>) -> Result<(Vec<ModeResult>, Vec<PoolSample>, u
         } else {
             (None, None)
         };
+        let clients = (report.ok + report.errors.values().sum::<usize>()).max(1) as f64;
+        let origin_conns_per_1000 =
+            matches!(mode, Mode::Prewarm | Mode::Http).then(|| (after[3] - before[3]) / clients * 1000.0);
         results.push(ModeResult {
             mode,
             label,
@@ -543,6 +554,7 @@ async fn run_part(part: Part<'_>) -> Result<(Vec<ModeResult>, Vec<PoolSample>, u
             ratio_p50: report.ttfb_ms.p50 / min_ms,
             hit_rate,
             waste,
+            origin_conns_per_1000,
             load: report,
         });
         bar.inc(1);
@@ -563,12 +575,14 @@ fn edge_config(d: &str) -> String {
          \x20 - {{sni: t.test, action: tunnel, origin: \"{ORIGIN}:443\", origin_tcp_fastopen: true}}\n\
          \x20 - sni: b.test\n    action: prewarm\n    origin: \"{ORIGIN}:443\"\n    cert: {d}/edge.pem\n    key: {d}/edge.key\n\
          \x20   origin_tls: {{sni: origin.test, ca: {d}/ca.pem}}\n    pool: {{min: 4, max_idle: 30s, period: 500ms}}\n\
+         \x20 - sni: h.test\n    action: http\n    origin: \"{ORIGIN}:443\"\n    cert: {d}/edge.pem\n    key: {d}/edge.key\n\
+         \x20   origin_tls: {{sni: origin.test, ca: {d}/ca.pem}}\n    upstream: {{connections: 2}}\n\
          \x20 - {{sni: \"*\", action: reject}}\n"
     )
 }
 
 /// One lab CA; the origin's certificate covers the names clients use directly and through
-/// the tunnel, the edge's the prewarm name.
+/// the tunnel, the edge's the prewarm and http names.
 /// The `edgewarm` binary to run in the edge namespace: `--edgewarm`, else the one built beside
 /// this program (`cargo build` puts both in one folder), else whatever PATH has.
 fn proxy_binary(given: Option<&Path>) -> Result<String, LabError> {
@@ -615,7 +629,9 @@ async fn admin(topo: &Topology, path: &str) -> Option<String> {
 async fn wait_ready(topo: &Topology, dir: &Path) -> Result<(), LabError> {
     for _ in 0..300 {
         if let Some(m) = admin(topo, "/metrics").await {
-            if edgewarm::metrics::sample(&m, "edgewarm_pool_ready", &[("route", "b.test")]).unwrap_or(0.0) >= 4.0 {
+            let warm = edgewarm::metrics::sample(&m, "edgewarm_pool_ready", &[("route", "b.test")]).unwrap_or(0.0);
+            let standing = edgewarm::metrics::sample(&m, "edgewarm_pool_opened_total", &[("route", "h.test")]);
+            if warm >= 4.0 && standing.unwrap_or(0.0) >= 2.0 {
                 return Ok(());
             }
         }
@@ -623,19 +639,25 @@ async fn wait_ready(topo: &Topology, dir: &Path) -> Result<(), LabError> {
     }
     let log = std::fs::read_to_string(dir.join("edge.log")).unwrap_or_default();
     Err(LabError::NotReady {
-        what: "edgewarm's prewarm pool",
+        what: "edgewarm's prewarm pool and http origin connections",
         detail: log.lines().rev().take(5).collect::<Vec<_>>().join(" | "),
     })
 }
 
-/// hits, misses, opened − Δready for the prewarm route.
-async fn pool_counts(topo: &Topology) -> [f64; 3] {
+/// hits, misses, opened − ready, and origin connections opened (every ALPN) for a route.
+async fn pool_counts(topo: &Topology, route: &str) -> [f64; 4] {
     let m = admin(topo, "/metrics").await.unwrap_or_default();
-    let get = |name| edgewarm::metrics::sample(&m, name, &[("route", "b.test")]).unwrap_or(0.0);
+    let get = |name| edgewarm::metrics::sample(&m, name, &[("route", route)]).unwrap_or(0.0);
+    let opened: f64 = m
+        .lines()
+        .filter(|l| l.starts_with("edgewarm_pool_opened_total{") && l.contains(&format!("route=\"{route}\"")))
+        .filter_map(|l| l.rsplit_once(' ')?.1.parse::<f64>().ok())
+        .sum();
     [
         get("edgewarm_pool_hits_total"),
         get("edgewarm_pool_misses_total"),
         get("edgewarm_pool_opened_total") - get("edgewarm_pool_ready"),
+        opened,
     ]
 }
 
@@ -714,8 +736,8 @@ impl LabReport {
         let mut t = format!(
             "# edgewarm lab: {} (r = {} ms, R = {} ms, TLS {})\n\n{}, each a new TCP + TLS connection and one request. \
              TTFB is from the start of the TCP connect to the first response byte. Delay box worst lateness: {:.2} ms.\n\n\
-             | mode | R ms | ok | errors | TTFB p50 ms | TTFB p99 ms | minimum | minimum ms | p50 / minimum | pool hit rate | waste |\n\
-             |---|---|---|---|---|---|---|---|---|---|---|\n",
+             | mode | R ms | ok | errors | TTFB p50 ms | TTFB p99 ms | minimum | minimum ms | p50 / minimum | pool hit rate | waste | origin conns / 1000 clients |\n\
+             |---|---|---|---|---|---|---|---|---|---|---|---|\n",
             s.name,
             s.r_ms,
             s.big_r_ms,
@@ -730,7 +752,7 @@ impl LabReport {
                 None => "-".into(),
             };
             t += &format!(
-                "| {} | {} | {} | {} | {:.1} | {:.1} | {} | {:.0} | {:.3} | {} | {} |\n",
+                "| {} | {} | {} | {} | {:.1} | {:.1} | {} | {:.0} | {:.3} | {} | {} | {} |\n",
                 m.label,
                 m.big_r_ms,
                 m.load.ok,
@@ -741,7 +763,8 @@ impl LabReport {
                 m.min_ms,
                 m.ratio_p50,
                 opt(m.hit_rate, true),
-                opt(m.waste, false)
+                opt(m.waste, false),
+                m.origin_conns_per_1000.map_or_else(|| "-".into(), |v| format!("{v:.0}"))
             );
         }
         t

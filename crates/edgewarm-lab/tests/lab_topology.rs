@@ -93,8 +93,8 @@ fn a_killed_lab_is_cleaned_up_by_the_next() {
 }
 
 /// The whole lab, small and quick (links capped with tbf): every mode measured without errors, the report saved, the
-/// pre-warmed mode faster than the tunnel (3r+R against 3(r+R): 80 ms apart here), and nothing
-/// left behind.
+/// pre-warmed and http modes faster than the tunnel (3r+R against 3(r+R): 80 ms apart here),
+/// and nothing left behind.
 #[test]
 #[cfg_attr(
     not(feature = "system-tests"),
@@ -114,7 +114,8 @@ fn a_short_lab_run_reports_every_mode_and_cleans_up() {
     assert!(run.status.success(), "{}", String::from_utf8_lossy(&run.stderr));
     let report: serde_json::Value = serde_json::from_slice(&run.stdout).unwrap();
     let results = report["results"].as_array().unwrap();
-    assert_eq!(results.len(), 5);
+    // direct, tunnel, tunnel + origin TFO (PQ and X25519 hellos), prewarm, http.
+    assert_eq!(results.len(), 6);
     for m in results {
         assert_eq!(m["load"]["ok"], 5, "{m}");
         assert!(m["min_ms"].as_f64().unwrap() > 0.0);
@@ -122,6 +123,7 @@ fn a_short_lab_run_reports_every_mode_and_cleans_up() {
     let p50 =
         |label: &str| results.iter().find(|m| m["label"] == label).unwrap()["load"]["ttfb_ms"]["p50"].as_f64().unwrap();
     assert!(p50("prewarm") < p50("tunnel"), "prewarm {} ms vs tunnel {} ms", p50("prewarm"), p50("tunnel"));
+    assert!(p50("http") < p50("tunnel"), "http {} ms vs tunnel {} ms", p50("http"), p50("tunnel"));
     let dir = std::path::PathBuf::from(report["run_dir"].as_str().unwrap());
     assert!(std::fs::read_to_string(dir.join("report.md")).unwrap().contains("| prewarm |"));
     assert_eq!(lab_namespaces(pid), 0, "{}", namespaces());

@@ -356,11 +356,17 @@ pub struct H2Opts {
     pub goaway_after: Option<usize>,
     /// SETTINGS_MAX_CONCURRENT_STREAMS.
     pub max_streams: Option<u32>,
+    /// The first connection stops reading (no more PONGs, no answers) this long after it
+    /// opened, keeping its socket open: a black-holed link.
+    pub freeze_first_after: Option<Duration>,
+    /// Close a connection (TCP FIN, no GOAWAY) after this long without a new stream, as
+    /// origins with short keep-alive timeouts do.
+    pub close_idle_after: Option<Duration>,
 }
 
 /// An HTTP/2 origin over TLS (ALPN h2), driven with the `h2` crate so tests control GOAWAY and
-/// stream limits. Paths: `/echo` answers with the request body; `/slow` never answers; any
-/// other path answers `hello <path>`. Each response carries `x-origin-conn` (which connection).
+/// stream limits. Paths: `/echo` answers with the request body; `/slow` never answers;
+/// `/delay` answers after 500 ms; any other path answers `hello <path>`. Each response carries `x-origin-conn` (which connection).
 pub async fn h2_origin(certs: &Certs, opts: H2Opts) -> (SocketAddr, Arc<H2Stats>) {
     use std::sync::atomic::Ordering;
     let mut config = rustls::ServerConfig::builder()
@@ -386,7 +392,21 @@ pub async fn h2_origin(certs: &Certs, opts: H2Opts) -> (SocketAddr, Arc<H2Stats>
                 }
                 let Ok(mut conn) = builder.handshake::<_, bytes::Bytes>(tls).await else { return };
                 let mut streams = 0;
-                while let Some(next) = conn.accept().await {
+                let freeze = opts.freeze_first_after.filter(|_| n == 0);
+                let freeze_at = tokio::time::Instant::now() + freeze.unwrap_or(Duration::from_secs(3600));
+                loop {
+                    let idle = opts.close_idle_after.unwrap_or(Duration::from_secs(3600));
+                    let next = tokio::select! {
+                        next = conn.accept() => next,
+                        () = tokio::time::sleep_until(freeze_at), if freeze.is_some() => {
+                            // Hold the connection without polling it: nothing is read or sent.
+                            let _held = conn;
+                            std::future::pending::<()>().await;
+                            return;
+                        }
+                        () = tokio::time::sleep(idle), if opts.close_idle_after.is_some() => return,
+                    };
+                    let Some(next) = next else { return };
                     let Ok((req, respond)) = next else { return };
                     streams += 1;
                     st.requests.fetch_add(1, Ordering::Relaxed);
@@ -411,6 +431,9 @@ async fn h2_answer(
     if path == "/slow" {
         tokio::time::sleep(Duration::from_secs(3600)).await;
         return;
+    }
+    if path == "/delay" {
+        tokio::time::sleep(Duration::from_millis(500)).await;
     }
     let mut recv = req.into_body();
     let mut body = Vec::new();

@@ -147,11 +147,27 @@ async fn goaway_costs_clients_nothing() {
     let fx = fixture();
     let (origin, stats) = h2_origin(&fx.origin, H2Opts { goaway_after: Some(5), ..Default::default() }).await;
     let edge = edge(&fx.route(origin, "    upstream: {connections: 2}\n"), "", "").await;
+    // Sequential, then concurrent: streams in flight when a GOAWAY arrives either finish or,
+    // if the origin never took them, are sent again.
     let mut client = HttpClient::connect(&fx.edge, edge.addr, "b.test", true).await.unwrap();
-    for i in 0..40 {
+    for i in 0..20 {
         let (head, body) = client.send("GET", "b.test", &format!("/g{i}"), &[], vec![]).await.unwrap();
         assert_eq!(head.status, 200, "request {i}");
         assert_eq!(body, format!("hello /g{i}").into_bytes());
+    }
+    let mut tasks = Vec::new();
+    for c in 0..8 {
+        let (certs, addr) = (certs_clone(&fx.edge), edge.addr);
+        tasks.push(tokio::spawn(async move {
+            let mut client = HttpClient::connect(&certs, addr, "b.test", true).await.unwrap();
+            for i in 0..10 {
+                let (head, _) = client.send("GET", "b.test", &format!("/c{c}/{i}"), &[], vec![]).await.unwrap();
+                assert_eq!(head.status, 200, "client {c} request {i}");
+            }
+        }));
+    }
+    for t in tasks {
+        t.await.unwrap();
     }
     assert!(stats.connections.load(Ordering::Relaxed) > 2, "GOAWAYs made the edge open new connections");
     assert!(edge.metric("edgewarm_upstream_replaced_total", &[("route", "b.test")]) >= 1.0);
@@ -276,6 +292,124 @@ async fn curl_and_h2load_through_the_edge() {
         "clients never cost an origin handshake\n{}",
         upstream_metrics()
     );
+    edge.settle().await;
+    edge.stop().await;
+}
+
+/// An origin link that goes silent (no PONG, no answers, socket still open) is found by the
+/// PINGs and replaced before clients are put on it.
+#[tokio::test]
+async fn a_silent_connection_is_found_and_replaced() {
+    let fx = fixture();
+    let opts = H2Opts { freeze_first_after: Some(Duration::from_millis(200)), ..Default::default() };
+    let (origin, stats) = h2_origin(&fx.origin, opts).await;
+    let upstream = "    upstream: {connections: 1, keepalive: 100ms}\n";
+    let edge = edge(&fx.route(origin, upstream), "", "").await;
+    wait_for(&edge, "edgewarm_upstream_replaced_total", &[("reason", "ping_timeout")], 1.0).await;
+    let mut client = HttpClient::connect(&fx.edge, edge.addr, "b.test", true).await.unwrap();
+    for i in 0..10 {
+        let (head, _) = client.send("GET", "b.test", &format!("/s{i}"), &[], vec![]).await.unwrap();
+        assert_eq!(head.status, 200);
+    }
+    assert!(stats.connections.load(Ordering::Relaxed) >= 2);
+    edge.stop().await;
+}
+
+/// An origin that closes idle connections (FIN, no GOAWAY) between requests: each request still
+/// succeeds, on a replacement or on a connection that refused the stream before sending it.
+#[tokio::test]
+async fn origins_closing_idle_connections_cost_clients_nothing() {
+    let fx = fixture();
+    let opts = H2Opts { close_idle_after: Some(Duration::from_millis(150)), ..Default::default() };
+    let (origin, stats) = h2_origin(&fx.origin, opts).await;
+    let edge = edge(&fx.route(origin, ""), "", "").await;
+    let mut client = HttpClient::connect(&fx.edge, edge.addr, "b.test", false).await.unwrap();
+    for i in 0..8 {
+        let (head, body) = client.send("GET", "b.test", &format!("/i{i}"), &[], vec![]).await.unwrap();
+        assert_eq!(head.status, 200, "request {i}: {}", String::from_utf8_lossy(&body));
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert!(stats.connections.load(Ordering::Relaxed) > 2, "the origin's closes were seen");
+    edge.stop().await;
+}
+
+/// A reload that removes the http route: the request in flight finishes on its (retired)
+/// origin connection; new clients are refused; a reload that adds it back serves again.
+#[tokio::test]
+async fn reload_removes_and_adds_http_routes_without_failing_requests() {
+    let fx = fixture();
+    let (origin, _) = h2_origin(&fx.origin, H2Opts::default()).await;
+    let edge = edge(&fx.route(origin, ""), "", "").await;
+    let mut client = HttpClient::connect(&fx.edge, edge.addr, "b.test", true).await.unwrap();
+    let in_flight = tokio::spawn(async move { client.send("GET", "b.test", "/delay", &[], vec![]).await.unwrap() });
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let yaml =
+        |routes: &str| format!("listeners:\n  - listen: 127.0.0.1:0\nadmin:\n  listen: 127.0.0.1:0\nroutes:\n{routes}");
+    let without = yaml("  - {sni: \"*\", action: reject}\n");
+    edge.server.reload(&edgewarm::config::Config::parse(&without).unwrap()).unwrap();
+    let (head, body) = in_flight.await.unwrap();
+    assert_eq!((head.status.as_u16(), body.as_slice()), (200, &b"hello /delay"[..]));
+    assert!(HttpClient::connect(&fx.edge, edge.addr, "b.test", true).await.is_err(), "route removed");
+    edge.server.reload(&edgewarm::config::Config::parse(&yaml(&fx.route(origin, ""))).unwrap()).unwrap();
+    let mut client = HttpClient::connect(&fx.edge, edge.addr, "b.test", true).await.unwrap();
+    let (head, _) = client.send("GET", "b.test", "/back", &[], vec![]).await.unwrap();
+    assert_eq!(head.status, 200);
+    edge.stop().await;
+}
+
+/// One edge, one config: tunnel, prewarm and http routes side by side.
+#[tokio::test]
+async fn tunnel_prewarm_and_http_side_by_side() {
+    let fx = fixture();
+    let (h2, _) = h2_origin(&fx.origin, H2Opts::default()).await;
+    let (tls, _) = tls_origin(&fx.origin, OriginOpts::default()).await;
+    let a = certs(&["a.test"]);
+    let echo = tls_echo_origin(&a).await;
+    let c = certs(&["c.test"]);
+    std::fs::create_dir(fx.path.join("c")).unwrap();
+    c.write(&fx.path.join("c"));
+    let p = fx.path.display();
+    let routes = format!(
+        "{}  - sni: c.test\n    action: prewarm\n    origin: \"{tls}\"\n    cert: {p}/c/cert.pem\n    key: {p}/c/key.pem\n    origin_tls: {{sni: origin.test, ca: {p}/origin/ca.pem}}\n{}",
+        fx.route(h2, ""),
+        route_to("a.test", echo)
+    );
+    let edge = edge(&routes, "", "").await;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut client = HttpClient::connect(&fx.edge, edge.addr, "b.test", true).await.unwrap();
+    assert_eq!(client.send("GET", "b.test", "/x", &[], vec![]).await.unwrap().0.status, 200);
+    let (mut t, _) = tls_client(&c, edge.addr, "c.test", &[]).await.unwrap();
+    t.write_all(b"ping").await.unwrap();
+    let mut buf = [0u8; 4];
+    t.read_exact(&mut buf).await.unwrap();
+    assert_eq!(&buf, b"ping");
+    let (mut tun, _) = tls_client(&a, edge.addr, "a.test", &[]).await.unwrap();
+    tun.write_all(b"hi\n").await.unwrap();
+    let mut line = vec![0u8; 16];
+    let n = tun.read(&mut line).await.unwrap();
+    assert!(String::from_utf8_lossy(&line[..n]).contains("hi"), "{:?}", String::from_utf8_lossy(&line[..n]));
+    drop((tun, t, client));
+    edge.settle().await;
+    edge.stop().await;
+}
+
+/// Requests edgewarm must not forward: another name (421, so an HTTP/2 client that reused the
+/// connection opens one for that name), CONNECT (405: never a tunnel to a client-chosen
+/// target), protocol upgrades (501 until WebSocket is carried).
+#[tokio::test]
+async fn misdirected_connect_and_upgrade_requests_are_refused() {
+    let fx = fixture();
+    let (origin, stats) = h2_origin(&fx.origin, H2Opts::default()).await;
+    let edge = edge(&fx.route(origin, ""), "", "").await;
+    let mut h2 = HttpClient::connect(&fx.edge, edge.addr, "b.test", true).await.unwrap();
+    assert_eq!(h2.send("GET", "other.test", "/", &[], vec![]).await.unwrap().0.status, 421);
+    let mut h1 = HttpClient::connect(&fx.edge, edge.addr, "b.test", false).await.unwrap();
+    let upgrade = [("connection", "upgrade"), ("upgrade", "websocket")];
+    assert_eq!(h1.send("GET", "b.test", "/ws", &upgrade, vec![]).await.unwrap().0.status, 501);
+    let mut h1 = HttpClient::connect(&fx.edge, edge.addr, "b.test", false).await.unwrap();
+    assert_eq!(h1.send("GET", "b.test", "/fine", &[], vec![]).await.unwrap().0.status, 200);
+    assert_eq!(stats.requests.load(Ordering::Relaxed), 1, "only the good request reached the origin");
+    drop((h2, h1));
     edge.settle().await;
     edge.stop().await;
 }

@@ -35,6 +35,7 @@ use crate::error::CloseReason;
 use crate::metrics::{HttpError, HttpMetrics, RouteName};
 use crate::peek::Hello;
 use crate::route::HttpRoute;
+use crate::snapshot::Snapshot;
 use crate::transport::Rewind;
 use crate::upstream::body::{self, OriginBody};
 use crate::upstream::conn::Slot;
@@ -79,6 +80,7 @@ pub(crate) async fn serve(
 
     let shared = Arc::new(Shared {
         upstream,
+        snapshot: ctx.snapshot.clone(),
         client: peer,
         route: ctx.route.name.clone(),
         metrics: ctx.metrics.http.clone(),
@@ -109,13 +111,17 @@ pub(crate) async fn serve(
         // this before we accept them, and one that makes us reset too many.
         .max_pending_accept_reset_streams(Some(64))
         .max_local_error_reset_streams(Some(256));
-    let conn = builder.serve_connection_with_upgrades(TokioIo::new(tls), service);
+    // Upgrades (WebSocket) are not carried yet: such requests get a 501 (see `forward`).
+    let conn = builder.serve_connection(TokioIo::new(tls), service);
     tokio::pin!(conn);
-    // Shutdown: first ask the connection to finish gracefully (HTTP/2 GOAWAY, HTTP/1.1 close
-    // after the current response), then, when the grace period is over, cut it.
+    // Shutdown, or a reload that retired this route's origin connections: first ask the
+    // connection to finish gracefully (HTTP/2 GOAWAY, HTTP/1.1 close after the current
+    // response) so the client's next request comes in afresh; at the end of the grace period
+    // of a shutdown, cut it.
+    let retired = shared.upstream.retired().clone();
     let result = tokio::select! {
         r = conn.as_mut() => r,
-        () = ctx.stop.cancelled() => {
+        () = async { tokio::select! { () = ctx.stop.cancelled() => {}, () = retired.cancelled() => {} } } => {
             conn.as_mut().graceful_shutdown();
             tokio::select! {
                 r = conn.as_mut() => r,
@@ -141,6 +147,8 @@ pub(crate) async fn serve(
 /// What every request of one client connection shares.
 struct Shared {
     upstream: Arc<Upstream>,
+    /// The configuration this connection was accepted under (to check request names).
+    snapshot: Arc<Snapshot>,
     client: SocketAddr,
     route: RouteName,
     metrics: HttpMetrics,
@@ -157,10 +165,14 @@ impl Shared {
         let started = Instant::now();
         let mut rlog = RequestLog::new(&req, self.client, &self.route);
         match self.forward(req, &mut rlog, started).await {
-            Ok((parts, recv, slot)) => {
+            Ok((parts, recv, slot, upload)) => {
                 let (metrics, route, down) = (self.metrics.clone(), self.route.clone(), self.down.clone());
                 rlog.status = parts.status.as_u16();
                 let body = OriginBody::new(recv, move |sent| {
+                    // The response is over (or its client gone): an upload still running is
+                    // no longer wanted; stopping it drops the stream's send side, and with the
+                    // receive side gone h2 resets the stream, freeing its place at the origin.
+                    drop(upload);
                     drop(slot);
                     down.fetch_add(sent, Ordering::Relaxed);
                     rlog.bytes_down = sent;
@@ -187,16 +199,34 @@ impl Shared {
         req: Request<Incoming>,
         rlog: &mut RequestLog,
         started: Instant,
-    ) -> Result<(http::response::Parts, h2::RecvStream, Slot), Response<Body>> {
+    ) -> Result<(http::response::Parts, h2::RecvStream, Slot, Option<Upload>), Response<Body>> {
+        if req.method() == http::Method::CONNECT {
+            rlog.detail = Some("CONNECT is not proxied".into());
+            return Err(error_response(StatusCode::METHOD_NOT_ALLOWED, "CONNECT is not allowed\n"));
+        }
+        if req.headers().contains_key(http::header::UPGRADE) {
+            rlog.detail = Some("protocol upgrades are not carried yet".into());
+            return Err(error_response(StatusCode::NOT_IMPLEMENTED, "upgrade not supported\n"));
+        }
         let head = forward::request(&req, self.client).map_err(|e| {
             rlog.detail = Some(e.to_string());
             error_response(StatusCode::BAD_REQUEST, "bad request\n")
         })?;
+        // A request for a name this route does not serve (an HTTP/2 client reusing the
+        // connection for another name its certificate covers): 421, so the client opens a
+        // connection for that name and is routed afresh.
+        let host = head.uri().host().unwrap_or_default();
+        // A connection without SNI (by address) was routed by that; it serves any name.
+        let routed = self.snapshot.routes.lookup(Some(host));
+        if &*self.route != crate::route::NO_SNI && routed.is_none_or(|r| r.name != self.route) {
+            rlog.detail = Some(format!("{host} is not served by route {}", self.route));
+            return Err(error_response(StatusCode::MISDIRECTED_REQUEST, "misdirected request\n"));
+        }
         let body = req.into_body();
         let end_of_stream = hyper::body::Body::is_end_stream(&body);
         let mut body = Some(body);
         let mut attempt = 0;
-        let (response, slot) = loop {
+        let (response, slot, upload) = loop {
             attempt += 1;
             let sent = self.upstream.send(head.clone(), end_of_stream).await.map_err(|e| {
                 rlog.detail = Some(e.to_string());
@@ -211,18 +241,18 @@ impl Shared {
                     let tx = sent.body;
                     let counter = rlog.bytes_up.clone();
                     let conn_total = self.up.clone();
-                    Some(tokio::spawn(async move {
+                    Some(Upload(tokio::spawn(async move {
                         let r = body::send(b, tx, counter.clone()).await;
                         conn_total.fetch_add(counter.load(Ordering::Relaxed), Ordering::Relaxed);
                         r
-                    }))
+                    })))
                 }
                 _ => None,
             };
             let response = sent.response;
             match tokio::time::timeout(self.origin_response, response).await {
                 Err(_) => {
-                    abort(upload);
+                    drop(upload);
                     self.metrics.error(&self.route, HttpError::Timeout);
                     rlog.detail = Some("origin response timed out".into());
                     return Err(error_response(StatusCode::GATEWAY_TIMEOUT, "origin timed out\n"));
@@ -234,32 +264,38 @@ impl Shared {
                     rlog.retries += 1;
                 }
                 Ok(Err(e)) => {
-                    abort(upload);
+                    drop(upload);
                     self.metrics.error(&self.route, HttpError::OriginError);
                     rlog.detail = Some(e.to_string());
                     return Err(error_response(StatusCode::BAD_GATEWAY, "origin failed\n"));
                 }
                 // The upload, if any, finishes on its own (or fails and resets the stream).
-                Ok(Ok(resp)) => break (resp, sent.slot),
+                Ok(Ok(resp)) => break (resp, sent.slot, upload),
             }
         };
         rlog.ttfb = Some(started.elapsed());
         let (mut parts, recv) = response.into_parts();
         forward::response_headers(&mut parts.headers);
         parts.version = http::Version::HTTP_11;
-        Ok((parts, recv, slot))
+        Ok((parts, recv, slot, upload))
     }
 }
 
-/// The origin never acted on the stream: REFUSED_STREAM (RFC 9113 §8.7), which h2 also reports
-/// for streams above a GOAWAY's last stream id.
+/// The origin never acted on the stream: REFUSED_STREAM (RFC 9113 §8.7), or the stream was
+/// above the last stream id of a graceful GOAWAY (h2 fails those with the GOAWAY's NO_ERROR;
+/// a graceful GOAWAY promises the streams it does not cover were not processed).
 fn never_processed(e: &h2::Error) -> bool {
     e.reason() == Some(h2::Reason::REFUSED_STREAM)
+        || (e.is_go_away() && e.is_remote() && e.reason() == Some(h2::Reason::NO_ERROR))
 }
 
-fn abort(upload: Option<tokio::task::JoinHandle<Result<(), body::SendError>>>) {
-    if let Some(u) = upload {
-        u.abort();
+/// A request body on its way to the origin, stopped when dropped: when the request is over
+/// (response finished, error answered, or the client gone), so no upload outlives its request.
+struct Upload(tokio::task::JoinHandle<Result<(), body::SendError>>);
+
+impl Drop for Upload {
+    fn drop(&mut self) {
+        self.0.abort();
     }
 }
 

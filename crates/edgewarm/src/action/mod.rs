@@ -10,6 +10,7 @@ pub(crate) mod prewarm;
 pub(crate) mod reject;
 pub(crate) mod tunnel;
 
+use std::sync::Arc;
 use std::time::Instant;
 
 use tokio::net::TcpStream;
@@ -28,7 +29,7 @@ use crate::snapshot::Snapshot;
 /// lock shared with other connections.
 pub(crate) struct ConnCtx<'a> {
     /// The configuration as it was when the connection was accepted.
-    pub snapshot: &'a Snapshot,
+    pub snapshot: &'a Arc<Snapshot>,
     pub route: &'a Route,
     pub route_metrics: &'a RouteMetrics,
     pub metrics: &'a Metrics,

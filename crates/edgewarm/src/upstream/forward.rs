@@ -23,6 +23,8 @@ pub(crate) enum BadRequest {
     NoAuthority,
     #[error("invalid request target")]
     Target,
+    #[error("Host differs from the request target's authority")]
+    HostMismatch,
 }
 
 static HOP_BY_HOP: [HeaderName; 7] = [
@@ -70,16 +72,20 @@ fn via(version: Version) -> &'static str {
 
 /// The origin-bound request (without body) for a client's request head.
 pub(crate) fn request<B>(client_req: &Request<B>, client: SocketAddr) -> Result<Request<()>, BadRequest> {
+    let host_header = client_req.headers().get(header::HOST).and_then(|h| h.to_str().ok()).filter(|h| !h.is_empty());
     let authority = match client_req.uri().authority() {
-        Some(a) => a.as_str().to_string(),
-        None => client_req
-            .headers()
-            .get(header::HOST)
-            .and_then(|h| h.to_str().ok())
-            .filter(|h| !h.is_empty())
-            .ok_or(BadRequest::NoAuthority)?
-            .to_string(),
+        // Never userinfo (RFC 9113 §8.3.1): host and port only.
+        Some(a) => match a.port() {
+            Some(port) => format!("{}:{port}", a.host()),
+            None => a.host().to_string(),
+        },
+        None => host_header.ok_or(BadRequest::NoAuthority)?.to_string(),
     };
+    if let (Some(_), Some(host)) = (client_req.uri().authority(), host_header) {
+        if !host.eq_ignore_ascii_case(&authority) {
+            return Err(BadRequest::HostMismatch);
+        }
+    }
     let path = client_req.uri().path_and_query().map_or("/", |p| p.as_str());
     let uri = Uri::builder()
         .scheme("https")
@@ -157,6 +163,14 @@ mod tests {
         assert_eq!(request(&req, client()).unwrap().uri().to_string(), "https://b.test/x");
         let req = Request::builder().uri("/x").body(()).unwrap();
         assert_eq!(request(&req, client()).unwrap_err(), BadRequest::NoAuthority);
+    }
+
+    #[test]
+    fn userinfo_is_dropped_and_a_conflicting_host_refused() {
+        let req = Request::builder().uri("https://user:pw@b.test:8443/x").body(()).unwrap();
+        assert_eq!(request(&req, client()).unwrap().uri().to_string(), "https://b.test:8443/x");
+        let req = Request::builder().uri("https://b.test/x").header("host", "evil.test").body(()).unwrap();
+        assert_eq!(request(&req, client()).unwrap_err(), BadRequest::HostMismatch);
     }
 
     #[test]

@@ -248,6 +248,11 @@ impl Upstream {
             Ok(conn) => {
                 st.backoff.succeeded();
                 st.retry_at = None;
+                if self.retired.is_cancelled() {
+                    // Retired while this connect was under way: it must not outlive us.
+                    conn.retire();
+                    return Err(UpstreamError::Retired);
+                }
                 st.conns.push(conn.clone());
                 drop(st);
                 let m = &self.metrics.pool;
@@ -284,6 +289,7 @@ impl Upstream {
     /// Start a request: on the least loaded connection with a free stream; if all are full,
     /// on a new connection (up to `max_connections`); else wait for room.
     pub async fn send(self: &Arc<Self>, request: Request<()>, end_of_stream: bool) -> Result<Sent, UpstreamError> {
+        // Waiting for room is bounded like a connect: a busy origin gets a 503, not a hang.
         let deadline = Instant::now() + self.state().connect_timeout;
         loop {
             if self.retired.is_cancelled() {
@@ -292,35 +298,45 @@ impl Upstream {
             let room = self.room.notified();
             tokio::pin!(room);
             room.as_mut().enable();
-            let (best, may_open) = {
-                let st = self.state();
+            let (best, open) = {
+                let mut st = self.state();
                 // Least loaded first; the reservation is taken under the lock.
                 let mut candidates: Vec<&Arc<Conn>> = st.conns.iter().filter(|c| !c.retiring()).collect();
                 candidates.sort_by_key(|c| c.active_streams());
                 let best = candidates.iter().find_map(|c| Some(((*c).clone(), c.try_reserve()?)));
                 let total = st.conns.iter().filter(|c| !c.retiring()).count() + st.opening;
-                // A connection being opened will have room: wait for it rather than open
-                // another (at start-up, every early request would otherwise open its own).
-                (best, st.opening == 0 && total < st.settings.max_connections)
+                // Open another connection only if none is being opened (it will have room:
+                // at start-up every early request would otherwise open its own), the origin is
+                // not in backoff, and the ceiling allows. Decided and counted under the lock,
+                // so two requests cannot both spill past the ceiling.
+                let backoff = st.retry_at.is_some_and(|t| Instant::now() < t);
+                let open = best.is_none() && st.opening == 0 && !backoff && total < st.settings.max_connections;
+                if open {
+                    st.opening += 1;
+                }
+                (best, open)
             };
             if let Some((conn, slot)) = best {
                 match conn.send(request.clone(), end_of_stream) {
                     Ok((response, body, reused)) => return Ok(Sent { response, body, slot, conn_id: conn.id, reused }),
-                    // The connection is going away (GOAWAY seen, or it failed): the request
-                    // was never sent, so it may go on another connection.
-                    Err(_) => {
+                    // The connection is going away (GOAWAY seen) or broken: the request was
+                    // never sent, so it may go on another connection.
+                    Err(e) if e.is_go_away() || e.is_io() || e.reason().is_some() => {
                         conn.retire();
                         continue;
                     }
+                    Err(e) => return Err(UpstreamError::H2(e)),
                 }
             }
-            if may_open {
-                self.state().opening += 1;
+            if open {
                 self.metrics.upstream.spills.get_or_create(&self.labels).inc();
-                match self.open().await {
-                    Ok(_) => continue,
-                    Err(e) if self.live() == 0 => return Err(e),
-                    Err(_) => {}
+                // In its own task: if this request is dropped (its client went away) the
+                // connect still finishes its bookkeeping, and the connection joins the set.
+                let me = self.clone();
+                match tokio::spawn(async move { me.open().await }).await {
+                    Ok(Ok(_)) => continue,
+                    Ok(Err(e)) if self.live() == 0 => return Err(e),
+                    _ => {}
                 }
             }
             self.wake.notify_one();
@@ -347,6 +363,12 @@ impl Upstream {
 
     pub(crate) fn metrics(&self) -> &Metrics {
         &self.metrics
+    }
+
+    /// Cancelled when a reload retires this upstream: client connections using it should
+    /// close gracefully so their next requests come in under the new configuration.
+    pub(crate) fn retired(&self) -> &CancellationToken {
+        &self.retired
     }
 
     pub(crate) fn keepalive(&self) -> Duration {
