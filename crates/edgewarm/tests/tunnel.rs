@@ -304,3 +304,29 @@ async fn proxy_protocol_header_is_consumed_not_forwarded() {
     assert_eq!(edge.metric(REJECTED, &[("reason", "proxy_header")]), 1.0);
     edge.stop().await;
 }
+
+/// `origin_proxy_protocol`: the origin gets a PROXY header naming the client, then the hello
+/// byte for byte; v1 and v2.
+#[tokio::test]
+async fn origins_can_be_told_the_client_with_proxy_protocol() {
+    for version in ["v1", "v2"] {
+        let (origin, received) = recording_origin(b"ok".to_vec()).await;
+        let route =
+            format!("  - {{sni: a.test, action: tunnel, origin: \"{origin}\", origin_proxy_protocol: {version}}}\n");
+        let edge = edge(&route, "", "").await;
+        let hello = client_hello("a.test");
+        let mut s = TcpStream::connect(edge.addr).await.unwrap();
+        let client = s.local_addr().unwrap();
+        s.write_all(&hello).await.unwrap();
+        s.shutdown().await.unwrap();
+        assert_eq!(read_all(&mut s).await, b"ok");
+        edge.settle().await;
+        let got = received.lock().unwrap()[0].clone();
+        let edgewarm::peek::proxy::ProxyHeader::Complete { len, source } = edgewarm::peek::proxy::parse(&got) else {
+            panic!("{version}: no PROXY header in {:?}", &got[..got.len().min(40)]);
+        };
+        assert_eq!(source, Some(client), "{version}");
+        assert_eq!(&got[len..], &hello[..], "{version}: the hello follows the header unchanged");
+        edge.stop().await;
+    }
+}

@@ -13,7 +13,7 @@ use super::{relay_close_reason, ConnCtx};
 use crate::accesslog::AccessLog;
 use crate::error::CloseReason;
 use crate::metrics::RouteReason;
-use crate::peek::{self, Hello};
+use crate::peek::{self, proxy, Hello};
 use crate::relay::{self, Direction};
 use crate::route::TunnelRoute;
 use crate::transport::dial;
@@ -28,26 +28,26 @@ pub(crate) async fn serve(
     log.origin = Some(route.origin.to_string());
     let timeouts = &ctx.snapshot.timeouts;
     let started = Instant::now();
-    let (origin, addr) = match dial::connect(
-        &ctx.snapshot.resolver,
-        &route.origin,
-        route.fastopen,
-        timeouts.connect,
-        &hello.bytes,
-    )
-    .await
-    {
-        Ok(ok) => ok,
-        Err(e) => {
-            let reason = e.close_reason();
-            let label = RouteReason { route: ctx.route.name.clone(), reason };
-            ctx.metrics.origin_connect_errors.get_or_create(&label).inc();
-            // The client is mid-handshake and expects a TLS record: say it in TLS.
-            let _ = client.write_all(&peek::alert(peek::ALERT_INTERNAL_ERROR)).await;
-            log.detail = Some(e.to_string());
-            return reason;
-        }
+    // With a PROXY header, it goes first and the hello right behind it, in one write (in the
+    // SYN with Fast Open, when both fit).
+    let header = route.proxy_protocol.map(|v| proxy::encode(v, log.client, log.listener));
+    let first = match &header {
+        Some(h) => std::borrow::Cow::Owned([h.as_slice(), &hello.bytes].concat()),
+        None => std::borrow::Cow::Borrowed(hello.bytes.as_slice()),
     };
+    let (origin, addr) =
+        match dial::connect(&ctx.snapshot.resolver, &route.origin, route.fastopen, timeouts.connect, &first).await {
+            Ok(ok) => ok,
+            Err(e) => {
+                let reason = e.close_reason();
+                let label = RouteReason { route: ctx.route.name.clone(), reason };
+                ctx.metrics.origin_connect_errors.get_or_create(&label).inc();
+                // The client is mid-handshake and expects a TLS record: say it in TLS.
+                let _ = client.write_all(&peek::alert(peek::ALERT_INTERNAL_ERROR)).await;
+                log.detail = Some(e.to_string());
+                return reason;
+            }
+        };
     let connect_time = started.elapsed();
     let m = ctx.route_metrics;
     m.connect.observe(connect_time.as_secs_f64());
@@ -58,6 +58,7 @@ pub(crate) async fn serve(
     let down = Direction::new(m.bytes_down.clone());
     up.add(hello.bytes.len());
     // The replayed hello is with the origin now; the tunnel may live for hours without it.
+    drop(first);
     drop(hello);
     let mut first_byte = None;
     let relay = relay::Relay { mode: ctx.snapshot.relay, idle: timeouts.idle, up: &up, down: &down, cancel: ctx.cut };

@@ -16,7 +16,9 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
-pub use route::{ActionConfig, HttpConfig, PrewarmConfig, RouteConfig, TerminateConfig, TunnelConfig, UpstreamConfig};
+pub use route::{
+    ActionConfig, HttpConfig, PrewarmConfig, ProxyVersion, RouteConfig, TerminateConfig, TunnelConfig, UpstreamConfig,
+};
 pub(crate) use validate::sni_pattern;
 pub use validate::OriginAddr;
 

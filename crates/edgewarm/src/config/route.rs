@@ -41,6 +41,16 @@ pub struct TunnelConfig {
     pub origin: Option<String>,
     /// Send the replayed ClientHello in the SYN (TCP_FASTOPEN_CONNECT).
     pub origin_tcp_fastopen: bool,
+    /// Tell the origin who the client is with a PROXY protocol header before the hello.
+    pub origin_proxy_protocol: Option<ProxyVersion>,
+}
+
+/// PROXY protocol version sent to origins.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ProxyVersion {
+    V1,
+    V2,
 }
 
 /// The client-facing TLS of a route that terminates it (`prewarm`, `http`).
@@ -155,6 +165,8 @@ struct RouteFile {
     pool: Option<PoolConfig>,
     #[serde(default)]
     upstream: Option<UpstreamConfig>,
+    #[serde(default)]
+    origin_proxy_protocol: Option<ProxyVersion>,
 }
 
 impl From<RouteFile> for RouteConfig {
@@ -170,6 +182,11 @@ impl From<RouteFile> for RouteConfig {
             terminating.iter().find(|(_, set)| *set).map(|(k, _)| (*k, "only for actions prewarm and http"));
         let pool = r.pool.is_some().then_some(("pool", "only for action prewarm"));
         let upstream = r.upstream.is_some().then_some(("upstream", "only for action http"));
+        let proxy_protocol = r.origin_proxy_protocol.is_some().then_some((
+            "origin_proxy_protocol",
+            "only for action tunnel: prewarm and http origin connections exist before the client \
+             (http routes tell the origin in X-Forwarded-For and Forwarded)",
+        ));
         let fastopen_prewarm = r.origin_tcp_fastopen.then_some((
             "origin_tcp_fastopen",
             "origin connections are made before clients arrive; Fast Open would shorten no client's wait",
@@ -187,7 +204,7 @@ impl From<RouteFile> for RouteConfig {
                 } else if r.origin_tcp_fastopen {
                     Some(("origin_tcp_fastopen", "action reject has no origin"))
                 } else {
-                    first_terminating.or(pool).or(upstream)
+                    first_terminating.or(pool).or(upstream).or(proxy_protocol)
                 };
                 (ActionConfig::Reject, misplaced)
             }
@@ -195,6 +212,7 @@ impl From<RouteFile> for RouteConfig {
                 ActionConfig::Tunnel(TunnelConfig {
                     origin: r.origin.clone(),
                     origin_tcp_fastopen: r.origin_tcp_fastopen,
+                    origin_proxy_protocol: r.origin_proxy_protocol,
                 }),
                 first_terminating.or(pool).or(upstream),
             ),
@@ -205,7 +223,7 @@ impl From<RouteFile> for RouteConfig {
                     origin_tls: r.origin_tls.clone().unwrap_or_default(),
                     pool: r.pool.clone().unwrap_or_default(),
                 };
-                (ActionConfig::Prewarm(Box::new(prewarm)), fastopen_prewarm.or(upstream))
+                (ActionConfig::Prewarm(Box::new(prewarm)), fastopen_prewarm.or(upstream).or(proxy_protocol))
             }
             Action::Http => {
                 let mut tls = tls();
@@ -218,7 +236,7 @@ impl From<RouteFile> for RouteConfig {
                     origin_tls: r.origin_tls.clone().unwrap_or_default(),
                     upstream: r.upstream.clone().unwrap_or_default(),
                 };
-                (ActionConfig::Http(Box::new(http)), fastopen_prewarm.or(pool))
+                (ActionConfig::Http(Box::new(http)), fastopen_prewarm.or(pool).or(proxy_protocol))
             }
         };
         Self { sni: r.sni, action, misplaced }

@@ -28,6 +28,33 @@ const V2_SIGNATURE: &[u8; 12] = b"\r\n\r\n\0\r\nQUIT\n";
 const V1_PREFIX: &[u8; 6] = b"PROXY ";
 const V1_MAX: usize = 107;
 
+/// The PROXY header edgewarm sends to an origin: `source` is the client, `destination` the
+/// address it connected to. Mixed families are written as IPv6 (IPv4-mapped), which both
+/// versions can carry.
+pub fn encode(version: crate::config::ProxyVersion, source: SocketAddr, destination: SocketAddr) -> Vec<u8> {
+    let (source, destination) = match (source, destination) {
+        (SocketAddr::V4(_), SocketAddr::V4(_)) | (SocketAddr::V6(_), SocketAddr::V6(_)) => (source, destination),
+        _ => (mapped(source), mapped(destination)),
+    };
+    match version {
+        crate::config::ProxyVersion::V1 => v1::Addresses::from((source, destination)).to_string().into_bytes(),
+        crate::config::ProxyVersion::V2 => {
+            let addresses = v2::Addresses::from((source, destination));
+            v2::Builder::with_addresses(v2::Version::Two | v2::Command::Proxy, v2::Protocol::Stream, addresses)
+                .build()
+                // Building into a Vec from a fixed-size address block cannot fail.
+                .unwrap_or_default()
+        }
+    }
+}
+
+fn mapped(a: SocketAddr) -> SocketAddr {
+    match a {
+        SocketAddr::V4(v4) => SocketAddr::new(v4.ip().to_ipv6_mapped().into(), v4.port()),
+        v6 => v6,
+    }
+}
+
 pub fn parse(buf: &[u8]) -> ProxyHeader {
     // Frame the header ourselves before handing it to `ppp`: its v1 parser calls some
     // incomplete lines invalid (e.g. one cut right after the source port), and a read boundary
@@ -83,6 +110,28 @@ pub fn parse(buf: &[u8]) -> ProxyHeader {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn encoded_headers_parse_back() {
+        use crate::config::ProxyVersion;
+        let cases = [
+            ("192.0.2.7:40000", "198.51.100.1:443", "192.0.2.7:40000"),
+            ("[2001:db8::7]:40000", "[2001:db8::1]:443", "[2001:db8::7]:40000"),
+            // Mixed families: the client as an IPv4-mapped IPv6 address.
+            ("192.0.2.7:40000", "[2001:db8::1]:443", "[::ffff:192.0.2.7]:40000"),
+        ];
+        for version in [ProxyVersion::V1, ProxyVersion::V2] {
+            for (src, dst, want) in cases {
+                let h = encode(version, src.parse().unwrap(), dst.parse().unwrap());
+                let parsed = parse(&h);
+                assert_eq!(
+                    parsed,
+                    ProxyHeader::Complete { len: h.len(), source: Some(want.parse().unwrap()) },
+                    "{version:?} {src}"
+                );
+            }
+        }
+    }
 
     #[test]
     fn v1_every_prefix_then_complete() {

@@ -8,7 +8,9 @@
 use std::collections::HashMap;
 use std::sync::{Arc, OnceLock};
 
-use crate::config::{sni_pattern, ActionConfig, Config, ConfigError, OriginAddr, PoolConfig, UpstreamConfig};
+use crate::config::{
+    sni_pattern, ActionConfig, Config, ConfigError, OriginAddr, PoolConfig, ProxyVersion, UpstreamConfig,
+};
 use crate::metrics::{Metrics, RouteMetrics, RouteName};
 use crate::pool::TlsPool;
 use crate::tls::client::{ClientTls, Resumption};
@@ -51,6 +53,8 @@ impl HttpRoute {
 pub struct TunnelRoute {
     pub origin: OriginAddr,
     pub fastopen: bool,
+    /// A PROXY protocol header goes to the origin before the replayed hello.
+    pub proxy_protocol: Option<ProxyVersion>,
 }
 
 /// A `prewarm` route's TLS on both sides, its pool sizing, and its pools.
@@ -127,9 +131,11 @@ impl RouteTable {
             };
             let action = match &r.action {
                 ActionConfig::Reject => RouteAction::Reject,
-                ActionConfig::Tunnel(t) => {
-                    RouteAction::Tunnel(TunnelRoute { origin: origin(&t.origin)?, fastopen: t.origin_tcp_fastopen })
-                }
+                ActionConfig::Tunnel(t) => RouteAction::Tunnel(TunnelRoute {
+                    origin: origin(&t.origin)?,
+                    fastopen: t.origin_tcp_fastopen,
+                    proxy_protocol: t.origin_proxy_protocol,
+                }),
                 ActionConfig::Prewarm(p) => RouteAction::Prewarm(Box::new(PrewarmRoute {
                     client: ClientTls::new(&p.tls, &name, resumption)
                         .map_err(|(field, m)| ConfigError::invalid(key(field), m))?,
