@@ -72,6 +72,11 @@ pub struct LoadOpts {
     /// ~1.5 KB post-quantum one, which no longer fits in a SYN with Fast Open.
     #[arg(long)]
     pub classic_kx: bool,
+    /// Page workload: after the first response, fetch this many sub-resources at once on the
+    /// same HTTP/2 connection (needs --alpn h2); `total_ms` is then the page time, from the
+    /// connect to the last sub-resource's last byte.
+    #[arg(long, default_value_t = 0)]
+    pub page: usize,
     /// Print the report as JSON.
     #[arg(long)]
     pub json: bool,
@@ -87,6 +92,8 @@ pub enum LoadError {
     TlsVersion,
     #[error("--alpn must be http/1.1 or h2")]
     Alpn,
+    #[error("--page needs --alpn h2 (sub-resources are multiplexed on the page's connection)")]
+    PageNeedsH2,
 }
 
 /// Milliseconds at the percentiles that matter.
@@ -136,6 +143,8 @@ struct Target {
     timeout: Duration,
     /// Resolves `addr` once for the whole run: a load generator measures the edge, not DNS.
     resolver: edgewarm::transport::Resolver,
+    /// Sub-resources fetched after the page (0: just the one request).
+    page: usize,
 }
 
 fn parse_url(url: &str) -> Option<(String, u16, String)> {
@@ -174,6 +183,9 @@ pub async fn run(opts: &LoadOpts) -> Result<LoadReport, LoadError> {
     if !matches!(opts.alpn.as_str(), "http/1.1" | "h2") {
         return Err(LoadError::Alpn);
     }
+    if opts.page > 0 && opts.alpn != "h2" {
+        return Err(LoadError::PageNeedsH2);
+    }
     tls.alpn_protocols = vec![opts.alpn.as_bytes().to_vec()];
     if !opts.resume && !opts.zero_rtt {
         tls.resumption = rustls::client::Resumption::disabled();
@@ -192,6 +204,7 @@ pub async fn run(opts: &LoadOpts) -> Result<LoadReport, LoadError> {
         zero_rtt: opts.zero_rtt,
         timeout: opts.timeout,
         resolver: edgewarm::transport::Resolver::new(Duration::from_secs(3600)),
+        page: opts.page,
     });
 
     warm_up_crypto(&target);
@@ -324,6 +337,25 @@ where
         return Err("http_status");
     }
     resp.into_body().collect().await.map_err(|_| "io")?;
+    // The page's sub-resources, all at once on this connection, as a browser does.
+    let mut subs = tokio::task::JoinSet::new();
+    for i in 0..t.page {
+        let mut send = send.clone();
+        let uri = format!("https://{}{}?sub={i}", t.host, t.path);
+        subs.spawn(async move {
+            let req =
+                hyper::Request::get(uri).body(http_body_util::Empty::<bytes::Bytes>::new()).map_err(|_| "http2")?;
+            let resp = send.send_request(req).await.map_err(|_| "http2")?;
+            if !resp.status().is_success() {
+                return Err("http_status");
+            }
+            resp.into_body().collect().await.map_err(|_| "io")?;
+            Ok(())
+        });
+    }
+    while let Some(done) = subs.join_next().await {
+        done.map_err(|_| "http2")??;
+    }
     Ok(Sample { at, connect, tls: tls_done, ttfb, total: t0.elapsed(), resumed })
 }
 

@@ -90,6 +90,10 @@ mod tests {
         assert_eq!(min_ttfb(Mode::Prewarm, true, r, big_r, false, true), 180 * MS);
         // The far-origin case: Japan to a UK origin over TLS 1.2, 4 round trips.
         assert_eq!(min_ttfb(Mode::Direct, true, 16 * MS, 265 * MS, false, false), 1124 * MS);
+        // http routes cost what prewarm costs: 3r+R (4r+R over TLS 1.2); client TFO takes one r.
+        assert_eq!(min_ttfb(Mode::Http, false, r, big_r, false, false), 160 * MS);
+        assert_eq!(min_ttfb(Mode::Http, true, 16 * MS, 265 * MS, false, false), 329 * MS);
+        assert_eq!(min_ttfb(Mode::Http, false, r, big_r, true, false), 140 * MS);
     }
 
     #[test]

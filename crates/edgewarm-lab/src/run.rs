@@ -47,6 +47,10 @@ pub struct LabOpts {
     /// New connections per mode.
     #[arg(long, default_value_t = 40)]
     pub requests: usize,
+    /// Page workload: each new connection fetches a page, then this many sub-resources at
+    /// once over HTTP/2; the report adds the page time against its minimum (one more r+R).
+    #[arg(long, default_value_t = 0)]
+    pub page: usize,
     /// Where run folders go.
     #[arg(long, default_value = "lab-runs")]
     pub out: PathBuf,
@@ -73,6 +77,9 @@ pub struct Scenario {
     pub more_big_r_ms: Vec<f64>,
     /// Bandwidth cap on every link (tbf), e.g. `100mbit`.
     pub bandwidth: Option<String>,
+    /// Page workload: sub-resources fetched over HTTP/2 after each page (0: one request).
+    #[serde(default)]
+    pub page: usize,
 }
 
 #[derive(Debug, Clone, Copy, Serialize)]
@@ -211,6 +218,7 @@ impl Scenario {
             modes,
             ramp: f.ramp.map(|r| Ramp { from: r.from, to: r.to, secs: r.duration.as_secs_f64() }),
             bandwidth: None,
+            page: 0,
         })
     }
 }
@@ -235,6 +243,7 @@ impl Scenario {
             ramp: None,
             more_big_r_ms: Vec::new(),
             bandwidth: None,
+            page: 0,
         };
         let (r, big_r, tls12) = match name {
             "default" => (20.0, 100.0, false),
@@ -341,6 +350,7 @@ pub async fn run(opts: &LabOpts) -> Result<LabReport, LabError> {
     if let Some(r) = opts.r {
         scenario.r_ms = r.as_secs_f64() * 1e3;
     }
+    scenario.page = opts.page;
     if let Some(r) = opts.big_r {
         scenario.big_r_ms = r.as_secs_f64() * 1e3;
     }
@@ -449,7 +459,7 @@ async fn run_part(part: Part<'_>) -> Result<(Vec<ModeResult>, Vec<PoolSample>, u
         ],
     );
     let _origin = spawn(origin_cmd, &dir.join(format!("origin{logs}.log")))?;
-    let yaml = edge_config(&d);
+    let yaml = edge_config(&d, scenario.page > 0);
     std::fs::write(dir.join("edge.yaml"), yaml)?;
     let edge_cmd = topo.command(&topo.edge, &[proxy, "run", "--config", &format!("{d}/edge.yaml")]);
     let _edge = spawn(edge_cmd, &dir.join(format!("edge{logs}.log")))?;
@@ -568,13 +578,15 @@ fn spawn(cmd: std::process::Command, log: &Path) -> Result<Guard, LabError> {
     Ok(Guard(cmd.spawn()?))
 }
 
-fn edge_config(d: &str) -> String {
+/// `page`: the prewarm route also offers h2 (the page workload's sub-resources are multiplexed).
+fn edge_config(d: &str, page: bool) -> String {
+    let alpn = if page { "    alpn: [h2, http/1.1]\n" } else { "" };
     format!(
         "admin: {{listen: \"127.0.0.1:9900\"}}\nlisteners: [{{listen: \"{EDGE_A}:443\", tcp_fastopen: 256}}]\nroutes:\n\
          \x20 - {{sni: a.test, action: tunnel, origin: \"{ORIGIN}:443\"}}\n\
          \x20 - {{sni: t.test, action: tunnel, origin: \"{ORIGIN}:443\", origin_tcp_fastopen: true}}\n\
          \x20 - sni: b.test\n    action: prewarm\n    origin: \"{ORIGIN}:443\"\n    cert: {d}/edge.pem\n    key: {d}/edge.key\n\
-         \x20   origin_tls: {{sni: origin.test, ca: {d}/ca.pem}}\n    pool: {{min: 4, max_idle: 30s, period: 500ms}}\n\
+         \x20   origin_tls: {{sni: origin.test, ca: {d}/ca.pem}}\n{alpn}    pool: {{min: 4, max_idle: 30s, period: 500ms}}\n\
          \x20 - sni: h.test\n    action: http\n    origin: \"{ORIGIN}:443\"\n    cert: {d}/edge.pem\n    key: {d}/edge.key\n\
          \x20   origin_tls: {{sni: origin.test, ca: {d}/ca.pem}}\n    upstream: {{connections: 2}}\n\
          \x20 - {{sni: \"*\", action: reject}}\n"
@@ -629,7 +641,8 @@ async fn admin(topo: &Topology, path: &str) -> Option<String> {
 async fn wait_ready(topo: &Topology, dir: &Path) -> Result<(), LabError> {
     for _ in 0..300 {
         if let Some(m) = admin(topo, "/metrics").await {
-            let warm = edgewarm::metrics::sample(&m, "edgewarm_pool_ready", &[("route", "b.test")]).unwrap_or(0.0);
+            let warm = edgewarm::metrics::sample(&m, "edgewarm_pool_ready", &[("route", "b.test"), ("alpn", "none")])
+                .unwrap_or(0.0);
             let standing = edgewarm::metrics::sample(&m, "edgewarm_pool_opened_total", &[("route", "h.test")]);
             if warm >= 4.0 && standing.unwrap_or(0.0) >= 2.0 {
                 return Ok(());
@@ -644,21 +657,20 @@ async fn wait_ready(topo: &Topology, dir: &Path) -> Result<(), LabError> {
     })
 }
 
-/// hits, misses, opened − ready, and origin connections opened (every ALPN) for a route.
+/// hits, misses, opened − ready, and origin connections opened, for a route: each summed over
+/// its pools (one per ALPN).
 async fn pool_counts(topo: &Topology, route: &str) -> [f64; 4] {
     let m = admin(topo, "/metrics").await.unwrap_or_default();
-    let get = |name| edgewarm::metrics::sample(&m, name, &[("route", route)]).unwrap_or(0.0);
-    let opened: f64 = m
-        .lines()
-        .filter(|l| l.starts_with("edgewarm_pool_opened_total{") && l.contains(&format!("route=\"{route}\"")))
-        .filter_map(|l| l.rsplit_once(' ')?.1.parse::<f64>().ok())
-        .sum();
-    [
-        get("edgewarm_pool_hits_total"),
-        get("edgewarm_pool_misses_total"),
-        get("edgewarm_pool_opened_total") - get("edgewarm_pool_ready"),
-        opened,
-    ]
+    let sum = |name: &str| -> f64 {
+        let prefix = format!("{name}{{");
+        let label = format!("route=\"{route}\"");
+        m.lines()
+            .filter(|l| l.starts_with(&prefix) && l.contains(&label))
+            .filter_map(|l| l.rsplit_once(' ')?.1.parse::<f64>().ok())
+            .sum()
+    };
+    let opened = sum("edgewarm_pool_opened_total");
+    [sum("edgewarm_pool_hits_total"), sum("edgewarm_pool_misses_total"), opened - sum("edgewarm_pool_ready"), opened]
 }
 
 async fn pool_sample(topo: &Topology, t_s: f64) -> PoolSample {
@@ -697,6 +709,10 @@ async fn load(
     }
     if run.client_tfo {
         args.push("--tfo");
+    }
+    let page = scenario.page.to_string();
+    if scenario.page > 0 {
+        args.extend(["--alpn", "h2", "--page", &page]);
     }
     let ramp_args;
     if let (Some(ramp), true) = (scenario.ramp, requests > 2) {
@@ -766,6 +782,25 @@ impl LabReport {
                 opt(m.waste, false),
                 m.origin_conns_per_1000.map_or_else(|| "-".into(), |v| format!("{v:.0}"))
             );
+        }
+        if s.page > 0 {
+            // The sub-resources go out together once the page is in: one more r + R.
+            t += &format!(
+                "\nPage time: the page, then {} sub-resources at once on the same HTTP/2 connection; \
+                 minimum = TTFB minimum + (r + R).\n\n| mode | page p50 ms | page p99 ms | minimum ms | p50 / minimum |\n|---|---|---|---|---|\n",
+                s.page
+            );
+            for m in &self.results {
+                let min = m.min_ms + m.r_ms + m.big_r_ms;
+                t += &format!(
+                    "| {} | {:.1} | {:.1} | {:.0} | {:.3} |\n",
+                    m.label,
+                    m.load.total_ms.p50,
+                    m.load.total_ms.p99,
+                    min,
+                    m.load.total_ms.p50 / min
+                );
+            }
         }
         t
     }
