@@ -44,6 +44,7 @@ fn opts(addr: std::net::SocketAddr, dir: &std::path::Path, alpn: &str, tls: &str
         alpn: alpn.into(),
         zero_rtt: false,
         classic_kx: false,
+        page: 0,
         json: true,
     }
 }
@@ -67,6 +68,16 @@ async fn load_generator_against_the_lab_origin() {
     let mut o = opts(addr, dir.path(), "http/1.1", "1.3");
     (o.resume, o.concurrency) = (true, 1);
     assert!(load::run(&o).await.unwrap().resumed >= 19);
+    // A page and 5 sub-resources per connection over HTTP/2; the page takes longer than its
+    // first byte. Over HTTP/1.1 a page is refused as a usage error.
+    let mut o = opts(addr, dir.path(), "h2", "1.3");
+    o.page = 5;
+    let report = load::run(&o).await.unwrap();
+    assert_eq!(report.ok, 20, "{:?}", report.errors);
+    assert!(report.total_ms.p50 > report.ttfb_ms.p50);
+    let mut o = opts(addr, dir.path(), "http/1.1", "1.3");
+    o.page = 5;
+    assert!(load::run(&o).await.is_err());
     // Nothing listening: counted, not a panic.
     let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
     let report = load::run(&opts(closed, dir.path(), "h2", "1.3")).await.unwrap();
