@@ -413,3 +413,58 @@ async fn misdirected_connect_and_upgrade_requests_are_refused() {
     edge.settle().await;
     edge.stop().await;
 }
+
+/// A client that stops reading a large response is closed after `timeouts.idle`, and the origin
+/// stream it held is released.
+#[tokio::test]
+async fn a_client_that_stops_reading_is_closed_and_its_stream_released() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let fx = fixture();
+    let (origin, _) = h2_origin(&fx.origin, H2Opts::default()).await;
+    let edge = edge(&fx.route(origin, "    upstream: {connections: 1}\n"), "timeouts:\n  idle: 300ms\n", "").await;
+    let (mut tls, _) = tls_client(&fx.edge, edge.addr, "b.test", &["http/1.1"]).await.unwrap();
+    let body = vec![b'x'; 8 << 20];
+    let head = format!("POST /echo HTTP/1.1\r\nhost: b.test\r\ncontent-length: {}\r\n\r\n", body.len());
+    tls.write_all(head.as_bytes()).await.unwrap();
+    tls.write_all(&body).await.unwrap();
+    // Read a little of the 8 MiB answer, then stop reading.
+    let mut some = [0u8; 1024];
+    tls.read_exact(&mut some).await.unwrap();
+    let streams = || async {
+        let (_, json) = admin_get(edge.admin, "/origins").await;
+        json.contains("\"streams\":0")
+    };
+    let mut released = false;
+    for _ in 0..400 {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        if streams().await && edge.server.open_connections() == 0 {
+            released = true;
+            break;
+        }
+    }
+    assert!(released, "{}", admin_get(edge.admin, "/origins").await.1);
+    drop(tls);
+    edge.stop().await;
+}
+
+/// Bad requests are answered, not forwarded: a request head over 64 KiB gets 431, garbage gets
+/// 400; the origin sees neither.
+#[tokio::test]
+async fn oversized_and_malformed_requests_get_431_and_400() {
+    use tokio::io::AsyncWriteExt;
+    let fx = fixture();
+    let (origin, stats) = h2_origin(&fx.origin, H2Opts::default()).await;
+    let edge = edge(&fx.route(origin, ""), "", "").await;
+    let big = format!("GET / HTTP/1.1\r\nhost: b.test\r\nx-big: {}\r\n\r\n", "a".repeat(70 * 1024));
+    for (request, status) in [(big.into_bytes(), "431"), (b"GET / HTTP/1.1\r\nho st\r\n\r\n".to_vec(), "400")] {
+        let (mut tls, _) = tls_client(&fx.edge, edge.addr, "b.test", &["http/1.1"]).await.unwrap();
+        let _ = tls.write_all(&request).await;
+        let mut answer = Vec::new();
+        let _ = tokio::io::AsyncReadExt::read_to_end(&mut tls, &mut answer).await;
+        let answer = String::from_utf8_lossy(&answer);
+        assert!(answer.starts_with(&format!("HTTP/1.1 {status}")), "want {status}: {answer}");
+    }
+    assert_eq!(stats.requests.load(Ordering::Relaxed), 0);
+    edge.settle().await;
+    edge.stop().await;
+}

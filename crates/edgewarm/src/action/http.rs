@@ -36,6 +36,7 @@ use crate::metrics::{HttpError, HttpMetrics, RouteName};
 use crate::peek::Hello;
 use crate::route::HttpRoute;
 use crate::snapshot::Snapshot;
+use crate::transport::idle::IdleTimeout;
 use crate::transport::Rewind;
 use crate::upstream::body::{self, OriginBody};
 use crate::upstream::conn::Slot;
@@ -112,6 +113,9 @@ pub(crate) async fn serve(
         .max_pending_accept_reset_streams(Some(64))
         .max_local_error_reset_streams(Some(256));
     // Upgrades (WebSocket) are not carried yet: such requests get a 501 (see `forward`).
+    // A client that moves no byte for `timeouts.idle` (silent between requests, or no longer
+    // reading a response) is closed, releasing every origin stream it held.
+    let tls = IdleTimeout::new(tls, ctx.snapshot.timeouts.idle);
     let conn = builder.serve_connection(TokioIo::new(tls), service);
     tokio::pin!(conn);
     // Shutdown, or a reload that retired this route's origin connections: first ask the

@@ -4,10 +4,12 @@
 //! - [`resolve`]: origin name resolution off the worker threads, single-flight, cached.
 //! - [`dial`]: connect to an origin (every address, one deadline, optional Fast Open).
 //! - [`fastopen`]: a stream whose first write may be a Fast Open connect.
+//! - [`idle`]: a stream that fails after a while with no byte either way.
 //! - [`rewind`]: a stream that first returns bytes already read from it (the peeked hello).
 
 pub mod dial;
 pub mod fastopen;
+pub mod idle;
 pub mod resolve;
 pub mod rewind;
 pub mod sockopt;
