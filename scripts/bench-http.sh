@@ -6,6 +6,7 @@
 # median reported. Needs: nginx, haproxy, h2load, openssl (all from scripts/deps.sh).
 #
 #   scripts/bench-http.sh [ROUNDS] [REQUESTS]
+#   BASELINE=/path/to/older/edgewarm scripts/bench-http.sh ...   # also measure another build
 set -euo pipefail
 rounds=${1:-3}
 requests=${2:-40000}
@@ -78,7 +79,13 @@ nginx -c "$dir/origin.conf" & pids+=($!)
 nginx -c "$dir/proxy.conf" & pids+=($!)
 haproxy -db -f "$dir/haproxy.cfg" & pids+=($!)
 RUST_LOG=warn "$edgewarm" run --config "$dir/edge.yaml" 2>"$dir/edge.log" & pids+=($!)
-for port in $origin $edge $nginx_proxy $haproxy_port; do
+contenders=("edgewarm:$edge" "nginx:$nginx_proxy" "haproxy:$haproxy_port")
+if [ -n "${BASELINE:-}" ]; then
+  sed -e "s/127.0.0.1:$edge/127.0.0.1:19446/" -e "s/127.0.0.1:$admin/127.0.0.1:19901/" "$dir/edge.yaml" > "$dir/baseline.yaml"
+  RUST_LOG=warn "$BASELINE" run --config "$dir/baseline.yaml" 2>"$dir/baseline.log" & pids+=($!)
+  contenders+=("baseline:19446")
+fi
+for port in $origin $edge $nginx_proxy $haproxy_port ${BASELINE:+19446}; do
   for _ in $(seq 100); do (exec 3<>/dev/tcp/127.0.0.1/$port) 2>/dev/null && break; sleep 0.1; done
 done
 
@@ -87,9 +94,9 @@ rps() { # port -> requests/s
     | awk '/^finished in/ {gsub(",", "", $4); print $4} /succeeded,/ {if ($10 != 0 || $12 != 0) print "ERRORS: " $0 > "/dev/stderr"}'
 }
 declare -A all
-for name in edgewarm nginx haproxy; do all[$name]=""; done
+for name in edgewarm nginx haproxy baseline; do all[$name]=""; done
 for round in $(seq "$rounds"); do
-  for pair in "edgewarm:$edge" "nginx:$nginx_proxy" "haproxy:$haproxy_port"; do
+  for pair in "${contenders[@]}"; do
     name=${pair%%:*} port=${pair##*:}
     r=$(rps "$port")
     all[$name]="${all[$name]} $r"
@@ -104,3 +111,7 @@ echo "|---|---|---|"
 echo "| edgewarm http route | $e | 1.00 |"
 echo "| nginx 1.22 (HTTPS/1.1 keep-alive upstream) | $n | $(awk "BEGIN {printf \"%.2f\", $e/$n}") |"
 echo "| HAProxy 2.6 (h2 upstream, http-reuse always) | $h | $(awk "BEGIN {printf \"%.2f\", $e/$h}") |"
+if [ -n "${BASELINE:-}" ]; then
+  b=$(echo "${all[baseline]}" | median)
+  echo "| edgewarm baseline ($BASELINE) | $b | $(awk "BEGIN {printf \"%.2f\", $e/$b}") |"
+fi

@@ -114,11 +114,12 @@ pub(crate) struct RequestLog {
     pub(crate) route: RouteName,
     pub(crate) method: http::Method,
     pub(crate) version: http::Version,
-    pub(crate) authority: Option<String>,
-    pub(crate) path: String,
+    /// Kept as the client sent them (cheap shared copies); rendered only if the line is written.
+    uri: http::Uri,
+    host: Option<http::HeaderValue>,
     pub(crate) status: u16,
-    /// Request body bytes sent to the origin (counted by the upload as it goes).
-    pub(crate) bytes_up: std::sync::Arc<std::sync::atomic::AtomicU64>,
+    /// Request body bytes sent to the origin (counted by the upload as it goes), if any.
+    pub(crate) bytes_up: Option<std::sync::Arc<std::sync::atomic::AtomicU64>>,
     pub(crate) bytes_down: u64,
     pub(crate) duration: Duration,
     /// From the request's arrival to the origin's response headers.
@@ -132,20 +133,15 @@ pub(crate) struct RequestLog {
 
 impl RequestLog {
     pub(crate) fn new<B>(req: &http::Request<B>, client: SocketAddr, route: &RouteName) -> Self {
-        let authority = req
-            .uri()
-            .authority()
-            .map(|a| a.as_str().to_string())
-            .or_else(|| req.headers().get(http::header::HOST).and_then(|h| h.to_str().ok()).map(str::to_string));
         Self {
             client,
             route: route.clone(),
             method: req.method().clone(),
             version: req.version(),
-            authority,
-            path: req.uri().path().to_string(),
+            uri: req.uri().clone(),
+            host: req.headers().get(http::header::HOST).cloned(),
             status: 0,
-            bytes_up: Default::default(),
+            bytes_up: None,
             bytes_down: 0,
             duration: Duration::ZERO,
             ttfb: None,
@@ -157,6 +153,15 @@ impl RequestLog {
     }
 
     pub(crate) fn emit(&self) {
+        let level = if self.status >= 500 { Level::WARN } else { Level::INFO };
+        if (level == Level::INFO && !tracing::enabled!(target: TARGET, Level::INFO))
+            || !tracing::enabled!(target: TARGET, Level::WARN)
+        {
+            return;
+        }
+        let authority =
+            self.uri.authority().map(|a| a.as_str()).or_else(|| self.host.as_ref().and_then(|h| h.to_str().ok()));
+        let bytes_up = self.bytes_up.as_ref().map_or(0, |b| b.load(std::sync::atomic::Ordering::Relaxed));
         macro_rules! request_event {
             ($level:expr) => {
                 tracing::event!(
@@ -166,10 +171,10 @@ impl RequestLog {
                     route = %self.route,
                     method = %self.method,
                     version = ?self.version,
-                    authority = %Opt(&self.authority),
-                    path = %self.path,
+                    authority = %Opt(&authority),
+                    path = %self.uri.path(),
                     status = self.status,
-                    bytes_up = self.bytes_up.load(std::sync::atomic::Ordering::Relaxed),
+                    bytes_up,
                     bytes_down = self.bytes_down,
                     ttfb_ms = %Ms(self.ttfb),
                     duration_ms = %Ms(Some(self.duration)),
@@ -182,7 +187,7 @@ impl RequestLog {
             };
         }
         // Origin failures (5xx made here or by the origin) stand out; the rest is traffic.
-        if self.status >= 500 {
+        if level == Level::WARN {
             request_event!(Level::WARN);
         } else {
             request_event!(Level::INFO);

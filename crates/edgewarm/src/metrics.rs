@@ -268,12 +268,49 @@ impl HttpMetrics {
         self.duration.get_or_create(&RouteLabel { route: route.clone() }).observe(took.as_secs_f64());
     }
 
+    /// One route's request handles, resolved once (per client connection) instead of per
+    /// request.
+    pub fn for_route(&self, route: &RouteName) -> RouteHttpMetrics {
+        let class = |status| self.requests.get_or_create(&RouteStatus { route: route.clone(), status }).clone();
+        RouteHttpMetrics {
+            by_class: [
+                class(StatusClass::Informational),
+                class(StatusClass::Success),
+                class(StatusClass::Redirect),
+                class(StatusClass::ClientError),
+                class(StatusClass::ServerError),
+            ],
+            duration: self.duration.get_or_create(&RouteLabel { route: route.clone() }).clone(),
+        }
+    }
+
     pub fn error(&self, route: &RouteName, reason: HttpError) {
         self.errors.get_or_create(&RouteError { route: route.clone(), reason }).inc();
     }
 
     pub fn retry(&self, route: &RouteName) {
         self.retries.get_or_create(&RouteLabel { route: route.clone() }).inc();
+    }
+}
+
+/// [`HttpMetrics::for_route`].
+#[derive(Debug)]
+pub struct RouteHttpMetrics {
+    by_class: [Counter; 5],
+    duration: Histogram,
+}
+
+impl RouteHttpMetrics {
+    pub fn request(&self, status: u16, took: std::time::Duration) {
+        let i = match status {
+            100..=199 => 0,
+            200..=299 => 1,
+            300..=399 => 2,
+            400..=499 => 3,
+            _ => 4,
+        };
+        self.by_class[i].inc();
+        self.duration.observe(took.as_secs_f64());
     }
 }
 

@@ -32,7 +32,7 @@ use tokio_rustls::TlsAcceptor;
 use super::ConnCtx;
 use crate::accesslog::{AccessLog, RequestLog};
 use crate::error::CloseReason;
-use crate::metrics::{HttpError, HttpMetrics, RouteName};
+use crate::metrics::{HttpError, HttpMetrics, RouteHttpMetrics, RouteName};
 use crate::peek::Hello;
 use crate::route::HttpRoute;
 use crate::snapshot::Snapshot;
@@ -85,6 +85,8 @@ pub(crate) async fn serve(
         client: peer,
         route: ctx.route.name.clone(),
         metrics: ctx.metrics.http.clone(),
+        route_metrics: Arc::new(ctx.metrics.http.for_route(&ctx.route.name)),
+        facts: forward::ClientFacts::new(peer),
         origin_response: ctx.snapshot.timeouts.origin_response,
         up: Arc::default(),
         down: Arc::default(),
@@ -93,7 +95,9 @@ pub(crate) async fn serve(
         let shared = shared.clone();
         service_fn(move |req| {
             let shared = shared.clone();
-            async move { Ok::<_, Infallible>(shared.handle(req).await) }
+            // Boxed: the request's future is large, and hyper spawns a task per HTTP/2 stream
+            // around it; a small task allocates from the allocator's fast path.
+            Box::pin(async move { Ok::<_, Infallible>(shared.handle(req).await) })
         })
     };
     let mut builder = auto::Builder::new(TokioExecutor::new());
@@ -156,6 +160,9 @@ struct Shared {
     client: SocketAddr,
     route: RouteName,
     metrics: HttpMetrics,
+    route_metrics: Arc<RouteHttpMetrics>,
+    /// X-Forwarded-For and Forwarded values for this client, built once.
+    facts: forward::ClientFacts,
     origin_response: Duration,
     /// Body bytes of every request on this connection, for its own log line.
     up: Arc<AtomicU64>,
@@ -170,7 +177,7 @@ impl Shared {
         let mut rlog = RequestLog::new(&req, self.client, &self.route);
         match self.forward(req, &mut rlog, started).await {
             Ok((parts, recv, slot, upload)) => {
-                let (metrics, route, down) = (self.metrics.clone(), self.route.clone(), self.down.clone());
+                let (metrics, down) = (self.route_metrics.clone(), self.down.clone());
                 rlog.status = parts.status.as_u16();
                 let body = OriginBody::new(recv, move |sent| {
                     // The response is over (or its client gone): an upload still running is
@@ -181,7 +188,7 @@ impl Shared {
                     down.fetch_add(sent, Ordering::Relaxed);
                     rlog.bytes_down = sent;
                     rlog.duration = started.elapsed();
-                    metrics.request(&route, rlog.status, rlog.duration);
+                    metrics.request(rlog.status, rlog.duration);
                     rlog.emit();
                 });
                 Response::from_parts(parts, body.map_err(Into::into).boxed())
@@ -189,7 +196,7 @@ impl Shared {
             Err(response) => {
                 rlog.status = response.status().as_u16();
                 rlog.duration = started.elapsed();
-                self.metrics.request(&self.route, rlog.status, rlog.duration);
+                self.route_metrics.request(rlog.status, rlog.duration);
                 rlog.emit();
                 response
             }
@@ -212,7 +219,7 @@ impl Shared {
             rlog.detail = Some("protocol upgrades are not carried yet".into());
             return Err(error_response(StatusCode::NOT_IMPLEMENTED, "upgrade not supported\n"));
         }
-        let head = forward::request(&req, self.client).map_err(|e| {
+        let head = forward::request(&req, &self.facts).map_err(|e| {
             rlog.detail = Some(e.to_string());
             error_response(StatusCode::BAD_REQUEST, "bad request\n")
         })?;
@@ -232,7 +239,7 @@ impl Shared {
         let mut attempt = 0;
         let (response, slot, upload) = loop {
             attempt += 1;
-            let sent = self.upstream.send(head.clone(), end_of_stream).await.map_err(|e| {
+            let sent = self.upstream.send(&head, end_of_stream).await.map_err(|e| {
                 rlog.detail = Some(e.to_string());
                 self.metrics.error(&self.route, HttpError::NoConnection);
                 error_response(StatusCode::SERVICE_UNAVAILABLE, "origin unavailable\n")
@@ -243,7 +250,7 @@ impl Shared {
             let upload = match body.take() {
                 Some(b) if !end_of_stream => {
                     let tx = sent.body;
-                    let counter = rlog.bytes_up.clone();
+                    let counter = rlog.bytes_up.get_or_insert_with(Arc::default).clone();
                     let conn_total = self.up.clone();
                     Some(Upload(tokio::spawn(async move {
                         let r = body::send(b, tx, counter.clone()).await;

@@ -46,6 +46,20 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for Rewind<S> {
         Pin::new(&mut self.inner).poll_write(cx, buf)
     }
 
+    // rustls writes its records with one vectored write when the stream says it can: forward
+    // it, or every record becomes its own send(2).
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.inner).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.inner.is_write_vectored()
+    }
+
     fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         Pin::new(&mut self.inner).poll_flush(cx)
     }

@@ -70,15 +70,37 @@ fn via(version: Version) -> &'static str {
     }
 }
 
+/// What edgewarm says about one client connection, computed once per connection rather than
+/// per request.
+#[derive(Debug, Clone)]
+pub(crate) struct ClientFacts {
+    x_forwarded_for: HeaderValue,
+    /// `for=…;proto=https;host=` (the host is the request's).
+    forwarded_prefix: String,
+}
+
+impl ClientFacts {
+    pub(crate) fn new(client: SocketAddr) -> Self {
+        let ip = client.ip().to_canonical();
+        let node = if ip.is_ipv6() { format!("\"[{ip}]\"") } else { ip.to_string() };
+        Self {
+            // An IP address is always a valid header value.
+            x_forwarded_for: HeaderValue::from_str(&ip.to_string()).unwrap_or(HeaderValue::from_static("unknown")),
+            forwarded_prefix: format!("for={node};proto=https;host="),
+        }
+    }
+}
+
 /// The origin-bound request (without body) for a client's request head.
-pub(crate) fn request<B>(client_req: &Request<B>, client: SocketAddr) -> Result<Request<()>, BadRequest> {
+pub(crate) fn request<B>(client_req: &Request<B>, client: &ClientFacts) -> Result<Request<()>, BadRequest> {
     let host_header = client_req.headers().get(header::HOST).and_then(|h| h.to_str().ok()).filter(|h| !h.is_empty());
     let authority = match client_req.uri().authority() {
         // Never userinfo (RFC 9113 §8.3.1): host and port only.
-        Some(a) => match a.port() {
+        Some(a) if a.as_str().contains('@') => match a.port() {
             Some(port) => format!("{}:{port}", a.host()),
             None => a.host().to_string(),
         },
+        Some(a) => a.as_str().to_string(),
         None => host_header.ok_or(BadRequest::NoAuthority)?.to_string(),
     };
     if let (Some(_), Some(host)) = (client_req.uri().authority(), host_header) {
@@ -98,11 +120,9 @@ pub(crate) fn request<B>(client_req: &Request<B>, client: SocketAddr) -> Result<
     headers.remove(&X_FORWARDED_FOR);
     headers.remove(&X_FORWARDED_PROTO);
     headers.remove(header::FORWARDED);
-    let ip = client.ip().to_canonical();
-    headers.insert(&X_FORWARDED_FOR, HeaderValue::from_str(&ip.to_string()).map_err(|_| BadRequest::Target)?);
+    headers.insert(&X_FORWARDED_FOR, client.x_forwarded_for.clone());
     headers.insert(&X_FORWARDED_PROTO, HeaderValue::from_static("https"));
-    let node = if ip.is_ipv6() { format!("\"[{ip}]\"") } else { ip.to_string() };
-    let forwarded = format!("for={node};proto=https;host=\"{authority}\"");
+    let forwarded = format!("{}\"{authority}\"", client.forwarded_prefix);
     if let Ok(v) = HeaderValue::from_str(&forwarded) {
         headers.insert(header::FORWARDED, v);
     }
@@ -124,8 +144,8 @@ pub(crate) fn response_headers(headers: &mut HeaderMap) {
 mod tests {
     use super::*;
 
-    fn client() -> SocketAddr {
-        "192.0.2.7:50000".parse().unwrap()
+    fn client() -> ClientFacts {
+        ClientFacts::new("192.0.2.7:50000".parse().unwrap())
     }
 
     #[test]
@@ -142,7 +162,7 @@ mod tests {
             .header("accept", "*/*")
             .body(())
             .unwrap();
-        let out = request(&req, client()).unwrap();
+        let out = request(&req, &client()).unwrap();
         assert_eq!(out.uri().to_string(), "https://www.example.com/a/b?c=1");
         assert_eq!(out.version(), Version::HTTP_2);
         let h = out.headers();
@@ -160,23 +180,23 @@ mod tests {
     #[test]
     fn h2_authority_is_kept_and_missing_host_is_refused() {
         let req = Request::builder().uri("https://b.test/x").version(Version::HTTP_2).body(()).unwrap();
-        assert_eq!(request(&req, client()).unwrap().uri().to_string(), "https://b.test/x");
+        assert_eq!(request(&req, &client()).unwrap().uri().to_string(), "https://b.test/x");
         let req = Request::builder().uri("/x").body(()).unwrap();
-        assert_eq!(request(&req, client()).unwrap_err(), BadRequest::NoAuthority);
+        assert_eq!(request(&req, &client()).unwrap_err(), BadRequest::NoAuthority);
     }
 
     #[test]
     fn userinfo_is_dropped_and_a_conflicting_host_refused() {
         let req = Request::builder().uri("https://user:pw@b.test:8443/x").body(()).unwrap();
-        assert_eq!(request(&req, client()).unwrap().uri().to_string(), "https://b.test:8443/x");
+        assert_eq!(request(&req, &client()).unwrap().uri().to_string(), "https://b.test:8443/x");
         let req = Request::builder().uri("https://b.test/x").header("host", "evil.test").body(()).unwrap();
-        assert_eq!(request(&req, client()).unwrap_err(), BadRequest::HostMismatch);
+        assert_eq!(request(&req, &client()).unwrap_err(), BadRequest::HostMismatch);
     }
 
     #[test]
     fn ipv6_clients_are_quoted_in_forwarded() {
         let req = Request::builder().uri("/").header("host", "h").body(()).unwrap();
-        let out = request(&req, "[2001:db8::1]:443".parse().unwrap()).unwrap();
+        let out = request(&req, &ClientFacts::new("[2001:db8::1]:443".parse().unwrap())).unwrap();
         assert_eq!(out.headers()["forwarded"], "for=\"[2001:db8::1]\";proto=https;host=\"h\"");
         assert_eq!(out.headers()["x-forwarded-for"], "2001:db8::1");
     }

@@ -288,7 +288,7 @@ impl Upstream {
 
     /// Start a request: on the least loaded connection with a free stream; if all are full,
     /// on a new connection (up to `max_connections`); else wait for room.
-    pub async fn send(self: &Arc<Self>, request: Request<()>, end_of_stream: bool) -> Result<Sent, UpstreamError> {
+    pub async fn send(self: &Arc<Self>, request: &Request<()>, end_of_stream: bool) -> Result<Sent, UpstreamError> {
         // Waiting for room is bounded like a connect: a busy origin gets a 503, not a hang.
         let deadline = Instant::now() + self.state().connect_timeout;
         loop {
