@@ -98,6 +98,51 @@ pub async fn edge(routes: &str, extra: &str, listener_extra: &str) -> Edge {
     Edge { addr, admin, server, admin_stop, run }
 }
 
+/// Wait (bounded: 10 s) until a metric reaches `want`.
+pub async fn wait_for(edge: &Edge, name: &str, labels: &[(&str, &str)], want: f64) {
+    for _ in 0..2000 {
+        if edge.metric(name, labels) >= want {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    panic!("{name}{labels:?} never reached {want}: {}", edge.metric(name, labels));
+}
+
+/// Certificates for the client-facing side (`b.test`, signed by the "edge" CA) and the origin
+/// (`origin.test`, signed by the "origin" CA), written to a temporary directory, for routes
+/// that terminate TLS.
+pub struct Pki {
+    _dir: tempfile::TempDir,
+    pub path: std::path::PathBuf,
+    pub edge: Arc<Certs>,
+    pub origin: Certs,
+    action: &'static str,
+}
+
+/// A [`Pki`] whose [`Pki::route`] makes routes of `action` (`prewarm`, `http`).
+pub fn pki(action: &'static str) -> Pki {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().to_path_buf();
+    let (edge, origin) = (certs(&["b.test"]), certs(&["origin.test"]));
+    for (name, c) in [("edge", &edge), ("origin", &origin)] {
+        std::fs::create_dir(path.join(name)).unwrap();
+        c.write(&path.join(name));
+    }
+    Pki { _dir: dir, path, edge: Arc::new(edge), origin, action }
+}
+
+impl Pki {
+    /// A route for b.test to `origin` (verified as origin.test); `extra` adds keys, indented
+    /// like the route's keys.
+    pub fn route(&self, origin: SocketAddr, extra: &str) -> String {
+        let (p, action) = (self.path.display(), self.action);
+        format!(
+            "  - sni: b.test\n    action: {action}\n    origin: \"{origin}\"\n    cert: {p}/edge/cert.pem\n    key: {p}/edge/key.pem\n    origin_tls: {{sni: origin.test, ca: {p}/origin/ca.pem}}\n{extra}"
+        )
+    }
+}
+
 impl Edge {
     pub fn metric(&self, name: &str, labels: &[(&str, &str)]) -> f64 {
         self.server.metrics().sample(name, labels).unwrap_or(0.0)

@@ -15,6 +15,7 @@ use crate::pool::Settings;
 use crate::relay;
 use crate::route::RouteTable;
 use crate::tls::client::Resumption;
+use crate::tls::origin::OriginTls;
 use crate::transport::Resolver;
 use crate::upstream::registry::{self as upstream_registry, Upstreams};
 
@@ -52,12 +53,7 @@ impl Snapshot {
             for alpn in route.pool_alpns() {
                 wanted.push(Wanted {
                     route: name.clone(),
-                    dial: TlsDial {
-                        key: route.origin.key(alpn),
-                        connector: TlsConnector::from(route.origin.config(alpn)),
-                        server_name: route.origin.server_name.clone(),
-                        resolver: self.resolver.clone(),
-                    },
+                    dial: self.dial(&route.origin, alpn),
                     settings: Settings { size: route.pool.clone(), connect_timeout: self.timeouts.connect },
                 });
             }
@@ -80,12 +76,7 @@ impl Snapshot {
             let alpn = Some(&b"h2"[..]);
             wanted.push(upstream_registry::Wanted {
                 route: name.clone(),
-                dial: TlsDial {
-                    key: route.origin.key(alpn),
-                    connector: TlsConnector::from(route.origin.config(alpn)),
-                    server_name: route.origin.server_name.clone(),
-                    resolver: self.resolver.clone(),
-                },
+                dial: self.dial(&route.origin, alpn),
                 settings: route.upstream.clone(),
                 connect_timeout: self.timeouts.connect,
             });
@@ -95,6 +86,16 @@ impl Snapshot {
             if let Some(u) = started.get(&route.origin.key(Some(b"h2"))) {
                 route.attach_upstream(u.clone());
             }
+        }
+    }
+
+    /// How to make origin TLS connections offering exactly `alpn`.
+    fn dial(&self, origin: &OriginTls, alpn: Option<&[u8]>) -> TlsDial {
+        TlsDial {
+            key: origin.key(alpn),
+            connector: TlsConnector::from(origin.config(alpn)),
+            server_name: origin.server_name.clone(),
+            resolver: self.resolver.clone(),
         }
     }
 }

@@ -4,48 +4,13 @@
 use edgewarm_test_support as common;
 
 use std::net::SocketAddr;
-use std::path::PathBuf;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use common::*;
 
-struct Fixture {
-    _dir: tempfile::TempDir,
-    path: PathBuf,
-    edge: Certs,
-    origin: Certs,
-}
-
-fn fixture() -> Fixture {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().to_path_buf();
-    let (edge, origin) = (certs(&["b.test"]), certs(&["origin.test"]));
-    for (name, c) in [("edge", &edge), ("origin", &origin)] {
-        std::fs::create_dir(path.join(name)).unwrap();
-        c.write(&path.join(name));
-    }
-    Fixture { _dir: dir, path, edge, origin }
-}
-
-impl Fixture {
-    /// An http route for b.test; `extra` adds keys (indented like the route's keys).
-    fn route(&self, origin: SocketAddr, extra: &str) -> String {
-        let p = self.path.display();
-        format!(
-            "  - sni: b.test\n    action: http\n    origin: \"{origin}\"\n    cert: {p}/edge/cert.pem\n    key: {p}/edge/key.pem\n    origin_tls: {{sni: origin.test, ca: {p}/origin/ca.pem}}\n{extra}"
-        )
-    }
-}
-
-async fn wait_for(edge: &Edge, name: &str, labels: &[(&str, &str)], want: f64) {
-    for _ in 0..2000 {
-        if edge.metric(name, labels) >= want {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
-    panic!("{name}{labels:?} never reached {want}: {}", edge.metric(name, labels));
+fn fixture() -> Pki {
+    pki("http")
 }
 
 const OPENED: &str = "edgewarm_pool_opened_total";
@@ -61,7 +26,7 @@ async fn requests_ride_the_standing_connections() {
     assert_eq!(stats.connections.load(Ordering::Relaxed), 2, "opened before any client");
     let mut tasks = Vec::new();
     for i in 0..20 {
-        let (c, addr) = (certs_clone(&fx.edge), edge.addr);
+        let (c, addr) = (fx.edge.clone(), edge.addr);
         tasks.push(tokio::spawn(async move {
             let mut client = HttpClient::connect(&c, addr, "b.test", i % 2 == 0).await.unwrap();
             for j in 0..5 {
@@ -81,17 +46,6 @@ async fn requests_ride_the_standing_connections() {
     let (_, origins) = admin_get(edge.admin, "/origins").await;
     assert!(origins.contains("\"requests\":"), "{origins}");
     edge.stop().await;
-}
-
-fn certs_clone(c: &Certs) -> Certs {
-    Certs {
-        ca_pem: c.ca_pem.clone(),
-        ca_der: c.ca_der.clone(),
-        cert_pem: c.cert_pem.clone(),
-        key_pem: c.key_pem.clone(),
-        cert_der: c.cert_der.clone(),
-        key_der: c.key_der.clone_key(),
-    }
 }
 
 /// What the origin is told, and what it is not: hop-by-hop headers go, client-supplied
@@ -157,7 +111,7 @@ async fn goaway_costs_clients_nothing() {
     }
     let mut tasks = Vec::new();
     for c in 0..8 {
-        let (certs, addr) = (certs_clone(&fx.edge), edge.addr);
+        let (certs, addr) = (fx.edge.clone(), edge.addr);
         tasks.push(tokio::spawn(async move {
             let mut client = HttpClient::connect(&certs, addr, "b.test", true).await.unwrap();
             for i in 0..10 {
@@ -184,7 +138,7 @@ async fn full_connections_spill_to_new_ones() {
     wait_for(&edge, OPENED, &[("route", "b.test")], 1.0).await;
     let mut tasks = Vec::new();
     for i in 0..8 {
-        let c = certs_clone(&fx.edge);
+        let c = fx.edge.clone();
         let addr = edge.addr;
         tasks.push(tokio::spawn(async move {
             let mut client = HttpClient::connect(&c, addr, "b.test", true).await.unwrap();

@@ -3,7 +3,6 @@
 use edgewarm_test_support as common;
 
 use std::net::SocketAddr;
-use std::path::PathBuf;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
@@ -15,47 +14,12 @@ const MISSES: &str = "edgewarm_pool_misses_total";
 
 /// Certificates for the client-facing side (`b.test`, signed by the "edge" CA) and the origin
 /// (`origin.test`, signed by the "origin" CA), written to a temporary directory.
-struct Fixture {
-    _dir: tempfile::TempDir,
-    path: PathBuf,
-    edge: std::sync::Arc<Certs>,
-    origin: Certs,
-}
-
-fn fixture() -> Fixture {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().to_path_buf();
-    let edge = certs(&["b.test"]);
-    let origin = certs(&["origin.test"]);
-    std::fs::create_dir(path.join("edge")).unwrap();
-    std::fs::create_dir(path.join("origin")).unwrap();
-    edge.write(&path.join("edge"));
-    origin.write(&path.join("origin"));
-    Fixture { _dir: dir, path, edge: std::sync::Arc::new(edge), origin }
-}
-
-impl Fixture {
-    /// A prewarm route for b.test; `extra` adds keys (indented like the route's keys).
-    fn route(&self, origin: SocketAddr, extra: &str) -> String {
-        let p = self.path.display();
-        format!(
-            "  - sni: b.test\n    action: prewarm\n    origin: \"{origin}\"\n    cert: {p}/edge/cert.pem\n    key: {p}/edge/key.pem\n    origin_tls: {{sni: origin.test, ca: {p}/origin/ca.pem}}\n{extra}"
-        )
-    }
-}
-
-async fn wait_for(edge: &Edge, name: &str, labels: &[(&str, &str)], want: f64) {
-    for _ in 0..2000 {
-        if edge.metric(name, labels) >= want {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
-    panic!("{name}{labels:?} never reached {want}: {}", edge.metric(name, labels));
+fn fixture() -> Pki {
+    pki("prewarm")
 }
 
 /// One request-response over a fresh client connection; returns the negotiated ALPN.
-async fn ping(fx: &Fixture, edge: &Edge, alpn: &[&str]) -> std::io::Result<Option<String>> {
+async fn ping(fx: &Pki, edge: &Edge, alpn: &[&str]) -> std::io::Result<Option<String>> {
     let (mut tls, negotiated) = tls_client(&fx.edge, edge.addr, "b.test", alpn).await?;
     tls.write_all(b"ping").await?;
     let mut buf = [0u8; 4];
@@ -294,22 +258,11 @@ async fn clients_resume_sessions() {
     let fx = fixture();
     let (origin, _) = tls_origin(&fx.origin, OriginOpts::default()).await;
     let edge = edge(&fx.route(origin, "    pool: {min: 2}\n"), "", "").await;
-    let mut roots = rustls::RootCertStore::empty();
-    roots.add(fx.edge.ca_der.clone()).unwrap();
-    // One client config (one session cache) across connections, as a browser has.
-    let config =
-        std::sync::Arc::new(rustls::ClientConfig::builder().with_root_certificates(roots).with_no_client_auth());
+    let config = browser(&fx);
     let mut kinds = Vec::new();
     for _ in 0..3 {
         wait_for(&edge, "edgewarm_pool_ready", &[("alpn", "none")], 1.0).await;
-        let tcp = tokio::net::TcpStream::connect(edge.addr).await.unwrap();
-        let name = rustls::pki_types::ServerName::try_from("b.test").unwrap();
-        let mut tls = tokio_rustls::TlsConnector::from(config.clone()).connect(name, tcp).await.unwrap();
-        tls.write_all(b"ping").await.unwrap();
-        let mut buf = [0u8; 4];
-        tls.read_exact(&mut buf).await.unwrap();
-        kinds.push(tls.get_ref().1.handshake_kind());
-        tls.shutdown().await.unwrap();
+        kinds.push(round_trip(&edge, &config).await);
     }
     assert_eq!(kinds[0], Some(rustls::HandshakeKind::Full));
     assert_eq!(kinds[1], Some(rustls::HandshakeKind::Resumed), "{kinds:?}");
@@ -345,30 +298,37 @@ async fn sessions_survive_a_reload() {
     let fx = fixture();
     let (origin, _) = tls_origin(&fx.origin, OriginOpts::default()).await;
     let edge = edge(&fx.route(origin, "    pool: {min: 2}\n"), "", "").await;
-    let mut roots = rustls::RootCertStore::empty();
-    roots.add(fx.edge.ca_der.clone()).unwrap();
-    let config =
-        std::sync::Arc::new(rustls::ClientConfig::builder().with_root_certificates(roots).with_no_client_auth());
+    let config = browser(&fx);
     let yaml = format!(
         "listeners:\n  - listen: 127.0.0.1:0\nadmin:\n  listen: 127.0.0.1:0\nroutes:\n{}",
         fx.route(origin, "    pool: {min: 3}\n")
     );
-    let mut kinds = Vec::new();
-    for i in 0..2 {
-        if i == 1 {
-            edge.server.reload(&edgewarm::config::Config::parse(&yaml).unwrap()).unwrap();
-        }
-        wait_for(&edge, "edgewarm_pool_ready", &[("alpn", "none")], 1.0).await;
-        let tcp = tokio::net::TcpStream::connect(edge.addr).await.unwrap();
-        let name = rustls::pki_types::ServerName::try_from("b.test").unwrap();
-        let mut tls = tokio_rustls::TlsConnector::from(config.clone()).connect(name, tcp).await.unwrap();
-        // A round trip, so the client has read the tickets the edge sent after the handshake.
-        tls.write_all(b"ping").await.unwrap();
-        let mut buf = [0u8; 4];
-        tls.read_exact(&mut buf).await.unwrap();
-        kinds.push(tls.get_ref().1.handshake_kind());
-        tls.shutdown().await.unwrap();
-    }
-    assert_eq!(kinds, [Some(rustls::HandshakeKind::Full), Some(rustls::HandshakeKind::Resumed)]);
+    wait_for(&edge, "edgewarm_pool_ready", &[("alpn", "none")], 1.0).await;
+    let first = round_trip(&edge, &config).await;
+    edge.server.reload(&edgewarm::config::Config::parse(&yaml).unwrap()).unwrap();
+    wait_for(&edge, "edgewarm_pool_ready", &[("alpn", "none")], 1.0).await;
+    let second = round_trip(&edge, &config).await;
+    assert_eq!([first, second], [Some(rustls::HandshakeKind::Full), Some(rustls::HandshakeKind::Resumed)]);
     edge.stop().await;
+}
+
+/// One client config (one session cache) across connections, as a browser has.
+fn browser(fx: &Pki) -> std::sync::Arc<rustls::ClientConfig> {
+    let mut roots = rustls::RootCertStore::empty();
+    roots.add(fx.edge.ca_der.clone()).unwrap();
+    std::sync::Arc::new(rustls::ClientConfig::builder().with_root_certificates(roots).with_no_client_auth())
+}
+
+/// A new connection and one round trip (so the client has read the tickets sent after the
+/// handshake); how its handshake went.
+async fn round_trip(edge: &Edge, config: &std::sync::Arc<rustls::ClientConfig>) -> Option<rustls::HandshakeKind> {
+    let tcp = tokio::net::TcpStream::connect(edge.addr).await.unwrap();
+    let name = rustls::pki_types::ServerName::try_from("b.test").unwrap();
+    let mut tls = tokio_rustls::TlsConnector::from(config.clone()).connect(name, tcp).await.unwrap();
+    tls.write_all(b"ping").await.unwrap();
+    let mut buf = [0u8; 4];
+    tls.read_exact(&mut buf).await.unwrap();
+    let kind = tls.get_ref().1.handshake_kind();
+    tls.shutdown().await.unwrap();
+    kind
 }

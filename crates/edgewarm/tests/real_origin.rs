@@ -7,6 +7,31 @@ use common::{free_port, wait_for_port, ChildGuard};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+/// A temporary directory with `edge/` (b.test) and `origin/` (origin.test) certificates.
+fn certs_dir() -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    std::fs::create_dir(d.join("edge")).unwrap();
+    std::fs::create_dir(d.join("origin")).unwrap();
+    common::certs(&["b.test"]).write(&d.join("edge"));
+    common::certs(&["origin.test"]).write(&d.join("origin"));
+    dir
+}
+
+/// The edgewarm binary with `config`, logging to `dir/edge.log`.
+fn run_edgewarm(dir: &std::path::Path, config: &str) -> ChildGuard {
+    std::fs::write(dir.join("edge.yaml"), config).unwrap();
+    ChildGuard(
+        Command::new(env!("CARGO_BIN_EXE_edgewarm"))
+            .args(["run", "--config"])
+            .arg(dir.join("edge.yaml"))
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(dir.join("edge.log")).unwrap())
+            .spawn()
+            .unwrap(),
+    )
+}
+
 /// nginx in the foreground, single process, everything under `dir`.
 fn nginx(dir: &std::path::Path, port: u16) -> ChildGuard {
     nginx_with(dir, port, "")
@@ -39,12 +64,8 @@ fn nginx_with(dir: &std::path::Path, port: u16, http_extra: &str) -> ChildGuard 
     ignore = "system test (root, real clients or nginx): scripts/test.sh runs it"
 )]
 fn curl_h2load_and_nghttp_through_prewarm_to_nginx() {
-    let dir = tempfile::tempdir().unwrap();
+    let dir = certs_dir();
     let d = dir.path();
-    std::fs::create_dir(d.join("edge")).unwrap();
-    std::fs::create_dir(d.join("origin")).unwrap();
-    common::certs(&["b.test"]).write(&d.join("edge"));
-    common::certs(&["origin.test"]).write(&d.join("origin"));
     let (origin_port, edge_port, admin_port) = (free_port(), free_port(), free_port());
     let _nginx = nginx(d, origin_port);
     wait_for_port(origin_port);
@@ -57,16 +78,7 @@ fn curl_h2load_and_nghttp_through_prewarm_to_nginx() {
          \x20 - sni: \"\"\n    action: prewarm\n    origin: \"127.0.0.1:{origin_port}\"\n    cert: {p}/edge/cert.pem\n    key: {p}/edge/key.pem\n\
          \x20   alpn: [h2]\n    origin_tls: {{sni: origin.test, ca: {p}/origin/ca.pem}}\n    pool: {{min: 1}}\n"
     );
-    std::fs::write(d.join("edge.yaml"), config).unwrap();
-    let _edge = ChildGuard(
-        Command::new(env!("CARGO_BIN_EXE_edgewarm"))
-            .args(["run", "--config"])
-            .arg(d.join("edge.yaml"))
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(d.join("edge.log")).unwrap())
-            .spawn()
-            .unwrap(),
-    );
+    let _edge = run_edgewarm(d, &config);
     wait_for_port(edge_port);
     let metrics = || {
         let out =
@@ -163,12 +175,8 @@ fn curl_h2load_and_nghttp_through_prewarm_to_nginx() {
     ignore = "system test (root, real clients or nginx): scripts/test.sh runs it"
 )]
 fn curl_and_h2load_through_http_to_nginx_closing_connections() {
-    let dir = tempfile::tempdir().unwrap();
+    let dir = certs_dir();
     let d = dir.path();
-    std::fs::create_dir(d.join("edge")).unwrap();
-    std::fs::create_dir(d.join("origin")).unwrap();
-    common::certs(&["b.test"]).write(&d.join("edge"));
-    common::certs(&["origin.test"]).write(&d.join("origin"));
     let (origin_port, edge_port, admin_port) = (free_port(), free_port(), free_port());
     let _nginx = nginx_with(d, origin_port, "keepalive_requests 100;\n");
     wait_for_port(origin_port);
@@ -178,16 +186,7 @@ fn curl_and_h2load_through_http_to_nginx_closing_connections() {
          \x20 - sni: b.test\n    action: http\n    origin: \"127.0.0.1:{origin_port}\"\n    cert: {p}/edge/cert.pem\n    key: {p}/edge/key.pem\n\
          \x20   origin_tls: {{sni: origin.test, ca: {p}/origin/ca.pem}}\n    upstream: {{connections: 2}}\n"
     );
-    std::fs::write(d.join("edge.yaml"), config).unwrap();
-    let _edge = ChildGuard(
-        Command::new(env!("CARGO_BIN_EXE_edgewarm"))
-            .args(["run", "--config"])
-            .arg(d.join("edge.yaml"))
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(d.join("edge.log")).unwrap())
-            .spawn()
-            .unwrap(),
-    );
+    let _edge = run_edgewarm(d, &config);
     wait_for_port(edge_port);
     let ca = format!("{p}/edge/ca.pem");
     let resolve = format!("b.test:{edge_port}:127.0.0.1");

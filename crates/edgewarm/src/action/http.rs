@@ -27,9 +27,8 @@ use hyper::service::service_fn;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
 use tokio::net::TcpStream;
-use tokio_rustls::TlsAcceptor;
 
-use super::ConnCtx;
+use super::{terminate_tls, ConnCtx};
 use crate::accesslog::{AccessLog, RequestLog};
 use crate::error::CloseReason;
 use crate::metrics::{HttpError, HttpMetrics, RouteHttpMetrics, RouteName};
@@ -37,7 +36,6 @@ use crate::peek::Hello;
 use crate::route::HttpRoute;
 use crate::snapshot::Snapshot;
 use crate::transport::idle::IdleTimeout;
-use crate::transport::Rewind;
 use crate::upstream::body::{self, OriginBody};
 use crate::upstream::conn::Slot;
 use crate::upstream::{forward, Upstream};
@@ -66,18 +64,10 @@ pub(crate) async fn serve(
     // The client may speak either protocol: the origin side is HTTP/2 whatever it chooses.
     let alpn = route.client.choose(&hello.alpn, |_| true);
     let peer = log.client;
-    let acceptor = TlsAcceptor::from(route.client.config(alpn.as_deref()));
-    let handshake = acceptor.accept(Rewind::new(hello.bytes, client));
-    let tls = match tokio::time::timeout(ctx.snapshot.timeouts.client_hello, handshake).await {
-        Ok(Ok(tls)) => tls,
-        Ok(Err(e)) => {
-            log.detail = Some(e.to_string());
-            return CloseReason::ClientTls;
-        }
-        Err(_) => return CloseReason::HelloTimeout,
+    let tls = match terminate_tls(client, hello, &route.client, alpn.as_deref(), ctx, log).await {
+        Ok(tls) => tls,
+        Err(reason) => return reason,
     };
-    log.alpn_selected = alpn.as_deref().map(|p| String::from_utf8_lossy(p).into_owned());
-    log.tls_version = tls.get_ref().1.protocol_version().map(|v| format!("{v:?}"));
 
     let shared = Arc::new(Shared {
         upstream,

@@ -51,6 +51,36 @@ pub(crate) async fn serve(client: TcpStream, hello: Hello, ctx: &ConnCtx<'_>, lo
     }
 }
 
+/// A client TLS session terminated here, over the socket with the peeked hello replayed.
+pub(crate) type ClientTlsStream = tokio_rustls::server::TlsStream<crate::transport::Rewind<TcpStream>>;
+
+/// Terminate the client's TLS (routes that do: `prewarm`, `http`): the peeked hello is replayed
+/// into rustls, which must finish within `timeouts.client_hello`. `alpn` is the one protocol
+/// the handshake may agree to. Fills in the access log's TLS fields.
+pub(crate) async fn terminate_tls(
+    client: TcpStream,
+    hello: Hello,
+    tls: &crate::tls::client::ClientTls,
+    alpn: Option<&[u8]>,
+    ctx: &ConnCtx<'_>,
+    log: &mut AccessLog,
+) -> Result<ClientTlsStream, CloseReason> {
+    let acceptor = tokio_rustls::TlsAcceptor::from(tls.config(alpn));
+    // Rewind frees the hello's buffer once rustls has read it.
+    let handshake = acceptor.accept(crate::transport::Rewind::new(hello.bytes, client));
+    let stream = match tokio::time::timeout(ctx.snapshot.timeouts.client_hello, handshake).await {
+        Ok(Ok(stream)) => stream,
+        Ok(Err(e)) => {
+            log.detail = Some(e.to_string());
+            return Err(CloseReason::ClientTls);
+        }
+        Err(_) => return Err(CloseReason::HelloTimeout),
+    };
+    log.alpn_selected = alpn.map(|p| String::from_utf8_lossy(p).into_owned());
+    log.tls_version = stream.get_ref().1.protocol_version().map(|v| format!("{v:?}"));
+    Ok(stream)
+}
+
 /// How a relay's end reads in the metrics and the access log (the same for every action).
 pub(crate) fn relay_close_reason(end: End) -> CloseReason {
     match end {

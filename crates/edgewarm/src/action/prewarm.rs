@@ -9,15 +9,13 @@
 
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
-use tokio_rustls::TlsAcceptor;
 
-use super::{relay_close_reason, ConnCtx};
+use super::{relay_close_reason, terminate_tls, ConnCtx};
 use crate::accesslog::AccessLog;
 use crate::error::CloseReason;
 use crate::peek::{self, Hello};
 use crate::relay::{self, Direction};
 use crate::route::PrewarmRoute;
-use crate::transport::Rewind;
 
 pub(crate) async fn serve(
     mut client: TcpStream,
@@ -40,19 +38,10 @@ pub(crate) async fn serve(
         return CloseReason::OriginBackoff;
     }
 
-    let acceptor = TlsAcceptor::from(route.client.config(alpn.as_deref()));
-    // Rewind frees the hello's buffer once rustls has read it.
-    let handshake = acceptor.accept(Rewind::new(hello.bytes, client));
-    let mut client_tls = match tokio::time::timeout(ctx.snapshot.timeouts.client_hello, handshake).await {
-        Ok(Ok(tls)) => tls,
-        Ok(Err(e)) => {
-            log.detail = Some(e.to_string());
-            return CloseReason::ClientTls;
-        }
-        Err(_) => return CloseReason::HelloTimeout,
+    let mut client_tls = match terminate_tls(client, hello, &route.client, alpn.as_deref(), ctx, log).await {
+        Ok(tls) => tls,
+        Err(reason) => return reason,
     };
-    log.alpn_selected = alpn.as_deref().map(|p| String::from_utf8_lossy(p).into_owned());
-    log.tls_version = client_tls.get_ref().1.protocol_version().map(|v| format!("{v:?}"));
 
     let warm = match pool.take().await {
         Some(w) => {

@@ -30,6 +30,20 @@ impl<S> IdleTimeout<S> {
         self.deadline.as_mut().reset(Instant::now() + self.idle);
     }
 
+    /// The outcome of a write: progress resets the clock; waiting past it fails.
+    fn wrote(&mut self, polled: Poll<io::Result<usize>>, cx: &mut Context<'_>) -> Poll<io::Result<usize>> {
+        match polled {
+            Poll::Ready(Ok(n)) => {
+                if n > 0 {
+                    self.progress();
+                }
+                Poll::Ready(Ok(n))
+            }
+            Poll::Pending if self.expired(cx) => Poll::Ready(Err(timed_out())),
+            other => other,
+        }
+    }
+
     /// Called when the inner stream is not ready: has the connection been idle too long?
     fn expired(&mut self, cx: &mut Context<'_>) -> bool {
         self.deadline.as_mut().poll(cx).is_ready()
@@ -58,16 +72,8 @@ impl<S: AsyncRead + Unpin> AsyncRead for IdleTimeout<S> {
 
 impl<S: AsyncWrite + Unpin> AsyncWrite for IdleTimeout<S> {
     fn poll_write(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
-        match Pin::new(&mut self.inner).poll_write(cx, buf) {
-            Poll::Ready(Ok(n)) => {
-                if n > 0 {
-                    self.progress();
-                }
-                Poll::Ready(Ok(n))
-            }
-            Poll::Pending if self.expired(cx) => Poll::Ready(Err(timed_out())),
-            other => other,
-        }
+        let polled = Pin::new(&mut self.inner).poll_write(cx, buf);
+        self.wrote(polled, cx)
     }
 
     fn poll_write_vectored(
@@ -75,16 +81,8 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for IdleTimeout<S> {
         cx: &mut Context<'_>,
         bufs: &[io::IoSlice<'_>],
     ) -> Poll<io::Result<usize>> {
-        match Pin::new(&mut self.inner).poll_write_vectored(cx, bufs) {
-            Poll::Ready(Ok(n)) => {
-                if n > 0 {
-                    self.progress();
-                }
-                Poll::Ready(Ok(n))
-            }
-            Poll::Pending if self.expired(cx) => Poll::Ready(Err(timed_out())),
-            other => other,
-        }
+        let polled = Pin::new(&mut self.inner).poll_write_vectored(cx, bufs);
+        self.wrote(polled, cx)
     }
 
     fn is_write_vectored(&self) -> bool {
