@@ -411,7 +411,9 @@ pub struct H2Opts {
 
 /// An HTTP/2 origin over TLS (ALPN h2), driven with the `h2` crate so tests control GOAWAY and
 /// stream limits. Paths: `/echo` answers with the request body; `/slow` never answers;
-/// `/delay` answers after 500 ms; any other path answers `hello <path>`. Each response carries `x-origin-conn` (which connection).
+/// `/delay` answers after 500 ms; `/sink` answers the SHA-256 of the request body and
+/// `/source/N` sends N pattern bytes (both streamed, for transfers of any size); any other path
+/// answers `hello <path>`. Each response carries `x-origin-conn` (which connection).
 pub async fn h2_origin(certs: &Certs, opts: H2Opts) -> (SocketAddr, Arc<H2Stats>) {
     use std::sync::atomic::Ordering;
     let mut config = rustls::ServerConfig::builder()
@@ -427,11 +429,14 @@ pub async fn h2_origin(certs: &Certs, opts: H2Opts) -> (SocketAddr, Arc<H2Stats>
     tokio::spawn(async move {
         loop {
             let Ok((tcp, _)) = listener.accept().await else { return };
+            // As real origins do: without it, small WINDOW_UPDATE frames wait on Nagle.
+            let _ = tcp.set_nodelay(true);
             let n = st.connections.fetch_add(1, Ordering::Relaxed);
             let (acceptor, st, opts) = (acceptor.clone(), st.clone(), opts.clone());
             tokio::spawn(async move {
                 let Ok(tls) = acceptor.accept(tcp).await else { return };
                 let mut builder = h2::server::Builder::new();
+                builder.initial_window_size(4 << 20).initial_connection_window_size(16 << 20);
                 if let Some(m) = opts.max_streams {
                     builder.max_concurrent_streams(m);
                 }
@@ -480,6 +485,9 @@ async fn h2_answer(
     if path == "/delay" {
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
+    if path == "/sink" || path.starts_with("/source/") {
+        return h2_stream(req, respond, &path).await;
+    }
     let mut recv = req.into_body();
     let mut body = Vec::new();
     while let Some(chunk) = recv.data().await {
@@ -498,6 +506,89 @@ async fn h2_answer(
         if tx.send_data(chunk, reply.is_empty()).is_err() {
             return;
         }
+    }
+}
+
+/// `len` bytes of a fixed pattern from `offset` (byte `i` is `i % 251`), for transfers checked
+/// by hash. Copied from one precomputed block: tests run unoptimised, and a byte loop over a
+/// gibibyte would dominate the test.
+pub fn pattern(offset: u64, len: usize) -> Vec<u8> {
+    const BLOCK: usize = 1 << 20;
+    static CYCLE: std::sync::OnceLock<Vec<u8>> = std::sync::OnceLock::new();
+    let cycle = CYCLE.get_or_init(|| (0..BLOCK + 251).map(|i| (i % 251) as u8).collect());
+    let mut out = Vec::with_capacity(len);
+    let mut at = offset;
+    while out.len() < len {
+        let n = (len - out.len()).min(BLOCK);
+        let start = (at % 251) as usize;
+        out.extend_from_slice(&cycle[start..start + n]);
+        at += n as u64;
+    }
+    out
+}
+
+/// SHA-256 of [`pattern`]`(0, total)`, computed in chunks.
+pub fn pattern_sha256(total: u64) -> String {
+    use sha2::Digest;
+    let mut h = sha2::Sha256::new();
+    let mut at = 0;
+    while at < total {
+        let n = (total - at).min(1 << 20) as usize;
+        h.update(pattern(at, n));
+        at += n as u64;
+    }
+    hex(&h.finalize())
+}
+
+/// SHA-256 of everything read from `r`.
+pub fn sha256_of(mut r: impl std::io::Read) -> std::io::Result<String> {
+    use sha2::Digest;
+    let mut h = sha2::Sha256::new();
+    let mut buf = vec![0u8; 1 << 20];
+    loop {
+        match r.read(&mut buf)? {
+            0 => return Ok(hex(&h.finalize())),
+            n => h.update(&buf[..n]),
+        }
+    }
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// `/sink`: read the body as it comes and answer its SHA-256 (nothing is held);
+/// `/source/N`: send N bytes of [`pattern`], as the client's window allows.
+async fn h2_stream(
+    req: http::Request<h2::RecvStream>,
+    mut respond: h2::server::SendResponse<bytes::Bytes>,
+    path: &str,
+) {
+    use sha2::Digest;
+    let mut recv = req.into_body();
+    let mut h = sha2::Sha256::new();
+    while let Some(chunk) = recv.data().await {
+        let Ok(chunk) = chunk else { return };
+        let _ = recv.flow_control().release_capacity(chunk.len());
+        h.update(&chunk);
+    }
+    let total: u64 = path.strip_prefix("/source/").and_then(|n| n.parse().ok()).unwrap_or(0);
+    let response = http::Response::builder().status(200).body(()).unwrap();
+    let Ok(mut tx) = respond.send_response(response, false) else { return };
+    if path == "/sink" {
+        let _ = tx.send_data(bytes::Bytes::from(hex(&h.finalize())), true);
+        return;
+    }
+    let mut at = 0u64;
+    while at < total {
+        tx.reserve_capacity(((total - at).min(1 << 20)) as usize);
+        let Some(Ok(n)) = std::future::poll_fn(|cx| tx.poll_capacity(cx)).await else { return };
+        let n = n.min((total - at) as usize);
+        let last = at + n as u64 == total;
+        if tx.send_data(bytes::Bytes::from(pattern(at, n)), last).is_err() {
+            return;
+        }
+        at += n as u64;
     }
 }
 

@@ -422,3 +422,50 @@ async fn oversized_and_malformed_requests_get_431_and_400() {
     edge.settle().await;
     edge.stop().await;
 }
+
+/// Large transfers through a real client, checked by hash at both ends: curl uploads a stream
+/// the origin hashes as it arrives, and downloads one the origin generates, hashed as it
+/// arrives; nothing touches the disk. 1 GiB each way (EDGEWARM_BIG_TRANSFER=bytes to change).
+#[tokio::test(flavor = "multi_thread")]
+#[cfg_attr(not(feature = "system-tests"), ignore = "system test (real clients): scripts/test.sh runs it")]
+async fn a_gibibyte_up_and_down_hashed_at_both_ends() {
+    use std::process::{Command, Stdio};
+    let size: u64 = std::env::var("EDGEWARM_BIG_TRANSFER").ok().and_then(|v| v.parse().ok()).unwrap_or(1 << 30);
+    let fx = fixture();
+    let (origin, _) = h2_origin(&fx.origin, H2Opts::default()).await;
+    let edge = edge(&fx.route(origin, ""), "timeouts:\n  origin_response: 600s\n", "").await;
+    let port = edge.addr.port();
+    let ca = fx.path.join("edge/ca.pem").display().to_string();
+    let curl = move |args: &[&str]| {
+        let mut c = Command::new("curl");
+        c.args(["-sS", "--cacert", &ca, "--resolve", &format!("b.test:{port}:127.0.0.1")]).args(args);
+        c
+    };
+    let want = pattern_sha256(size);
+    let mut up = curl(&["--http2", "-T", "-", &format!("https://b.test:{port}/sink")]);
+    let mut down = curl(&["--http1.1", &format!("https://b.test:{port}/source/{size}")]);
+    let (sent, received) = tokio::task::spawn_blocking(move || {
+        use std::io::Write;
+        let mut up = up.stdin(Stdio::piped()).stdout(Stdio::piped()).spawn().unwrap();
+        let mut stdin = up.stdin.take().unwrap();
+        let mut at = 0;
+        while at < size {
+            let n = (size - at).min(1 << 20) as usize;
+            stdin.write_all(&pattern(at, n)).unwrap();
+            at += n as u64;
+        }
+        drop(stdin);
+        let out = up.wait_with_output().unwrap();
+        assert!(out.status.success(), "upload failed");
+        let mut down = down.stdout(Stdio::piped()).spawn().unwrap();
+        let received = sha256_of(down.stdout.take().unwrap()).unwrap();
+        assert!(down.wait().unwrap().success(), "download failed");
+        (String::from_utf8(out.stdout).unwrap(), received)
+    })
+    .await
+    .unwrap();
+    assert_eq!(sent, want, "the origin received the upload intact");
+    assert_eq!(received, want, "the client received the download intact");
+    edge.settle().await;
+    edge.stop().await;
+}
