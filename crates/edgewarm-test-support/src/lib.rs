@@ -656,3 +656,54 @@ impl HttpClient {
         Ok((parts, bytes))
     }
 }
+
+/// An HTTP/1.1 origin over TLS that accepts WebSocket-style upgrades: it answers a request
+/// with `Upgrade` by `101 Switching Protocols` (echoing the upgrade token and reporting the
+/// `x-forwarded-for` it saw in `x-seen-for`), then echoes every byte back until EOF. Other
+/// requests get `426`.
+pub async fn upgrade_echo_origin(certs: &Certs) -> SocketAddr {
+    let mut config = rustls::ServerConfig::builder()
+        .with_no_client_auth()
+        .with_single_cert(vec![certs.cert_der.clone()], PrivateKeyDer::Pkcs8(certs.key_der.clone_key()))
+        .unwrap();
+    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    let acceptor = TlsAcceptor::from(Arc::new(config));
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        loop {
+            let Ok((tcp, _)) = listener.accept().await else { return };
+            let acceptor = acceptor.clone();
+            tokio::spawn(async move {
+                let Ok(mut tls) = acceptor.accept(tcp).await else { return };
+                let mut head = Vec::new();
+                let mut byte = [0u8; 1];
+                while !head.ends_with(b"\r\n\r\n") {
+                    if tls.read_exact(&mut byte).await.is_err() || head.len() > 16 * 1024 {
+                        return;
+                    }
+                    head.push(byte[0]);
+                }
+                let text = String::from_utf8_lossy(&head).to_ascii_lowercase();
+                let header = |name: &str| {
+                    text.lines().find_map(|l| l.strip_prefix(&format!("{name}: ")).map(|v| v.trim().to_string()))
+                };
+                let Some(token) = header("upgrade") else {
+                    let _ = tls.write_all(b"HTTP/1.1 426 Upgrade Required\r\ncontent-length: 0\r\n\r\n").await;
+                    return;
+                };
+                let seen = header("x-forwarded-for").unwrap_or_default();
+                let answer = format!(
+                    "HTTP/1.1 101 Switching Protocols\r\nconnection: upgrade\r\nupgrade: {token}\r\nx-seen-for: {seen}\r\n\r\n"
+                );
+                if tls.write_all(answer.as_bytes()).await.is_err() {
+                    return;
+                }
+                let (mut r, mut w) = tokio::io::split(tls);
+                let _ = tokio::io::copy(&mut r, &mut w).await;
+                let _ = w.shutdown().await;
+            });
+        }
+    });
+    addr
+}

@@ -348,18 +348,14 @@ async fn tunnel_prewarm_and_http_side_by_side() {
 }
 
 /// Requests edgewarm must not forward: another name (421, so an HTTP/2 client that reused the
-/// connection opens one for that name), CONNECT (405: never a tunnel to a client-chosen
-/// target), protocol upgrades (501 until WebSocket is carried).
+/// connection opens one for that name).
 #[tokio::test]
-async fn misdirected_connect_and_upgrade_requests_are_refused() {
+async fn misdirected_requests_are_refused() {
     let fx = fixture();
     let (origin, stats) = h2_origin(&fx.origin, H2Opts::default()).await;
     let edge = edge(&fx.route(origin, ""), "", "").await;
     let mut h2 = HttpClient::connect(&fx.edge, edge.addr, "b.test", true).await.unwrap();
     assert_eq!(h2.send("GET", "other.test", "/", &[], vec![]).await.unwrap().0.status, 421);
-    let mut h1 = HttpClient::connect(&fx.edge, edge.addr, "b.test", false).await.unwrap();
-    let upgrade = [("connection", "upgrade"), ("upgrade", "websocket")];
-    assert_eq!(h1.send("GET", "b.test", "/ws", &upgrade, vec![]).await.unwrap().0.status, 501);
     let mut h1 = HttpClient::connect(&fx.edge, edge.addr, "b.test", false).await.unwrap();
     assert_eq!(h1.send("GET", "b.test", "/fine", &[], vec![]).await.unwrap().0.status, 200);
     assert_eq!(stats.requests.load(Ordering::Relaxed), 1, "only the good request reached the origin");
@@ -467,5 +463,44 @@ async fn a_gibibyte_up_and_down_hashed_at_both_ends() {
     assert_eq!(sent, want, "the origin received the upload intact");
     assert_eq!(received, want, "the client received the download intact");
     edge.settle().await;
+    edge.stop().await;
+}
+
+/// A WebSocket-style upgrade: the edge opens an HTTP/1.1 connection to the origin for it,
+/// passes the 101 back, then relays bytes both ways; the origin was told who the client is.
+#[tokio::test]
+async fn upgrades_are_relayed_on_their_own_origin_connection() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let fx = fixture();
+    let origin = upgrade_echo_origin(&fx.origin).await;
+    let edge = edge(&fx.route(origin, ""), "", "").await;
+    let (mut tls, _) = tls_client(&fx.edge, edge.addr, "b.test", &["http/1.1"]).await.unwrap();
+    tls.write_all(
+        b"GET /chat HTTP/1.1\r\nhost: b.test\r\nconnection: Upgrade\r\nupgrade: websocket\r\n\
+          sec-websocket-key: dGhlIHNhbXBsZSBub25jZQ==\r\nsec-websocket-version: 13\r\n\r\n",
+    )
+    .await
+    .unwrap();
+    let mut head = Vec::new();
+    let mut byte = [0u8; 1];
+    while !head.ends_with(b"\r\n\r\n") {
+        tls.read_exact(&mut byte).await.unwrap();
+        head.push(byte[0]);
+    }
+    let head = String::from_utf8_lossy(&head).to_ascii_lowercase();
+    assert!(head.starts_with("http/1.1 101"), "{head}");
+    assert!(head.contains("upgrade: websocket") && head.contains("x-seen-for: 127.0.0.1"), "{head}");
+    for message in [&b"hello"[..], &[0x81, 0x05, b'w', b'o', b'r', b'l', b'd'], &vec![7u8; 100_000]] {
+        tls.write_all(message).await.unwrap();
+        let mut back = vec![0u8; message.len()];
+        tls.read_exact(&mut back).await.unwrap();
+        assert_eq!(back, message);
+    }
+    tls.shutdown().await.unwrap();
+    let mut rest = Vec::new();
+    tls.read_to_end(&mut rest).await.unwrap();
+    assert!(rest.is_empty());
+    edge.settle().await;
+    assert_eq!(edge.metric("edgewarm_http_requests_total", &[("status", "1xx")]), 1.0);
     edge.stop().await;
 }

@@ -6,6 +6,9 @@
 //! closed), HTTP/2 concurrent streams, and h2's rapid-reset and CONTINUATION-flood guards.
 //! Every request gets one access-log line; the connection gets its own when it closes.
 //!
+//! Protocol upgrades (WebSocket over HTTP/1.1) get their own HTTP/1.1 origin connection and a
+//! byte relay after the `101` ([`crate::upstream::upgrade`]); CONNECT is refused (405).
+//!
 //! Errors toward the client: 400 for a request that cannot be forwarded, 502 when the origin
 //! fails mid-request, 503 when no origin connection can be had, 504 when the origin's response
 //! headers take longer than `timeouts.origin_response`. A request is retried on another stream
@@ -33,12 +36,16 @@ use crate::accesslog::{AccessLog, RequestLog};
 use crate::error::CloseReason;
 use crate::metrics::{HttpError, HttpMetrics, RouteHttpMetrics, RouteName};
 use crate::peek::Hello;
+use crate::pool::dial::TlsDial;
 use crate::route::HttpRoute;
+use crate::route::RouteAction;
 use crate::snapshot::Snapshot;
 use crate::transport::idle::IdleTimeout;
 use crate::upstream::body::{self, OriginBody};
 use crate::upstream::conn::Slot;
-use crate::upstream::{forward, Upstream};
+use crate::upstream::{forward, upgrade, Upstream};
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 
 type Body = BoxBody<Bytes, Box<dyn std::error::Error + Send + Sync>>;
 
@@ -80,6 +87,8 @@ pub(crate) async fn serve(
         origin_response: ctx.snapshot.timeouts.origin_response,
         up: Arc::default(),
         down: Arc::default(),
+        upgrades: TaskTracker::new(),
+        cut: ctx.cut.clone(),
     });
     let service = {
         let shared = shared.clone();
@@ -106,11 +115,10 @@ pub(crate) async fn serve(
         // this before we accept them, and one that makes us reset too many.
         .max_pending_accept_reset_streams(Some(64))
         .max_local_error_reset_streams(Some(256));
-    // Upgrades (WebSocket) are not carried yet: such requests get a 501 (see `forward`).
     // A client that moves no byte for `timeouts.idle` (silent between requests, or no longer
     // reading a response) is closed, releasing every origin stream it held.
     let tls = IdleTimeout::new(tls, ctx.snapshot.timeouts.idle);
-    let conn = builder.serve_connection(TokioIo::new(tls), service);
+    let conn = builder.serve_connection_with_upgrades(TokioIo::new(tls), service);
     tokio::pin!(conn);
     // Shutdown, or a reload that retired this route's origin connections: first ask the
     // connection to finish gracefully (HTTP/2 GOAWAY, HTTP/1.1 close after the current
@@ -131,6 +139,9 @@ pub(crate) async fn serve(
             }
         }
     };
+    // An upgraded connection lives on in its relay: the connection is over when that is.
+    shared.upgrades.close();
+    shared.upgrades.wait().await;
     log.bytes_up = shared.up.load(Ordering::Relaxed);
     log.bytes_down = shared.down.load(Ordering::Relaxed);
     match result {
@@ -157,6 +168,9 @@ struct Shared {
     /// Body bytes of every request on this connection, for its own log line.
     up: Arc<AtomicU64>,
     down: Arc<AtomicU64>,
+    /// Upgraded (WebSocket) relays: the connection lasts until they end.
+    upgrades: TaskTracker,
+    cut: CancellationToken,
 }
 
 impl Shared {
@@ -165,6 +179,14 @@ impl Shared {
     async fn handle(&self, req: Request<Incoming>) -> Response<Body> {
         let started = Instant::now();
         let mut rlog = RequestLog::new(&req, self.client, &self.route);
+        if upgrade::is_upgrade(&req) {
+            let response = self.upgrade(req, &mut rlog).await;
+            rlog.status = response.status().as_u16();
+            rlog.duration = started.elapsed();
+            self.route_metrics.request(rlog.status, rlog.duration);
+            rlog.emit();
+            return response;
+        }
         match self.forward(req, &mut rlog, started).await {
             Ok((parts, recv, slot, upload)) => {
                 let (metrics, down) = (self.route_metrics.clone(), self.down.clone());
@@ -193,6 +215,61 @@ impl Shared {
         }
     }
 
+    /// The request as the origin should get it, or the answer to give the client instead: 400
+    /// for a request that cannot be forwarded; 421 for a name this route does not serve (an
+    /// HTTP/2 client reusing the connection for another name its certificate covers), so the
+    /// client opens a connection for that name and is routed afresh.
+    // The error is the response to send, used at once: boxing it would only add an allocation.
+    #[allow(clippy::result_large_err)]
+    fn origin_request<B>(&self, req: &Request<B>, rlog: &mut RequestLog) -> Result<Request<()>, Response<Body>> {
+        let head = forward::request(req, &self.facts).map_err(|e| {
+            rlog.detail = Some(e.to_string());
+            error_response(StatusCode::BAD_REQUEST, "bad request\n")
+        })?;
+        let host = head.uri().host().unwrap_or_default();
+        // A connection without SNI (by address) was routed by that; it serves any name.
+        let routed = self.snapshot.routes.lookup(Some(host));
+        if &*self.route != crate::route::NO_SNI && routed.is_none_or(|r| r.name != self.route) {
+            rlog.detail = Some(format!("{host} is not served by route {}", self.route));
+            return Err(error_response(StatusCode::MISDIRECTED_REQUEST, "misdirected request\n"));
+        }
+        Ok(head)
+    }
+
+    /// A protocol upgrade (WebSocket): on its own HTTP/1.1 origin connection
+    /// ([`upgrade`]); the answer is the origin's (`101` and then a relay, or whatever it said).
+    async fn upgrade(&self, req: Request<Incoming>, rlog: &mut RequestLog) -> Response<Body> {
+        let head = match self.origin_request(&req, rlog) {
+            Ok(head) => head,
+            Err(response) => return response,
+        };
+        let Some(RouteAction::Http(route)) = self.snapshot.routes.lookup(head.uri().host()).map(|r| &r.action) else {
+            return error_response(StatusCode::MISDIRECTED_REQUEST, "misdirected request\n");
+        };
+        let alpn = Some(&b"http/1.1"[..]);
+        let dial = TlsDial {
+            key: route.origin.key(alpn),
+            connector: tokio_rustls::TlsConnector::from(route.origin.config(alpn)),
+            server_name: route.origin.server_name.clone(),
+            resolver: self.snapshot.resolver.clone(),
+        };
+        let timeout = self.snapshot.timeouts.connect;
+        match upgrade::upgrade(req, &head, dial, timeout, &self.upgrades, self.cut.clone()).await {
+            Ok(response) => {
+                let mut response = upgrade::boxed(response);
+                if response.status() != StatusCode::SWITCHING_PROTOCOLS {
+                    forward::response_headers(response.headers_mut());
+                }
+                response
+            }
+            Err(e) => {
+                rlog.detail = Some(e.to_string());
+                self.metrics.error(&self.route, HttpError::OriginError);
+                error_response(StatusCode::BAD_GATEWAY, "origin failed the upgrade\n")
+            }
+        }
+    }
+
     /// Send the request to the origin and return its response head and body stream, or the
     /// error response to give the client.
     async fn forward(
@@ -205,24 +282,7 @@ impl Shared {
             rlog.detail = Some("CONNECT is not proxied".into());
             return Err(error_response(StatusCode::METHOD_NOT_ALLOWED, "CONNECT is not allowed\n"));
         }
-        if req.headers().contains_key(http::header::UPGRADE) {
-            rlog.detail = Some("protocol upgrades are not carried yet".into());
-            return Err(error_response(StatusCode::NOT_IMPLEMENTED, "upgrade not supported\n"));
-        }
-        let head = forward::request(&req, &self.facts).map_err(|e| {
-            rlog.detail = Some(e.to_string());
-            error_response(StatusCode::BAD_REQUEST, "bad request\n")
-        })?;
-        // A request for a name this route does not serve (an HTTP/2 client reusing the
-        // connection for another name its certificate covers): 421, so the client opens a
-        // connection for that name and is routed afresh.
-        let host = head.uri().host().unwrap_or_default();
-        // A connection without SNI (by address) was routed by that; it serves any name.
-        let routed = self.snapshot.routes.lookup(Some(host));
-        if &*self.route != crate::route::NO_SNI && routed.is_none_or(|r| r.name != self.route) {
-            rlog.detail = Some(format!("{host} is not served by route {}", self.route));
-            return Err(error_response(StatusCode::MISDIRECTED_REQUEST, "misdirected request\n"));
-        }
+        let head = self.origin_request(&req, rlog)?;
         let body = req.into_body();
         let end_of_stream = hyper::body::Body::is_end_stream(&body);
         let mut body = Some(body);

@@ -11,6 +11,7 @@
 //! - [`forward`]: a client's request as the origin should see it, and the response back.
 //! - [`body`]: bodies streamed both ways with HTTP/2 flow control (never buffered whole).
 //! - [`registry`]: the upstreams of the running config, kept across reloads by key.
+//! - [`upgrade`]: WebSocket-style upgrades, each on an HTTP/1.1 origin connection of its own.
 //!
 //! Why the `h2` crate and not hyper's client: hyper's `SendRequest::poll_ready` is ready
 //! whenever the connection is open, queueing requests past the origin's
@@ -23,6 +24,7 @@ pub(crate) mod body;
 pub(crate) mod conn;
 pub(crate) mod forward;
 pub(crate) mod registry;
+pub(crate) mod upgrade;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -375,6 +377,9 @@ impl Upstream {
         self.state().settings.keepalive
     }
 }
+
+/// A response body as the client side serves it.
+pub(crate) type BoxedBody = http_body_util::combinators::BoxBody<Bytes, Box<dyn std::error::Error + Send + Sync>>;
 
 /// Used by [`conn`] so it need not know the send side's types.
 pub(crate) type H2Send = SendRequest<Bytes>;
