@@ -504,3 +504,43 @@ async fn upgrades_are_relayed_on_their_own_origin_connection() {
     assert_eq!(edge.metric("edgewarm_http_requests_total", &[("status", "1xx")]), 1.0);
     edge.stop().await;
 }
+
+/// A real WebSocket server and client (Python `websockets`, Debian's python3-websockets) through
+/// an http route: the handshake (Sec-WebSocket-Accept checked by the client), text and binary
+/// messages, and a clean close.
+#[tokio::test(flavor = "multi_thread")]
+#[cfg_attr(not(feature = "system-tests"), ignore = "system test (real clients): scripts/test.sh runs it")]
+async fn a_real_websocket_echo_through_the_edge() {
+    let fx = fixture();
+    let origin_port = free_port();
+    let p = fx.path.display().to_string();
+    let server = format!(
+        "import asyncio, ssl, websockets\n\
+         ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)\n\
+         ctx.load_cert_chain('{p}/origin/cert.pem', '{p}/origin/key.pem')\n\
+         async def echo(ws, *_):\n    async for m in ws:\n        await ws.send(m)\n\
+         async def main():\n    async with websockets.serve(echo, '127.0.0.1', {origin_port}, ssl=ctx):\n        await asyncio.Future()\n\
+         asyncio.run(main())\n"
+    );
+    let _server = ChildGuard(std::process::Command::new("/usr/bin/python3").args(["-c", &server]).spawn().unwrap());
+    wait_for_port(origin_port);
+    let origin: SocketAddr = format!("127.0.0.1:{origin_port}").parse().unwrap();
+    let edge = edge(&fx.route(origin, ""), "", "").await;
+    let port = edge.addr.port();
+    let client = format!(
+        "import asyncio, ssl, websockets\n\
+         ctx = ssl.create_default_context(cafile='{p}/edge/ca.pem')\n\
+         async def main():\n\
+         \x20   async with websockets.connect('wss://b.test:{port}/chat', ssl=ctx, host='127.0.0.1', port={port}, server_hostname='b.test') as ws:\n\
+         \x20       for m in ['hello', b'\\x00\\x01binary', 'x' * 100000]:\n\
+         \x20           await ws.send(m)\n\
+         \x20           assert await ws.recv() == m\n\
+         \x20   print('echoed')\n\
+         asyncio.run(main())\n"
+    );
+    let (ok, out, err) = run("/usr/bin/python3", vec!["-c".to_string(), client]).await;
+    assert!(ok && out.trim() == "echoed", "{out}\n{err}");
+    edge.settle().await;
+    assert_eq!(edge.metric("edgewarm_http_requests_total", &[("status", "1xx")]), 1.0);
+    edge.stop().await;
+}

@@ -246,7 +246,9 @@ impl Shared {
         let Some(RouteAction::Http(route)) = self.snapshot.routes.lookup(head.uri().host()).map(|r| &r.action) else {
             return error_response(StatusCode::MISDIRECTED_REQUEST, "misdirected request\n");
         };
-        let alpn = Some(&b"http/1.1"[..]);
+        // No ALPN offered: HTTP/1.1 is the default without it, and WebSocket servers often do
+        // not negotiate ALPN at all (an offer of `http/1.1` they ignore would fail the check).
+        let alpn = None;
         let dial = TlsDial {
             key: route.origin.key(alpn),
             connector: tokio_rustls::TlsConnector::from(route.origin.config(alpn)),

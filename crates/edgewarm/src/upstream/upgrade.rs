@@ -3,7 +3,7 @@
 //! An upgraded connection is a byte stream for as long as it lives, so it cannot be a stream
 //! on the shared HTTP/2 connections (RFC 8441's extended CONNECT would allow it, but only with
 //! origins that announce it; the HTTP/1.1 handshake works with every WebSocket server). Each
-//! upgrade gets its own origin connection, TLS with ALPN `http/1.1`: the client's request goes
+//! upgrade gets its own origin connection, TLS without ALPN (so HTTP/1.1): the client's request goes
 //! out with its `Upgrade` and `Connection: upgrade` (and edgewarm's forwarding headers); a `101`
 //! from the origin becomes the client's `101`, after which bytes are relayed both ways until
 //! either side closes. Any other answer is passed to the client as a normal response.
