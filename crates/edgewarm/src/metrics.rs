@@ -325,6 +325,10 @@ pub struct UpstreamMetrics {
     pub connect_errors: Family<PoolLabels, Counter>,
     /// Connections opened beyond `connections` because every one was at its stream limit.
     pub spills: Family<PoolLabels, Counter>,
+    /// Standing connections open now (retiring ones included until they close).
+    pub open: Family<UpstreamConn, Gauge>,
+    /// Requests in flight on them now.
+    pub streams: Family<UpstreamConn, Gauge>,
 }
 
 impl UpstreamMetrics {
@@ -335,6 +339,8 @@ impl UpstreamMetrics {
             replaced: Family::default(),
             connect_errors: Family::default(),
             spills: Family::default(),
+            open: Family::default(),
+            streams: Family::default(),
         }
     }
 
@@ -348,6 +354,8 @@ impl UpstreamMetrics {
             "Connections opened because every one was at its stream limit",
             self.spills.clone(),
         );
+        r.register("upstream_connections", "Standing HTTP/2 origin connections open now", self.open.clone());
+        r.register("upstream_streams", "Requests in flight on standing origin connections", self.streams.clone());
     }
 }
 

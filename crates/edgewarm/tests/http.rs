@@ -43,6 +43,8 @@ async fn requests_ride_the_standing_connections() {
     assert_eq!(stats.connections.load(Ordering::Relaxed), 2, "no origin handshake per client");
     edge.settle().await;
     assert_eq!(edge.metric("edgewarm_http_requests_total", &[("route", "b.test"), ("status", "2xx")]), 100.0);
+    assert_eq!(edge.metric("edgewarm_upstream_connections", &[("route", "b.test")]), 2.0);
+    assert_eq!(edge.metric("edgewarm_upstream_streams", &[("route", "b.test")]), 0.0, "every stream released");
     let (_, origins) = admin_get(edge.admin, "/origins").await;
     assert!(origins.contains("\"requests\":"), "{origins}");
     edge.stop().await;

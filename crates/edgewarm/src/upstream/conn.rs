@@ -43,6 +43,8 @@ pub(crate) struct Conn {
     active: Arc<AtomicUsize>,
     /// The upstream's "a connection has room" signal.
     room: Arc<tokio::sync::Notify>,
+    /// `edgewarm_upstream_streams` for this origin.
+    streams_gauge: prometheus_client::metrics::gauge::Gauge,
     /// Last PING round trip, in microseconds (0: none yet).
     rtt_us: AtomicU64,
 }
@@ -52,11 +54,13 @@ pub(crate) struct Conn {
 pub struct Slot {
     active: Arc<AtomicUsize>,
     room: Arc<tokio::sync::Notify>,
+    gauge: prometheus_client::metrics::gauge::Gauge,
 }
 
 impl Drop for Slot {
     fn drop(&mut self) {
         self.active.fetch_sub(1, Ordering::Relaxed);
+        self.gauge.dec();
         self.room.notify_waiters();
     }
 }
@@ -84,6 +88,7 @@ impl Conn {
             requests: AtomicU64::new(0),
             active: Arc::default(),
             room: upstream.room.clone(),
+            streams_gauge: upstream.metrics().upstream.streams.get_or_create(&upstream.conn_label()).clone(),
             rtt_us: AtomicU64::new(0),
         });
         let ping = connection.ping_pong();
@@ -185,7 +190,8 @@ impl Conn {
             return None;
         }
         self.active.fetch_add(1, Ordering::Relaxed);
-        Some(Slot { active: self.active.clone(), room: self.room.clone() })
+        self.streams_gauge.inc();
+        Some(Slot { active: self.active.clone(), room: self.room.clone(), gauge: self.streams_gauge.clone() })
     }
 
     /// Open a stream. Fails if the connection is retiring, going away or broken; the request

@@ -257,6 +257,7 @@ impl Upstream {
                 }
                 st.conns.push(conn.clone());
                 drop(st);
+                self.metrics.upstream.open.get_or_create(&self.conn_label()).inc();
                 let m = &self.metrics.pool;
                 m.opened.get_or_create(&self.labels).inc();
                 m.handshake_seconds.get_or_create(&self.labels).observe(started.elapsed().as_secs_f64());
@@ -277,10 +278,21 @@ impl Upstream {
 
     /// A connection ended (its driver returned): forget it and replace it.
     pub(crate) fn closed(&self, id: u64, why: UpstreamEnd) {
-        self.state().conns.retain(|c| c.id != id);
+        let mut st = self.state();
+        let before = st.conns.len();
+        st.conns.retain(|c| c.id != id);
+        let was_open = st.conns.len() < before;
+        drop(st);
+        if was_open {
+            self.metrics.upstream.open.get_or_create(&self.conn_label()).dec();
+        }
         self.metrics.upstream.replaced.get_or_create(&self.reason(why)).inc();
         self.wake.notify_one();
         self.room.notify_waiters();
+    }
+
+    pub(crate) fn conn_label(&self) -> crate::metrics::UpstreamConn {
+        crate::metrics::UpstreamConn { route: self.labels.route.clone(), origin: self.labels.origin.clone() }
     }
 
     fn reason(&self, reason: UpstreamEnd) -> crate::metrics::PoolEvent {
