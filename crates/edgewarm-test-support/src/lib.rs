@@ -707,3 +707,47 @@ pub async fn upgrade_echo_origin(certs: &Certs) -> SocketAddr {
     });
     addr
 }
+
+/// An HTTP/1.1-only origin over TLS (hyper, keep-alive; no ALPN h2), counting connections and
+/// requests in the same [`H2Stats`]: `/echo` answers with the request body, any other path
+/// `hello <path>`.
+pub async fn h1_origin(certs: &Certs) -> (SocketAddr, Arc<H2Stats>) {
+    use http_body_util::BodyExt;
+    use std::sync::atomic::Ordering;
+    let mut config = rustls::ServerConfig::builder()
+        .with_no_client_auth()
+        .with_single_cert(vec![certs.cert_der.clone()], PrivateKeyDer::Pkcs8(certs.key_der.clone_key()))
+        .unwrap();
+    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    let acceptor = TlsAcceptor::from(Arc::new(config));
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let stats = Arc::new(H2Stats::default());
+    let st = stats.clone();
+    tokio::spawn(async move {
+        loop {
+            let Ok((tcp, _)) = listener.accept().await else { return };
+            let _ = tcp.set_nodelay(true);
+            st.connections.fetch_add(1, Ordering::Relaxed);
+            let (acceptor, st) = (acceptor.clone(), st.clone());
+            tokio::spawn(async move {
+                let Ok(tls) = acceptor.accept(tcp).await else { return };
+                let service = hyper::service::service_fn(move |req: http::Request<hyper::body::Incoming>| {
+                    let st = st.clone();
+                    async move {
+                        st.requests.fetch_add(1, Ordering::Relaxed);
+                        st.seen.lock().unwrap().push(req.headers().clone());
+                        let path = req.uri().path().to_string();
+                        let body = req.into_body().collect().await?.to_bytes();
+                        let reply = if path == "/echo" { body } else { bytes::Bytes::from(format!("hello {path}")) };
+                        Ok::<_, hyper::Error>(http::Response::new(http_body_util::Full::new(reply)))
+                    }
+                });
+                let _ = hyper::server::conn::http1::Builder::new()
+                    .serve_connection(hyper_util::rt::TokioIo::new(tls), service)
+                    .await;
+            });
+        }
+    });
+    (addr, stats)
+}

@@ -8,7 +8,8 @@ use std::sync::Arc;
 
 use tokio_rustls::TlsConnector;
 
-use crate::config::{Config, ConfigError, RelayMode, Timeouts};
+use crate::config::{Config, ConfigError, RelayMode, Timeouts, UpstreamProtocol};
+use crate::metrics::{Metrics, PoolLabels};
 use crate::pool::dial::TlsDial;
 use crate::pool::registry::{Pools, Wanted};
 use crate::pool::Settings;
@@ -17,6 +18,7 @@ use crate::route::RouteTable;
 use crate::tls::client::Resumption;
 use crate::tls::origin::OriginTls;
 use crate::transport::Resolver;
+use crate::upstream::h1::H1Upstream;
 use crate::upstream::registry::{self as upstream_registry, Upstreams};
 
 #[derive(Debug)]
@@ -47,7 +49,7 @@ impl Snapshot {
     /// Start, resize or retire the server's pools to match this snapshot's `prewarm` routes and
     /// give each route its pools. Runs before the snapshot is published, so a connection that
     /// sees this snapshot finds its route's pools in place.
-    pub(crate) fn attach_pools(&self, pools: &Pools, upstreams: &Upstreams) {
+    pub(crate) fn attach_pools(&self, pools: &Pools, upstreams: &Upstreams, metrics: &Arc<Metrics>) {
         let mut wanted = Vec::new();
         for (name, route) in self.routes.prewarm_routes() {
             for alpn in route.pool_alpns() {
@@ -58,7 +60,7 @@ impl Snapshot {
                 });
             }
         }
-        self.attach_upstreams(upstreams);
+        self.attach_upstreams(upstreams, metrics);
         let started = pools.sync(wanted);
         for (_, route) in self.routes.prewarm_routes() {
             let mine = route
@@ -70,9 +72,24 @@ impl Snapshot {
     }
 
     /// The same for `http` routes' standing origin connections (ALPN `h2` toward the origin).
-    fn attach_upstreams(&self, upstreams: &Upstreams) {
+    fn attach_upstreams(&self, upstreams: &Upstreams, metrics: &Arc<Metrics>) {
         let mut wanted = Vec::new();
         for (name, route) in self.routes.http_routes() {
+            if route.upstream.protocol == UpstreamProtocol::Http11 {
+                // A pool of this snapshot's own (see `upstream::h1`); no ALPN offered, so the
+                // origin speaks HTTP/1.1.
+                let dial = self.dial(&route.origin, None);
+                let labels =
+                    PoolLabels { route: name.clone(), origin: dial.key.origin.to_string(), alpn: "http/1.1".into() };
+                route.attach_h1(H1Upstream::start(
+                    dial,
+                    labels,
+                    route.upstream.clone(),
+                    self.timeouts.connect,
+                    metrics.clone(),
+                ));
+                continue;
+            }
             let alpn = Some(&b"h2"[..]);
             wanted.push(upstream_registry::Wanted {
                 route: name.clone(),

@@ -546,3 +546,32 @@ async fn a_real_websocket_echo_through_the_edge() {
     assert_eq!(edge.metric("edgewarm_http_requests_total", &[("status", "1xx")]), 1.0);
     edge.stop().await;
 }
+
+/// An origin without HTTP/2 (`upstream.protocol: http/1.1`): requests go over a pool of
+/// keep-alive connections opened at start and reused, bodies both ways, headers rewritten.
+#[tokio::test]
+async fn http1_origins_get_a_keep_alive_pool() {
+    let fx = fixture();
+    let (origin, stats) = h1_origin(&fx.origin).await;
+    let upstream = "    upstream: {protocol: http/1.1, connections: 2, max_connections: 4}\n";
+    let edge = edge(&fx.route(origin, upstream), "", "").await;
+    wait_for(&edge, "edgewarm_pool_opened_total", &[("route", "b.test"), ("alpn", "http/1.1")], 2.0).await;
+    for h2 in [true, false] {
+        let mut client = HttpClient::connect(&fx.edge, edge.addr, "b.test", h2).await.unwrap();
+        for i in 0..10 {
+            let (head, body) = client.send("GET", "b.test", &format!("/k{i}"), &[], vec![]).await.unwrap();
+            assert_eq!(head.status, 200);
+            assert_eq!(body, format!("hello /k{i}").into_bytes());
+        }
+        let big = vec![9u8; 1_000_000];
+        let (head, echoed) = client.send("POST", "b.test", "/echo", &[], big.clone()).await.unwrap();
+        assert_eq!(head.status, 200);
+        assert!(echoed == big, "{} bytes back", echoed.len());
+    }
+    assert_eq!(stats.requests.load(Ordering::Relaxed), 22);
+    assert_eq!(stats.connections.load(Ordering::Relaxed), 2, "sequential requests reuse the pooled connections");
+    let seen = stats.seen.lock().unwrap().last().cloned().unwrap();
+    assert_eq!(seen["host"], "b.test");
+    assert_eq!(seen["x-forwarded-for"], "127.0.0.1");
+    edge.stop().await;
+}

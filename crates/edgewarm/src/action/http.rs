@@ -41,8 +41,10 @@ use crate::route::HttpRoute;
 use crate::route::RouteAction;
 use crate::snapshot::Snapshot;
 use crate::transport::idle::IdleTimeout;
+use crate::upstream::body as upstream_body;
 use crate::upstream::body::{self, OriginBody};
 use crate::upstream::conn::Slot;
+use crate::upstream::h1::H1Upstream;
 use crate::upstream::{forward, upgrade, Upstream};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
@@ -63,12 +65,16 @@ pub(crate) async fn serve(
     ctx: &ConnCtx<'_>,
     log: &mut AccessLog,
 ) -> CloseReason {
-    let Some(upstream) = route.upstream().cloned() else {
-        log.detail = Some("no upstream for this route".into());
-        return CloseReason::Internal;
+    let origin = match (route.upstream(), route.h1()) {
+        (Some(u), _) => Origin::H2(u.clone()),
+        (None, Some(h1)) => Origin::H1(h1.clone()),
+        (None, None) => {
+            log.detail = Some("no upstream for this route".into());
+            return CloseReason::Internal;
+        }
     };
-    log.origin = Some(upstream.key().origin.to_string());
-    // The client may speak either protocol: the origin side is HTTP/2 whatever it chooses.
+    log.origin = Some(route.origin.key(None).origin.to_string());
+    // The client may speak either protocol, whatever the origin side speaks.
     let alpn = route.client.choose(&hello.alpn, |_| true);
     let peer = log.client;
     let tls = match terminate_tls(client, hello, &route.client, alpn.as_deref(), ctx, log).await {
@@ -77,7 +83,7 @@ pub(crate) async fn serve(
     };
 
     let shared = Arc::new(Shared {
-        upstream,
+        origin,
         snapshot: ctx.snapshot.clone(),
         client: peer,
         route: ctx.route.name.clone(),
@@ -124,7 +130,11 @@ pub(crate) async fn serve(
     // connection to finish gracefully (HTTP/2 GOAWAY, HTTP/1.1 close after the current
     // response) so the client's next request comes in afresh; at the end of the grace period
     // of a shutdown, cut it.
-    let retired = shared.upstream.retired().clone();
+    // An HTTP/1.1 pool belongs to its snapshot and is never retired while in use.
+    let retired = match &shared.origin {
+        Origin::H2(u) => u.retired().clone(),
+        Origin::H1(_) => CancellationToken::new(),
+    };
     let result = tokio::select! {
         r = conn.as_mut() => r,
         () = async { tokio::select! { () = ctx.stop.cancelled() => {}, () = retired.cancelled() => {} } } => {
@@ -153,9 +163,17 @@ pub(crate) async fn serve(
     }
 }
 
+/// Where a route's requests go.
+enum Origin {
+    /// Streams on standing HTTP/2 connections.
+    H2(Arc<Upstream>),
+    /// Keep-alive HTTP/1.1 connections, one request at a time.
+    H1(Arc<H1Upstream>),
+}
+
 /// What every request of one client connection shares.
 struct Shared {
-    upstream: Arc<Upstream>,
+    origin: Origin,
     /// The configuration this connection was accepted under (to check request names).
     snapshot: Arc<Snapshot>,
     client: SocketAddr,
@@ -186,6 +204,9 @@ impl Shared {
             self.route_metrics.request(rlog.status, rlog.duration);
             rlog.emit();
             return response;
+        }
+        if let Origin::H1(h1) = &self.origin {
+            return self.forward_h1(h1, req, rlog, started).await;
         }
         match self.forward(req, &mut rlog, started).await {
             Ok((parts, recv, slot, upload)) => {
@@ -272,6 +293,74 @@ impl Shared {
         }
     }
 
+    /// One request to an HTTP/1.1 origin, on a pooled keep-alive connection; the connection
+    /// goes back to the pool when the response body has ended.
+    async fn forward_h1(
+        &self,
+        h1: &Arc<H1Upstream>,
+        req: Request<Incoming>,
+        mut rlog: RequestLog,
+        started: Instant,
+    ) -> Response<Body> {
+        let response = async {
+            let head = self.origin_request(&req, &mut rlog)?;
+            let authority = head.uri().authority().map(|a| a.as_str().to_string()).unwrap_or_default();
+            let path = head.uri().path_and_query().map_or("/", |p| p.as_str()).to_string();
+            let counter = rlog.bytes_up.get_or_insert_with(Arc::default).clone();
+            let body = upstream_body::OnEnd::new(req.into_body(), move |n| {
+                counter.fetch_add(n, Ordering::Relaxed);
+            });
+            let mut out = Request::new(body.map_err(Into::into).boxed());
+            *out.method_mut() = head.method().clone();
+            *out.uri_mut() = path.parse().map_err(|_| error_response(StatusCode::BAD_REQUEST, "bad request\n"))?;
+            *out.headers_mut() = head.headers().clone();
+            if let Ok(host) = http::HeaderValue::from_str(&authority) {
+                out.headers_mut().insert(http::header::HOST, host);
+            }
+            match tokio::time::timeout(self.origin_response, h1.send(out)).await {
+                Err(_) => {
+                    self.metrics.error(&self.route, HttpError::Timeout);
+                    rlog.detail = Some("origin response timed out".into());
+                    Err(error_response(StatusCode::GATEWAY_TIMEOUT, "origin timed out\n"))
+                }
+                Ok(Err(e)) => {
+                    self.metrics.error(&self.route, HttpError::OriginError);
+                    rlog.detail = Some(e.to_string());
+                    Err(error_response(StatusCode::BAD_GATEWAY, "origin failed\n"))
+                }
+                Ok(Ok(ok)) => Ok(ok),
+            }
+        }
+        .await;
+        match response {
+            Ok((response, lease)) => {
+                rlog.ttfb = Some(started.elapsed());
+                rlog.reused = lease.reused;
+                rlog.status = response.status().as_u16();
+                let (mut parts, body) = response.into_parts();
+                forward::response_headers(&mut parts.headers);
+                let (metrics, down) = (self.route_metrics.clone(), self.down.clone());
+                let body = upstream_body::OnEnd::new(body, move |sent| {
+                    // The connection goes back to the pool now that its response is over.
+                    drop(lease);
+                    down.fetch_add(sent, Ordering::Relaxed);
+                    rlog.bytes_down = sent;
+                    rlog.duration = started.elapsed();
+                    metrics.request(rlog.status, rlog.duration);
+                    rlog.emit();
+                });
+                Response::from_parts(parts, body.map_err(Into::into).boxed())
+            }
+            Err(response) => {
+                rlog.status = response.status().as_u16();
+                rlog.duration = started.elapsed();
+                self.route_metrics.request(rlog.status, rlog.duration);
+                rlog.emit();
+                response
+            }
+        }
+    }
+
     /// Send the request to the origin and return its response head and body stream, or the
     /// error response to give the client.
     async fn forward(
@@ -291,7 +380,8 @@ impl Shared {
         let mut attempt = 0;
         let (response, slot, upload) = loop {
             attempt += 1;
-            let sent = self.upstream.send(&head, end_of_stream).await.map_err(|e| {
+            let Origin::H2(upstream) = &self.origin else { unreachable!("HTTP/1.1 origins are served by forward_h1") };
+            let sent = upstream.send(&head, end_of_stream).await.map_err(|e| {
                 rlog.detail = Some(e.to_string());
                 self.metrics.error(&self.route, HttpError::NoConnection);
                 error_response(StatusCode::SERVICE_UNAVAILABLE, "origin unavailable\n")

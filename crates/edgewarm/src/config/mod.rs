@@ -18,6 +18,7 @@ use serde::Deserialize;
 
 pub use route::{
     ActionConfig, HttpConfig, PrewarmConfig, ProxyVersion, RouteConfig, TerminateConfig, TunnelConfig, UpstreamConfig,
+    UpstreamProtocol,
 };
 pub(crate) use validate::sni_pattern;
 pub use validate::OriginAddr;

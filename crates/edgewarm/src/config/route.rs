@@ -106,6 +106,19 @@ pub struct UpstreamConfig {
     /// it is retired gracefully: no new streams, open ones finish.
     #[serde(default = "default_max_age", with = "duration")]
     pub max_age: Duration,
+    /// `h2` (default): multiplexed streams. `http/1.1`: for origins without HTTP/2, a pool of
+    /// keep-alive connections, one request at a time each.
+    #[serde(default)]
+    pub protocol: UpstreamProtocol,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+pub enum UpstreamProtocol {
+    #[default]
+    #[serde(rename = "h2")]
+    H2,
+    #[serde(rename = "http/1.1")]
+    Http11,
 }
 
 impl Default for UpstreamConfig {
@@ -115,6 +128,7 @@ impl Default for UpstreamConfig {
             max_connections: default_max_connections(),
             keepalive: default_keepalive(),
             max_age: default_max_age(),
+            protocol: UpstreamProtocol::default(),
         }
     }
 }

@@ -15,6 +15,7 @@ use crate::metrics::{Metrics, RouteMetrics, RouteName};
 use crate::pool::TlsPool;
 use crate::tls::client::{ClientTls, Resumption};
 use crate::tls::origin::OriginTls;
+use crate::upstream::h1::H1Upstream;
 use crate::upstream::Upstream;
 
 /// What to do with a connection whose hello matched a route.
@@ -35,6 +36,8 @@ pub struct HttpRoute {
     pub upstream: UpstreamConfig,
     /// Attached by the server before the snapshot is published, like a prewarm route's pools.
     origins: OnceLock<Arc<Upstream>>,
+    /// The keep-alive pool instead, for `upstream.protocol: http/1.1`.
+    h1: OnceLock<Arc<H1Upstream>>,
 }
 
 impl HttpRoute {
@@ -45,6 +48,15 @@ impl HttpRoute {
 
     pub(crate) fn attach_upstream(&self, upstream: Arc<Upstream>) {
         let _ = self.origins.set(upstream);
+    }
+
+    /// The route's HTTP/1.1 origin pool (`upstream.protocol: http/1.1`).
+    pub(crate) fn h1(&self) -> Option<&Arc<H1Upstream>> {
+        self.h1.get()
+    }
+
+    pub(crate) fn attach_h1(&self, upstream: Arc<H1Upstream>) {
+        let _ = self.h1.set(upstream);
     }
 }
 
@@ -151,6 +163,7 @@ impl RouteTable {
                         .map_err(|(field, m)| ConfigError::invalid(key(field), m))?,
                     upstream: h.upstream.clone(),
                     origins: OnceLock::new(),
+                    h1: OnceLock::new(),
                 })),
             };
             // The no-SNI route's label must be visible in metrics and logs.

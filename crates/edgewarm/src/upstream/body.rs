@@ -124,3 +124,61 @@ where
         }
     }
 }
+
+/// Any body, with `on_end` run once when it has ended or is dropped, with the data bytes
+/// passed on (the HTTP/1.1 origin path: the connection goes back to its pool then, and the
+/// request's log line is written).
+pub(crate) struct OnEnd<B, F: FnOnce(u64)> {
+    inner: B,
+    sent: u64,
+    on_end: Option<F>,
+}
+
+impl<B, F: FnOnce(u64)> OnEnd<B, F> {
+    pub(crate) fn new(inner: B, on_end: F) -> Self {
+        Self { inner, sent: 0, on_end: Some(on_end) }
+    }
+
+    fn end(&mut self) {
+        if let Some(f) = self.on_end.take() {
+            f(self.sent);
+        }
+    }
+}
+
+impl<B, F: FnOnce(u64)> Drop for OnEnd<B, F> {
+    fn drop(&mut self) {
+        self.end();
+    }
+}
+
+impl<B: Unpin, F: FnOnce(u64)> Unpin for OnEnd<B, F> {}
+
+impl<B: Body<Data = Bytes> + Unpin, F: FnOnce(u64)> Body for OnEnd<B, F> {
+    type Data = Bytes;
+    type Error = B::Error;
+
+    fn poll_frame(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, B::Error>>> {
+        let polled = ready!(Pin::new(&mut self.inner).poll_frame(cx));
+        match &polled {
+            Some(Ok(frame)) => {
+                if let Some(data) = frame.data_ref() {
+                    self.sent += data.len() as u64;
+                }
+                if self.inner.is_end_stream() {
+                    self.end();
+                }
+            }
+            _ => self.end(),
+        }
+        Poll::Ready(polled)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        self.inner.size_hint()
+    }
+}

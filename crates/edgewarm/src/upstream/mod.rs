@@ -12,6 +12,7 @@
 //! - [`body`]: bodies streamed both ways with HTTP/2 flow control (never buffered whole).
 //! - [`registry`]: the upstreams of the running config, kept across reloads by key.
 //! - [`upgrade`]: WebSocket-style upgrades, each on an HTTP/1.1 origin connection of its own.
+//! - [`h1`]: origins without HTTP/2 (`upstream.protocol: http/1.1`): a keep-alive pool.
 //!
 //! Why the `h2` crate and not hyper's client: hyper's `SendRequest::poll_ready` is ready
 //! whenever the connection is open, queueing requests past the origin's
@@ -23,6 +24,7 @@
 pub(crate) mod body;
 pub(crate) mod conn;
 pub(crate) mod forward;
+pub(crate) mod h1;
 pub(crate) mod registry;
 pub(crate) mod upgrade;
 
