@@ -407,6 +407,9 @@ pub struct H2Opts {
     /// Close a connection (TCP FIN, no GOAWAY) after this long without a new stream, as
     /// origins with short keep-alive timeouts do.
     pub close_idle_after: Option<Duration>,
+    /// Connections number 0..n die (dropped, no answer) on their first request: the request
+    /// reached the origin, which never answered.
+    pub drop_first_request_on: usize,
 }
 
 /// An HTTP/2 origin over TLS (ALPN h2), driven with the `h2` crate so tests control GOAWAY and
@@ -458,6 +461,10 @@ pub async fn h2_origin(certs: &Certs, opts: H2Opts) -> (SocketAddr, Arc<H2Stats>
                     };
                     let Some(next) = next else { return };
                     let Ok((req, respond)) = next else { return };
+                    if streams == 0 && n < opts.drop_first_request_on {
+                        st.requests.fetch_add(1, Ordering::Relaxed);
+                        return;
+                    }
                     streams += 1;
                     st.requests.fetch_add(1, Ordering::Relaxed);
                     st.seen.lock().unwrap().push(req.headers().clone());

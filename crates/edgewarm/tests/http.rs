@@ -575,3 +575,26 @@ async fn http1_origins_get_a_keep_alive_pool() {
     assert_eq!(seen["x-forwarded-for"], "127.0.0.1");
     edge.stop().await;
 }
+
+/// A connection that dies with a request on it: an idempotent request without a body is sent
+/// again on another connection; a POST with a body is not (the origin may have acted on it),
+/// it gets a 502.
+#[tokio::test]
+async fn only_safe_requests_are_retried_after_a_connection_dies() {
+    let fx = fixture();
+    let opts = H2Opts { drop_first_request_on: 2, ..Default::default() };
+    let (origin, stats) = h2_origin(&fx.origin, opts).await;
+    let edge = edge(&fx.route(origin, "    upstream: {connections: 1}\n"), "", "").await;
+    wait_for(&edge, "edgewarm_pool_opened_total", &[("route", "b.test")], 1.0).await;
+    let mut client = HttpClient::connect(&fx.edge, edge.addr, "b.test", true).await.unwrap();
+    // Connection 0 dies with a POST on it.
+    let (head, _) = client.send("POST", "b.test", "/echo", &[], b"pay once".to_vec()).await.unwrap();
+    assert_eq!(head.status, 502, "a POST is never sent twice");
+    assert_eq!(edge.metric("edgewarm_http_retries_total", &[("route", "b.test")]), 0.0);
+    // Connection 1 dies with a GET on it: sent again, on connection 2.
+    let (head, body) = client.send("GET", "b.test", "/again", &[], vec![]).await.unwrap();
+    assert_eq!((head.status.as_u16(), body.as_slice()), (200, &b"hello /again"[..]), "GET retried");
+    assert_eq!(edge.metric("edgewarm_http_retries_total", &[("route", "b.test")]), 1.0);
+    assert_eq!(stats.requests.load(Ordering::Relaxed), 3);
+    edge.stop().await;
+}

@@ -416,6 +416,18 @@ impl Shared {
                     self.metrics.retry(&self.route);
                     rlog.retries += 1;
                 }
+                Ok(Err(e))
+                    if upload.is_none()
+                        && attempt < MAX_ATTEMPTS
+                        && idempotent(head.method())
+                        && (e.is_io() || e.is_go_away()) =>
+                {
+                    // The connection died before any response header: the origin may or may not
+                    // have acted, which an idempotent request without a body allows (RFC 9110
+                    // §9.2.2); anything else gets its 502.
+                    self.metrics.retry(&self.route);
+                    rlog.retries += 1;
+                }
                 Ok(Err(e)) => {
                     drop(upload);
                     self.metrics.error(&self.route, HttpError::OriginError);
@@ -432,6 +444,19 @@ impl Shared {
         parts.version = http::Version::HTTP_11;
         Ok((parts, recv, slot, upload))
     }
+}
+
+/// Methods a client expects may be sent twice (RFC 9110 §9.2.2).
+fn idempotent(m: &http::Method) -> bool {
+    matches!(
+        *m,
+        http::Method::GET
+            | http::Method::HEAD
+            | http::Method::OPTIONS
+            | http::Method::TRACE
+            | http::Method::PUT
+            | http::Method::DELETE
+    )
 }
 
 /// The origin never acted on the stream: REFUSED_STREAM (RFC 9113 §8.7), or the stream was
