@@ -126,6 +126,7 @@ impl ModeRun {
             "client_tfo_prewarm_x25519" => run(Mode::Prewarm, false, true),
             "http" => run(Mode::Http, true, false),
             "client_tfo_http" => run(Mode::Http, true, true),
+            "client_tfo_http_x25519" => run(Mode::Http, false, true),
             _ => None,
         }
     }
