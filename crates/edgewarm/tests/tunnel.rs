@@ -330,3 +330,61 @@ async fn origins_can_be_told_the_client_with_proxy_protocol() {
         edge.stop().await;
     }
 }
+
+/// Open descriptors of this process (the in-process edge's and the test's own).
+fn open_fds() -> usize {
+    std::fs::read_dir("/proc/self/fd").map(|d| d.count()).unwrap_or(0)
+}
+
+/// How many slowloris connections the descriptor limit allows (each costs two here: the
+/// client's and the edge's), up to 1000.
+fn slowloris_count() -> usize {
+    let limits = std::fs::read_to_string("/proc/self/limits").unwrap_or_default();
+    let soft = limits
+        .lines()
+        .find(|l| l.starts_with("Max open files"))
+        .and_then(|l| l.split_whitespace().nth(3))
+        .and_then(|v| v.parse::<usize>().ok())
+        .unwrap_or(1024);
+    (soft.saturating_sub(open_fds() + 200) / 2).min(1000)
+}
+
+/// Slowloris at scale: many connections send one byte of a hello and go silent. A real client
+/// is served while they hang; every one of them is closed at `timeouts.client_hello` and
+/// counted; the edge's descriptors return to where they were.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_thousand_slowloris_connections_cost_nothing_lasting() {
+    let (origin, _) = recording_origin(b"served".to_vec()).await;
+    let edge = edge(&route_to("a.test", origin), "timeouts: {client_hello: 2s}", "").await;
+    let baseline = open_fds();
+    let n = slowloris_count();
+    assert!(n >= 300, "descriptor limit too low for this test: {n}");
+    let mut slow = Vec::with_capacity(n);
+    for _ in 0..n {
+        let mut s = TcpStream::connect(edge.addr).await.unwrap();
+        s.write_all(&[0x16]).await.unwrap();
+        slow.push(s);
+    }
+    // A real client, while all of them hang.
+    let answer = exchange(&edge, &client_hello("a.test")).await;
+    assert_eq!(answer, b"served");
+    assert!(edge.server.open_connections() >= n, "the slow ones were still open when it was served");
+    // Each is closed by the edge at the hello timeout.
+    for s in &mut slow {
+        assert!(read_all(s).await.is_empty());
+    }
+    drop(slow);
+    edge.settle().await;
+    assert_eq!(edge.metric(REJECTED, &[("reason", "hello_timeout")]), n as f64);
+    // Closed sockets leave the descriptor table at once; allow the runtime a moment.
+    let mut fds = open_fds();
+    for _ in 0..200 {
+        if fds <= baseline {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        fds = open_fds();
+    }
+    assert!(fds <= baseline, "descriptors: {fds} now, {baseline} before");
+    edge.stop().await;
+}
