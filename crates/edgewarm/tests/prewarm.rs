@@ -332,3 +332,56 @@ async fn round_trip(edge: &Edge, config: &std::sync::Arc<rustls::ClientConfig>) 
     tls.shutdown().await.unwrap();
     kind
 }
+
+/// A warm origin connection reset mid-transfer: the client's session ends at once, the close is
+/// counted as `origin_reset`, and the next client is served.
+#[tokio::test]
+async fn an_origin_reset_mid_transfer_ends_only_that_client() {
+    let fx = fixture();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let origin = listener.local_addr().unwrap();
+    let acceptor = fx.origin.acceptor();
+    let resets = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(true));
+    let r = resets.clone();
+    tokio::spawn(async move {
+        loop {
+            let Ok((tcp, _)) = listener.accept().await else { return };
+            let (acceptor, r) = (acceptor.clone(), r.clone());
+            tokio::spawn(async move {
+                let Ok(mut tls) = acceptor.accept(tcp).await else { return };
+                let mut buf = [0u8; 4];
+                if tls.read_exact(&mut buf).await.is_err() {
+                    return;
+                }
+                let _ = tls.write_all(&[b'x'; 50_000]).await;
+                if r.swap(false, Ordering::Relaxed) {
+                    tls.get_ref().0.set_linger(Some(Duration::ZERO)).unwrap();
+                    drop(tls);
+                } else {
+                    let _ = tls.shutdown().await;
+                }
+            });
+        }
+    });
+    let edge = edge(&fx.route(origin, "    pool: {min: 2}\n"), "", "").await;
+    wait_for(&edge, "edgewarm_pool_ready", &[("route", "b.test")], 2.0).await;
+    let (mut tls, _) = tls_client(&fx.edge, edge.addr, "b.test", &[]).await.unwrap();
+    tls.write_all(b"ping").await.unwrap();
+    let mut got = Vec::new();
+    // Ends, one way or another, without hanging.
+    let _ = tls.read_to_end(&mut got).await;
+    assert!(got.len() <= 50_000);
+    edge.settle().await;
+    assert_eq!(
+        edge.metric("edgewarm_connections_closed_total", &[("route", "b.test"), ("reason", "origin_reset")]),
+        1.0
+    );
+    let (mut next, _) = tls_client(&fx.edge, edge.addr, "b.test", &[]).await.unwrap();
+    next.write_all(b"ping").await.unwrap();
+    let mut all = Vec::new();
+    next.read_to_end(&mut all).await.unwrap();
+    assert_eq!(all.len(), 50_000, "the next client gets its whole answer");
+    drop(next);
+    edge.settle().await;
+    edge.stop().await;
+}

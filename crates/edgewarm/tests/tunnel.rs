@@ -388,3 +388,45 @@ async fn a_thousand_slowloris_connections_cost_nothing_lasting() {
     assert!(fds <= baseline, "descriptors: {fds} now, {baseline} before");
     edge.stop().await;
 }
+
+/// An origin that dies mid-transfer (TCP reset): the client sees the end at once, the close is
+/// counted as `origin_reset`, and the edge serves the next client.
+#[tokio::test]
+async fn an_origin_reset_mid_transfer_ends_the_tunnel_and_nothing_else() {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let origin = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        let mut first = true;
+        loop {
+            let Ok((mut s, _)) = listener.accept().await else { return };
+            let mut buf = vec![0u8; 4096];
+            let _ = tokio::io::AsyncReadExt::read(&mut s, &mut buf).await;
+            if first {
+                first = false;
+                // Part of an answer, then a reset (SO_LINGER 0 makes close send RST).
+                let _ = s.write_all(&vec![b'x'; 100_000]).await;
+                s.set_linger(Some(std::time::Duration::ZERO)).unwrap();
+                drop(s);
+            } else {
+                let _ = s.write_all(b"served").await;
+            }
+        }
+    });
+    let edge = edge(&route_to("a.test", origin), "", "").await;
+    let mut s = TcpStream::connect(edge.addr).await.unwrap();
+    s.write_all(&client_hello("a.test")).await.unwrap();
+    let mut got = Vec::new();
+    // Ends with EOF or a reset, never a hang: the read below returns.
+    let _ = tokio::io::AsyncReadExt::read_to_end(&mut s, &mut got).await;
+    assert!(got.len() <= 100_000);
+    edge.settle().await;
+    assert_eq!(edge.metric(CLOSED, &[("route", "a.test"), ("reason", "origin_reset")]), 1.0);
+    let mut next = TcpStream::connect(edge.addr).await.unwrap();
+    next.write_all(&client_hello("a.test")).await.unwrap();
+    let mut answer = [0u8; 6];
+    tokio::io::AsyncReadExt::read_exact(&mut next, &mut answer).await.unwrap();
+    assert_eq!(&answer, b"served");
+    drop(next);
+    edge.settle().await;
+    edge.stop().await;
+}
