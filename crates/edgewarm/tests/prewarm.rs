@@ -355,7 +355,7 @@ async fn an_origin_reset_mid_transfer_ends_only_that_client() {
                 }
                 let _ = tls.write_all(&[b'x'; 50_000]).await;
                 if r.swap(false, Ordering::Relaxed) {
-                    tls.get_ref().0.set_linger(Some(Duration::ZERO)).unwrap();
+                    tls.get_ref().0.set_zero_linger().unwrap();
                     drop(tls);
                 } else {
                     let _ = tls.shutdown().await;

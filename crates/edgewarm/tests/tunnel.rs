@@ -405,7 +405,7 @@ async fn an_origin_reset_mid_transfer_ends_the_tunnel_and_nothing_else() {
                 first = false;
                 // Part of an answer, then a reset (SO_LINGER 0 makes close send RST).
                 let _ = s.write_all(&vec![b'x'; 100_000]).await;
-                s.set_linger(Some(std::time::Duration::ZERO)).unwrap();
+                s.set_zero_linger().unwrap();
                 drop(s);
             } else {
                 let _ = s.write_all(b"served").await;
