@@ -51,10 +51,16 @@ impl Certs {
     }
 
     pub fn acceptor(&self) -> TlsAcceptor {
-        let config = rustls::ServerConfig::builder()
+        self.acceptor_with_alpn(&[])
+    }
+
+    /// A TLS acceptor for this certificate offering `alpn`.
+    pub fn acceptor_with_alpn(&self, alpn: &[&[u8]]) -> TlsAcceptor {
+        let mut config = rustls::ServerConfig::builder()
             .with_no_client_auth()
             .with_single_cert(vec![self.cert_der.clone()], PrivateKeyDer::Pkcs8(self.key_der.clone_key()))
             .unwrap();
+        config.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
         TlsAcceptor::from(Arc::new(config))
     }
 
@@ -419,12 +425,7 @@ pub struct H2Opts {
 /// answers `hello <path>`. Each response carries `x-origin-conn` (which connection).
 pub async fn h2_origin(certs: &Certs, opts: H2Opts) -> (SocketAddr, Arc<H2Stats>) {
     use std::sync::atomic::Ordering;
-    let mut config = rustls::ServerConfig::builder()
-        .with_no_client_auth()
-        .with_single_cert(vec![certs.cert_der.clone()], PrivateKeyDer::Pkcs8(certs.key_der.clone_key()))
-        .unwrap();
-    config.alpn_protocols = vec![b"h2".to_vec()];
-    let acceptor = TlsAcceptor::from(Arc::new(config));
+    let acceptor = certs.acceptor_with_alpn(&[b"h2"]);
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let stats = Arc::new(H2Stats::default());
@@ -669,12 +670,7 @@ impl HttpClient {
 /// `x-forwarded-for` it saw in `x-seen-for`), then echoes every byte back until EOF. Other
 /// requests get `426`.
 pub async fn upgrade_echo_origin(certs: &Certs) -> SocketAddr {
-    let mut config = rustls::ServerConfig::builder()
-        .with_no_client_auth()
-        .with_single_cert(vec![certs.cert_der.clone()], PrivateKeyDer::Pkcs8(certs.key_der.clone_key()))
-        .unwrap();
-    config.alpn_protocols = vec![b"http/1.1".to_vec()];
-    let acceptor = TlsAcceptor::from(Arc::new(config));
+    let acceptor = certs.acceptor_with_alpn(&[b"http/1.1"]);
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     tokio::spawn(async move {
@@ -721,12 +717,7 @@ pub async fn upgrade_echo_origin(certs: &Certs) -> SocketAddr {
 pub async fn h1_origin(certs: &Certs) -> (SocketAddr, Arc<H2Stats>) {
     use http_body_util::BodyExt;
     use std::sync::atomic::Ordering;
-    let mut config = rustls::ServerConfig::builder()
-        .with_no_client_auth()
-        .with_single_cert(vec![certs.cert_der.clone()], PrivateKeyDer::Pkcs8(certs.key_der.clone_key()))
-        .unwrap();
-    config.alpn_protocols = vec![b"http/1.1".to_vec()];
-    let acceptor = TlsAcceptor::from(Arc::new(config));
+    let acceptor = certs.acceptor_with_alpn(&[b"http/1.1"]);
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let stats = Arc::new(H2Stats::default());

@@ -152,6 +152,20 @@ impl RequestLog {
         }
     }
 
+    /// The request is over: its size and duration recorded, counted in `metrics`, its line
+    /// written.
+    pub(crate) fn finish(
+        mut self,
+        started: std::time::Instant,
+        bytes_down: u64,
+        metrics: &crate::metrics::RouteHttpMetrics,
+    ) {
+        self.bytes_down = bytes_down;
+        self.duration = started.elapsed();
+        metrics.request(self.status, self.duration);
+        self.emit();
+    }
+
     pub(crate) fn emit(&self) {
         let level = if self.status >= 500 { Level::WARN } else { Level::INFO };
         if (level == Level::INFO && !tracing::enabled!(target: TARGET, Level::INFO))

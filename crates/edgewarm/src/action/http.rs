@@ -200,9 +200,7 @@ impl Shared {
         if upgrade::is_upgrade(&req) {
             let response = self.upgrade(req, &mut rlog).await;
             rlog.status = response.status().as_u16();
-            rlog.duration = started.elapsed();
-            self.route_metrics.request(rlog.status, rlog.duration);
-            rlog.emit();
+            rlog.finish(started, 0, &self.route_metrics);
             return response;
         }
         if let Origin::H1(h1) = &self.origin {
@@ -219,18 +217,13 @@ impl Shared {
                     drop(upload);
                     drop(slot);
                     down.fetch_add(sent, Ordering::Relaxed);
-                    rlog.bytes_down = sent;
-                    rlog.duration = started.elapsed();
-                    metrics.request(rlog.status, rlog.duration);
-                    rlog.emit();
+                    rlog.finish(started, sent, &metrics);
                 });
                 Response::from_parts(parts, body.map_err(Into::into).boxed())
             }
             Err(response) => {
                 rlog.status = response.status().as_u16();
-                rlog.duration = started.elapsed();
-                self.route_metrics.request(rlog.status, rlog.duration);
-                rlog.emit();
+                rlog.finish(started, 0, &self.route_metrics);
                 response
             }
         }
@@ -344,18 +337,13 @@ impl Shared {
                     // The connection goes back to the pool now that its response is over.
                     drop(lease);
                     down.fetch_add(sent, Ordering::Relaxed);
-                    rlog.bytes_down = sent;
-                    rlog.duration = started.elapsed();
-                    metrics.request(rlog.status, rlog.duration);
-                    rlog.emit();
+                    rlog.finish(started, sent, &metrics);
                 });
                 Response::from_parts(parts, body.map_err(Into::into).boxed())
             }
             Err(response) => {
                 rlog.status = response.status().as_u16();
-                rlog.duration = started.elapsed();
-                self.route_metrics.request(rlog.status, rlog.duration);
-                rlog.emit();
+                rlog.finish(started, 0, &self.route_metrics);
                 response
             }
         }
