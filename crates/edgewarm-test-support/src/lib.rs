@@ -416,6 +416,9 @@ pub struct H2Opts {
     /// Connections number 0..n die (dropped, no answer) on their first request: the request
     /// reached the origin, which never answered.
     pub drop_first_request_on: usize,
+    /// The first connection is closed with GOAWAY ENHANCE_YOUR_CALM this long after it opened
+    /// (what gRPC servers send as `too_many_pings`).
+    pub calm_first_after: Option<Duration>,
 }
 
 /// An HTTP/2 origin over TLS (ALPN h2), driven with the `h2` crate so tests control GOAWAY and
@@ -448,6 +451,8 @@ pub async fn h2_origin(certs: &Certs, opts: H2Opts) -> (SocketAddr, Arc<H2Stats>
                 let mut streams = 0;
                 let freeze = opts.freeze_first_after.filter(|_| n == 0);
                 let freeze_at = tokio::time::Instant::now() + freeze.unwrap_or(Duration::from_secs(3600));
+                let mut calm = opts.calm_first_after.filter(|_| n == 0);
+                let calm_at = tokio::time::Instant::now() + calm.unwrap_or(Duration::from_secs(3600));
                 loop {
                     let idle = opts.close_idle_after.unwrap_or(Duration::from_secs(3600));
                     let next = tokio::select! {
@@ -459,6 +464,11 @@ pub async fn h2_origin(certs: &Certs, opts: H2Opts) -> (SocketAddr, Arc<H2Stats>
                             return;
                         }
                         () = tokio::time::sleep(idle), if opts.close_idle_after.is_some() => return,
+                        () = tokio::time::sleep_until(calm_at), if calm.is_some() => {
+                            calm = None;
+                            conn.abrupt_shutdown(h2::Reason::ENHANCE_YOUR_CALM);
+                            continue;
+                        }
                     };
                     let Some(next) = next else { return };
                     let Ok((req, respond)) = next else { return };

@@ -598,3 +598,20 @@ async fn only_safe_requests_are_retried_after_a_connection_dies() {
     assert_eq!(stats.requests.load(Ordering::Relaxed), 3);
     edge.stop().await;
 }
+
+/// An origin that finds our PINGs too frequent (GOAWAY ENHANCE_YOUR_CALM): the connection is
+/// replaced and the PING interval doubled; requests keep working.
+#[tokio::test]
+async fn pings_back_off_when_the_origin_asks() {
+    let fx = fixture();
+    let opts = H2Opts { calm_first_after: Some(Duration::from_millis(200)), ..Default::default() };
+    let (origin, stats) = h2_origin(&fx.origin, opts).await;
+    let edge = edge(&fx.route(origin, "    upstream: {connections: 1, keepalive: 1s}\n"), "", "").await;
+    wait_for(&edge, "edgewarm_upstream_goaways_total", &[("route", "b.test")], 1.0).await;
+    let (_, origins) = admin_get(edge.admin, "/origins").await;
+    assert!(origins.contains("\"keepalive_ms\":2000"), "{origins}");
+    let mut client = HttpClient::connect(&fx.edge, edge.addr, "b.test", true).await.unwrap();
+    assert_eq!(client.send("GET", "b.test", "/calm", &[], vec![]).await.unwrap().0.status, 200);
+    assert!(stats.connections.load(Ordering::Relaxed) >= 2);
+    edge.stop().await;
+}

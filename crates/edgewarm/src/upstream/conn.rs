@@ -127,6 +127,12 @@ impl Conn {
             let why = tokio::select! {
                 r = &mut connection => match r {
                     Ok(()) => UpstreamEnd::Closed,
+                    Err(e) if e.is_go_away() && e.reason() == Some(h2::Reason::ENHANCE_YOUR_CALM) => {
+                        // "too_many_pings" and its kin: the origin finds us too chatty. PING
+                        // it less often from now on.
+                        upstream.calm_down();
+                        UpstreamEnd::GoAway
+                    }
                     Err(e) if e.is_go_away() => UpstreamEnd::GoAway,
                     Err(_) => UpstreamEnd::Error,
                 },

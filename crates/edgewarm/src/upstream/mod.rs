@@ -93,6 +93,8 @@ pub struct UpstreamStatus {
     pub connections: Vec<ConnStatus>,
     pub opening: usize,
     pub consecutive_failures: u32,
+    /// The PING interval in use (doubled after each ENHANCE_YOUR_CALM).
+    pub keepalive_ms: u64,
 }
 
 struct State {
@@ -103,6 +105,8 @@ struct State {
     retry_at: Option<Instant>,
     settings: UpstreamConfig,
     connect_timeout: Duration,
+    /// How many times the origin asked for fewer PINGs (each doubles the interval).
+    calm: u32,
 }
 
 pub struct Upstream {
@@ -144,6 +148,7 @@ impl Upstream {
                 retry_at: None,
                 settings,
                 connect_timeout,
+                calm: 0,
             }),
             wake: Notify::new(),
             room: Arc::new(Notify::new()),
@@ -374,6 +379,7 @@ impl Upstream {
             connections: st.conns.iter().map(|c| c.status()).collect(),
             opening: st.opening,
             consecutive_failures: st.backoff.failures,
+            keepalive_ms: u64::try_from((st.settings.keepalive * (1u32 << st.calm)).as_millis()).unwrap_or(u64::MAX),
         }
     }
 
@@ -387,8 +393,20 @@ impl Upstream {
         &self.retired
     }
 
+    /// The PING interval: `keepalive`, doubled for every ENHANCE_YOUR_CALM the origin sent
+    /// (up to 64×), for connections opened from then on.
     pub(crate) fn keepalive(&self) -> Duration {
-        self.state().settings.keepalive
+        let st = self.state();
+        st.settings.keepalive * (1u32 << st.calm)
+    }
+
+    /// The origin sent GOAWAY with ENHANCE_YOUR_CALM (gRPC's `too_many_pings`): back off.
+    pub(crate) fn calm_down(&self) {
+        let mut st = self.state();
+        st.calm = (st.calm + 1).min(6);
+        let now = st.settings.keepalive * (1u32 << st.calm);
+        drop(st);
+        tracing::warn!(route = %self.labels.route, origin = %self.labels.origin, keepalive = ?now, "origin asked for fewer PINGs (ENHANCE_YOUR_CALM); PING interval doubled");
     }
 }
 
