@@ -615,3 +615,20 @@ async fn pings_back_off_when_the_origin_asks() {
     assert!(stats.connections.load(Ordering::Relaxed) >= 2);
     edge.stop().await;
 }
+
+/// Behind a trusted load balancer (`trust_forwarded: true` on the listener) its forwarding
+/// headers are kept and the edge's hop appended; the default listener replaces them.
+#[tokio::test]
+async fn forwarding_headers_are_extended_only_behind_a_trusted_balancer() {
+    let fx = fixture();
+    let (origin, stats) = h2_origin(&fx.origin, H2Opts::default()).await;
+    let edge = edge(&fx.route(origin, ""), "", "trust_forwarded: true").await;
+    let mut client = HttpClient::connect(&fx.edge, edge.addr, "b.test", true).await.unwrap();
+    let lb = [("x-forwarded-for", "198.51.100.9"), ("x-forwarded-proto", "https")];
+    assert_eq!(client.send("GET", "b.test", "/", &lb, vec![]).await.unwrap().0.status, 200);
+    let seen = stats.seen.lock().unwrap().last().cloned().unwrap();
+    assert_eq!(seen["x-forwarded-for"], "198.51.100.9, 127.0.0.1");
+    drop(client);
+    edge.settle().await;
+    edge.stop().await;
+}

@@ -89,7 +89,7 @@ pub(crate) async fn serve(
         route: ctx.route.name.clone(),
         metrics: ctx.metrics.http.clone(),
         route_metrics: Arc::new(ctx.metrics.http.for_route(&ctx.route.name)),
-        facts: forward::ClientFacts::new(peer),
+        facts: forward::ClientFacts::with_trust(peer, ctx.trust_forwarded),
         origin_response: ctx.snapshot.timeouts.origin_response,
         up: Arc::default(),
         down: Arc::default(),

@@ -33,6 +33,8 @@ pub(crate) struct ConnCtx<'a> {
     pub route: &'a Route,
     pub route_metrics: &'a RouteMetrics,
     pub metrics: &'a Metrics,
+    /// The listener's peers are trusted load balancers (`listeners[].trust_forwarded`).
+    pub trust_forwarded: bool,
     /// Cancelled when shutdown begins: connections that can end gracefully (HTTP keep-alive
     /// between requests) should.
     pub stop: &'a CancellationToken,

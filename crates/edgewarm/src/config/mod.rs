@@ -118,6 +118,11 @@ pub struct ListenerConfig {
     /// Connections open at once on this listener; beyond it, new ones wait in the kernel backlog.
     #[serde(default = "default_max_connections")]
     pub max_connections: usize,
+    /// `http` routes: the peers of this listener are load balancers the operator trusts; their
+    /// X-Forwarded-For / Forwarded / X-Forwarded-Proto are kept and edgewarm's hop appended.
+    /// Off: a client's own forwarding headers are replaced, never trusted.
+    #[serde(default)]
+    pub trust_forwarded: bool,
 }
 
 fn default_tfo_queue() -> u32 {

@@ -82,8 +82,16 @@ pub(crate) async fn handle(
         log.route = Some(route.name.clone());
         let rm = route.metrics(metrics);
         route_metrics = Some(rm);
-        let ctx =
-            ConnCtx { snapshot: &snapshot, route, route_metrics: rm, metrics, stop: &cx.stop, cut: &cx.cut, accepted };
+        let ctx = ConnCtx {
+            snapshot: &snapshot,
+            route,
+            route_metrics: rm,
+            metrics,
+            trust_forwarded: config.trust_forwarded,
+            stop: &cx.stop,
+            cut: &cx.cut,
+            accepted,
+        };
         action::serve(client, hello, &ctx, &mut log).await
     };
 

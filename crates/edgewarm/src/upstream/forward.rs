@@ -74,16 +74,25 @@ fn via(version: Version) -> &'static str {
 /// per request.
 #[derive(Debug, Clone)]
 pub(crate) struct ClientFacts {
+    /// The peer is a load balancer the operator trusts (`listeners[].trust_forwarded`): its
+    /// forwarding headers are kept and ours appended.
+    trusted: bool,
     x_forwarded_for: HeaderValue,
     /// `for=…;proto=https;host=` (the host is the request's).
     forwarded_prefix: String,
 }
 
 impl ClientFacts {
+    #[cfg(test)]
     pub(crate) fn new(client: SocketAddr) -> Self {
+        Self::with_trust(client, false)
+    }
+
+    pub(crate) fn with_trust(client: SocketAddr, trusted: bool) -> Self {
         let ip = client.ip().to_canonical();
         let node = if ip.is_ipv6() { format!("\"[{ip}]\"") } else { ip.to_string() };
         Self {
+            trusted,
             // An IP address is always a valid header value.
             x_forwarded_for: HeaderValue::from_str(&ip.to_string()).unwrap_or(HeaderValue::from_static("unknown")),
             forwarded_prefix: format!("for={node};proto=https;host="),
@@ -117,14 +126,32 @@ pub(crate) fn request<B>(client_req: &Request<B>, client: &ClientFacts) -> Resul
         .map_err(|_| BadRequest::Target)?;
     let mut headers = client_req.headers().clone();
     strip_hop_by_hop(&mut headers);
-    headers.remove(&X_FORWARDED_FOR);
-    headers.remove(&X_FORWARDED_PROTO);
-    headers.remove(header::FORWARDED);
-    headers.insert(&X_FORWARDED_FOR, client.x_forwarded_for.clone());
-    headers.insert(&X_FORWARDED_PROTO, HeaderValue::from_static("https"));
     let forwarded = format!("{}\"{authority}\"", client.forwarded_prefix);
-    if let Ok(v) = HeaderValue::from_str(&forwarded) {
-        headers.insert(header::FORWARDED, v);
+    if client.trusted {
+        // Behind a trusted load balancer: its view of the client comes first, ours after
+        // (RFC 7239 §4: a list, one element per hop).
+        let joined = |headers: &HeaderMap, name: &HeaderName, ours: &str| {
+            let theirs: Vec<&str> = headers.get_all(name).iter().filter_map(|v| v.to_str().ok()).collect();
+            let all = theirs.into_iter().chain([ours]).collect::<Vec<_>>().join(", ");
+            HeaderValue::from_str(&all).ok()
+        };
+        let xff = client.x_forwarded_for.to_str().unwrap_or_default().to_string();
+        if let Some(v) = joined(&headers, &X_FORWARDED_FOR, &xff) {
+            headers.insert(&X_FORWARDED_FOR, v);
+        }
+        if let Some(v) = joined(&headers, &header::FORWARDED, &forwarded) {
+            headers.insert(header::FORWARDED, v);
+        }
+        if !headers.contains_key(&X_FORWARDED_PROTO) {
+            headers.insert(&X_FORWARDED_PROTO, HeaderValue::from_static("https"));
+        }
+    } else {
+        headers.insert(&X_FORWARDED_FOR, client.x_forwarded_for.clone());
+        headers.insert(&X_FORWARDED_PROTO, HeaderValue::from_static("https"));
+        headers.remove(header::FORWARDED);
+        if let Ok(v) = HeaderValue::from_str(&forwarded) {
+            headers.insert(header::FORWARDED, v);
+        }
     }
     headers.append(header::VIA, HeaderValue::from_static(via(client_req.version())));
     let mut out = Request::builder().method(client_req.method().clone()).uri(uri).version(Version::HTTP_2);
@@ -183,6 +210,27 @@ mod tests {
         assert_eq!(request(&req, &client()).unwrap().uri().to_string(), "https://b.test/x");
         let req = Request::builder().uri("/x").body(()).unwrap();
         assert_eq!(request(&req, &client()).unwrap_err(), BadRequest::NoAuthority);
+    }
+
+    #[test]
+    fn a_trusted_load_balancer_s_headers_are_kept_and_extended() {
+        let req = Request::builder()
+            .uri("/")
+            .header("host", "b.test")
+            .header("x-forwarded-for", "198.51.100.9")
+            .header("x-forwarded-proto", "http")
+            .header("forwarded", "for=198.51.100.9")
+            .body(())
+            .unwrap();
+        let out = request(&req, &ClientFacts::with_trust("192.0.2.7:1".parse().unwrap(), true)).unwrap();
+        let h = out.headers();
+        assert_eq!(h["x-forwarded-for"], "198.51.100.9, 192.0.2.7");
+        assert_eq!(h["x-forwarded-proto"], "http");
+        assert_eq!(h["forwarded"], "for=198.51.100.9, for=192.0.2.7;proto=https;host=\"b.test\"");
+        // Untrusted, the same headers are replaced.
+        let out = request(&req, &client()).unwrap();
+        assert_eq!(out.headers()["x-forwarded-for"], "192.0.2.7");
+        assert_eq!(out.headers()["x-forwarded-proto"], "https");
     }
 
     #[test]
