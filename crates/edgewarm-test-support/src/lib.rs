@@ -398,6 +398,8 @@ pub struct H2Stats {
     pub requests: std::sync::atomic::AtomicUsize,
     /// Every request's headers, in arrival order.
     pub seen: Mutex<Vec<http::HeaderMap>>,
+    /// Connections closed for idleness (`close_idle_after`).
+    pub idle_closes: std::sync::atomic::AtomicUsize,
 }
 
 /// How an HTTP/2 test origin misbehaves.
@@ -463,7 +465,10 @@ pub async fn h2_origin(certs: &Certs, opts: H2Opts) -> (SocketAddr, Arc<H2Stats>
                             std::future::pending::<()>().await;
                             return;
                         }
-                        () = tokio::time::sleep(idle), if opts.close_idle_after.is_some() => return,
+                        () = tokio::time::sleep(idle), if opts.close_idle_after.is_some() => {
+                            st.idle_closes.fetch_add(1, Ordering::Relaxed);
+                            return;
+                        }
                         () = tokio::time::sleep_until(calm_at), if calm.is_some() => {
                             calm = None;
                             conn.abrupt_shutdown(h2::Reason::ENHANCE_YOUR_CALM);

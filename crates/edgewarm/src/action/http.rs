@@ -57,6 +57,9 @@ const MAX_HEADER_BYTES: usize = 64 * 1024;
 const MAX_CLIENT_STREAMS: u32 = 128;
 /// Attempts for a request that never reached the origin.
 const MAX_ATTEMPTS: u32 = 3;
+/// Request bodies up to this size (with a known length) are kept so the request can be sent
+/// again; larger ones stream.
+const MAX_REPLAY_BODY: u64 = 64 * 1024;
 
 pub(crate) async fn serve(
     client: TcpStream,
@@ -364,7 +367,22 @@ impl Shared {
         let head = self.origin_request(&req, rlog)?;
         let body = req.into_body();
         let end_of_stream = hyper::body::Body::is_end_stream(&body);
-        let mut body = Some(body);
+        // A small body of known length is read first and kept, so the request can be sent
+        // again when the origin provably never took it (a large one streams and cannot be).
+        let small = hyper::body::Body::size_hint(&body).exact().is_some_and(|n| n <= MAX_REPLAY_BODY);
+        let (mut body, replay) = if small && !end_of_stream {
+            match body.collect().await {
+                Ok(collected) => (None, Some(collected.to_bytes())),
+                Err(e) => {
+                    rlog.detail = Some(e.to_string());
+                    return Err(error_response(StatusCode::BAD_REQUEST, "incomplete request body\n"));
+                }
+            }
+        } else {
+            (Some(body), None)
+        };
+        // Whether the whole request can be sent again.
+        let resendable = end_of_stream || replay.is_some();
         let mut attempt = 0;
         let (response, slot, upload) = loop {
             attempt += 1;
@@ -377,11 +395,19 @@ impl Shared {
             rlog.origin_conn = Some(sent.conn_id);
             rlog.reused = sent.reused;
             // The body goes up while we wait for the response: an origin may answer early.
-            let upload = match body.take() {
-                Some(b) if !end_of_stream => {
+            let counter = rlog.bytes_up.get_or_insert_with(Arc::default).clone();
+            let conn_total = self.up.clone();
+            let upload = match (&replay, body.take()) {
+                (Some(bytes), _) => {
+                    let (tx, b) = (sent.body, http_body_util::Full::new(bytes.clone()));
+                    Some(Upload(tokio::spawn(async move {
+                        let r = body::send(b, tx, counter.clone()).await;
+                        conn_total.fetch_add(counter.load(Ordering::Relaxed), Ordering::Relaxed);
+                        r
+                    })))
+                }
+                (None, Some(b)) if !end_of_stream => {
                     let tx = sent.body;
-                    let counter = rlog.bytes_up.get_or_insert_with(Arc::default).clone();
-                    let conn_total = self.up.clone();
                     Some(Upload(tokio::spawn(async move {
                         let r = body::send(b, tx, counter.clone()).await;
                         conn_total.fetch_add(counter.load(Ordering::Relaxed), Ordering::Relaxed);
@@ -398,14 +424,14 @@ impl Shared {
                     rlog.detail = Some("origin response timed out".into());
                     return Err(error_response(StatusCode::GATEWAY_TIMEOUT, "origin timed out\n"));
                 }
-                Ok(Err(e)) if upload.is_none() && attempt < MAX_ATTEMPTS && never_processed(&e) => {
+                Ok(Err(e)) if resendable && attempt < MAX_ATTEMPTS && never_processed(&e) => {
                     // The origin refused the stream before doing anything with it: safe to
                     // send again, whatever the method.
                     self.metrics.retry(&self.route);
                     rlog.retries += 1;
                 }
                 Ok(Err(e))
-                    if upload.is_none()
+                    if resendable
                         && attempt < MAX_ATTEMPTS
                         && idempotent(head.method())
                         && (e.is_io() || e.is_go_away()) =>
