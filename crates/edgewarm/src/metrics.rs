@@ -13,6 +13,31 @@ use prometheus_client::registry::Registry;
 
 use crate::error::CloseReason;
 
+/// A closed set of label values: an enum whose variants are the only values the label takes.
+macro_rules! label_enum {
+    ($(#[$doc:meta])* $name:ident { $($variant:ident => $label:literal),+ $(,)? }) => {
+        $(#[$doc])*
+        #[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
+        pub enum $name {
+            $($variant),+
+        }
+
+        impl $name {
+            pub fn label(self) -> &'static str {
+                match self {
+                    $(Self::$variant => $label),+
+                }
+            }
+        }
+
+        impl EncodeLabelValue for $name {
+            fn encode(&self, encoder: &mut LabelValueEncoder) -> Result<(), fmt::Error> {
+                EncodeLabelValue::encode(&self.label(), encoder)
+            }
+        }
+    };
+}
+
 /// A route's name (its SNI pattern): shared, so a label costs a reference count, not a copy.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, PartialOrd, Ord)]
 pub struct RouteName(Arc<str>);
@@ -67,20 +92,11 @@ pub struct ReasonLabel {
     pub reason: CloseReason,
 }
 
-/// Why accept(2) failed: out of descriptors or memory, or one connection's own error.
-#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
-pub enum AcceptError {
-    Resources,
-    Connection,
-}
-
-impl EncodeLabelValue for AcceptError {
-    fn encode(&self, encoder: &mut LabelValueEncoder) -> Result<(), fmt::Error> {
-        let label = match self {
-            Self::Resources => "resources",
-            Self::Connection => "connection",
-        };
-        EncodeLabelValue::encode(&label, encoder)
+label_enum! {
+    /// Why accept(2) failed: out of descriptors or memory, or one connection's own error.
+    AcceptError {
+        Resources => "resources",
+        Connection => "connection",
     }
 }
 
@@ -108,22 +124,12 @@ pub struct PoolLabels {
     pub alpn: String,
 }
 
-/// Why a warm connection was discarded before use.
-#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
-pub enum Discard {
-    /// The origin closed or reset it.
-    Dead,
-    /// The origin sent more than we buffer for an idle connection.
-    Overflow,
-}
-
-impl EncodeLabelValue for Discard {
-    fn encode(&self, encoder: &mut LabelValueEncoder) -> Result<(), fmt::Error> {
-        let label = match self {
-            Self::Dead => "dead",
-            Self::Overflow => "overflow",
-        };
-        EncodeLabelValue::encode(&label, encoder)
+label_enum! {
+    /// Why a warm connection was discarded before use: the origin closed or reset it (`dead`),
+    /// or sent more than we buffer for an idle connection (`overflow`).
+    Discard {
+        Dead => "dead",
+        Overflow => "overflow",
     }
 }
 
@@ -141,31 +147,6 @@ pub struct PoolReason {
     pub origin: String,
     pub alpn: String,
     pub reason: CloseReason,
-}
-
-/// A closed set of label values: an enum whose variants are the only values the label takes.
-macro_rules! label_enum {
-    ($(#[$doc:meta])* $name:ident { $($variant:ident => $label:literal),+ $(,)? }) => {
-        $(#[$doc])*
-        #[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
-        pub enum $name {
-            $($variant),+
-        }
-
-        impl $name {
-            pub fn label(self) -> &'static str {
-                match self {
-                    $(Self::$variant => $label),+
-                }
-            }
-        }
-
-        impl EncodeLabelValue for $name {
-            fn encode(&self, encoder: &mut LabelValueEncoder) -> Result<(), fmt::Error> {
-                EncodeLabelValue::encode(&self.label(), encoder)
-            }
-        }
-    };
 }
 
 label_enum! {

@@ -202,34 +202,42 @@ impl Shared {
         let mut rlog = RequestLog::new(&req, self.client, &self.route);
         if upgrade::is_upgrade(&req) {
             let response = self.upgrade(req, &mut rlog).await;
-            rlog.status = response.status().as_u16();
-            rlog.finish(started, 0, &self.route_metrics);
-            return response;
+            return self.answered(rlog, started, response);
         }
         if let Origin::H1(h1) = &self.origin {
             return self.forward_h1(h1, req, rlog, started).await;
         }
         match self.forward(req, &mut rlog, started).await {
             Ok((parts, recv, slot, upload)) => {
-                let (metrics, down) = (self.route_metrics.clone(), self.down.clone());
                 rlog.status = parts.status.as_u16();
-                let body = OriginBody::new(recv, move |sent| {
-                    // The response is over (or its client gone): an upload still running is
-                    // no longer wanted; stopping it drops the stream's send side, and with the
-                    // receive side gone h2 resets the stream, freeing its place at the origin.
-                    drop(upload);
-                    drop(slot);
-                    down.fetch_add(sent, Ordering::Relaxed);
-                    rlog.finish(started, sent, &metrics);
-                });
+                // An upload still running is no longer wanted: stopping it drops the stream's
+                // send side, and with the receive side gone h2 resets the stream, freeing its
+                // place at the origin.
+                let body = OriginBody::new(recv, self.on_response_end((upload, slot), rlog, started));
                 Response::from_parts(parts, body.map_err(Into::into).boxed())
             }
-            Err(response) => {
-                rlog.status = response.status().as_u16();
-                rlog.finish(started, 0, &self.route_metrics);
-                response
-            }
+            Err(response) => self.answered(rlog, started, response),
         }
+    }
+
+    /// What runs once a forwarded response has ended or its client has gone: `held` (the
+    /// origin stream's place, a pooled connection, an upload) is let go first, then the request
+    /// is counted and its line written.
+    fn on_response_end<H>(&self, held: H, rlog: RequestLog, started: Instant) -> impl FnOnce(u64) + use<H> {
+        let (metrics, down) = (self.route_metrics.clone(), self.down.clone());
+        move |sent| {
+            drop(held);
+            down.fetch_add(sent, Ordering::Relaxed);
+            rlog.finish(started, sent, &metrics);
+        }
+    }
+
+    /// A response edgewarm gives itself (an error, or an upgrade's answer): counted and logged
+    /// now.
+    fn answered(&self, mut rlog: RequestLog, started: Instant, response: Response<Body>) -> Response<Body> {
+        rlog.status = response.status().as_u16();
+        rlog.finish(started, 0, &self.route_metrics);
+        response
     }
 
     /// The request as the origin should get it, or the answer to give the client instead: 400
@@ -335,20 +343,11 @@ impl Shared {
                 rlog.status = response.status().as_u16();
                 let (mut parts, body) = response.into_parts();
                 forward::response_headers(&mut parts.headers);
-                let (metrics, down) = (self.route_metrics.clone(), self.down.clone());
-                let body = upstream_body::OnEnd::new(body, move |sent| {
-                    // The connection goes back to the pool now that its response is over.
-                    drop(lease);
-                    down.fetch_add(sent, Ordering::Relaxed);
-                    rlog.finish(started, sent, &metrics);
-                });
+                // The connection goes back to the pool when the response is over.
+                let body = upstream_body::OnEnd::new(body, self.on_response_end(lease, rlog, started));
                 Response::from_parts(parts, body.map_err(Into::into).boxed())
             }
-            Err(response) => {
-                rlog.status = response.status().as_u16();
-                rlog.finish(started, 0, &self.route_metrics);
-                response
-            }
+            Err(response) => self.answered(rlog, started, response),
         }
     }
 
