@@ -9,7 +9,8 @@ use std::collections::HashMap;
 use std::sync::{Arc, OnceLock};
 
 use crate::config::{
-    sni_pattern, ActionConfig, Config, ConfigError, OriginAddr, PoolConfig, ProxyVersion, UpstreamConfig,
+    self, sni_pattern, ActionConfig, Config, ConfigError, OriginAddr, PoolConfig, ProxyVersion, TerminateConfig,
+    UpstreamConfig,
 };
 use crate::metrics::{Metrics, RouteMetrics, RouteName};
 use crate::pool::TlsPool;
@@ -141,6 +142,14 @@ impl RouteTable {
                 OriginAddr::parse(text.as_deref().unwrap_or_default())
                     .map_err(|m| ConfigError::invalid(key("origin"), m))
             };
+            // Both sides' TLS of a route that terminates it (prewarm, http).
+            let terminating = |tls: &TerminateConfig, origin_tls: &config::OriginTls, addr: &Option<String>| {
+                let client =
+                    ClientTls::new(tls, &name, resumption).map_err(|(field, m)| ConfigError::invalid(key(field), m))?;
+                let origin = OriginTls::new(origin_tls, &name, origin(addr)?)
+                    .map_err(|(field, m)| ConfigError::invalid(key(field), m))?;
+                Ok::<_, ConfigError>((client, origin))
+            };
             let action = match &r.action {
                 ActionConfig::Reject => RouteAction::Reject,
                 ActionConfig::Tunnel(t) => RouteAction::Tunnel(TunnelRoute {
@@ -148,23 +157,25 @@ impl RouteTable {
                     fastopen: t.origin_tcp_fastopen,
                     proxy_protocol: t.origin_proxy_protocol,
                 }),
-                ActionConfig::Prewarm(p) => RouteAction::Prewarm(Box::new(PrewarmRoute {
-                    client: ClientTls::new(&p.tls, &name, resumption)
-                        .map_err(|(field, m)| ConfigError::invalid(key(field), m))?,
-                    origin: OriginTls::new(&p.origin_tls, &name, origin(&p.origin)?)
-                        .map_err(|(field, m)| ConfigError::invalid(key(field), m))?,
-                    pool: p.pool.clone(),
-                    pools: OnceLock::new(),
-                })),
-                ActionConfig::Http(h) => RouteAction::Http(Box::new(HttpRoute {
-                    client: ClientTls::new(&h.tls, &name, resumption)
-                        .map_err(|(field, m)| ConfigError::invalid(key(field), m))?,
-                    origin: OriginTls::new(&h.origin_tls, &name, origin(&h.origin)?)
-                        .map_err(|(field, m)| ConfigError::invalid(key(field), m))?,
-                    upstream: h.upstream.clone(),
-                    origins: OnceLock::new(),
-                    h1: OnceLock::new(),
-                })),
+                ActionConfig::Prewarm(p) => {
+                    let (client, origin) = terminating(&p.tls, &p.origin_tls, &p.origin)?;
+                    RouteAction::Prewarm(Box::new(PrewarmRoute {
+                        client,
+                        origin,
+                        pool: p.pool.clone(),
+                        pools: OnceLock::new(),
+                    }))
+                }
+                ActionConfig::Http(h) => {
+                    let (client, origin) = terminating(&h.tls, &h.origin_tls, &h.origin)?;
+                    RouteAction::Http(Box::new(HttpRoute {
+                        client,
+                        origin,
+                        upstream: h.upstream.clone(),
+                        origins: OnceLock::new(),
+                        h1: OnceLock::new(),
+                    }))
+                }
             };
             // The no-SNI route's label must be visible in metrics and logs.
             let label = RouteName::new(if name.is_empty() { NO_SNI } else { &name });

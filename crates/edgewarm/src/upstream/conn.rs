@@ -187,12 +187,16 @@ impl Conn {
         self.active.load(Ordering::Relaxed)
     }
 
+    /// Not retiring, and below the origin's stream limit.
+    pub(crate) fn has_room(&self) -> bool {
+        !self.retiring() && self.with_send(|s| self.active_streams() < s.current_max_send_streams()).unwrap_or(false)
+    }
+
     /// Take a stream place if the connection is below the origin's
     /// `SETTINGS_MAX_CONCURRENT_STREAMS`. The upstream calls this under its lock, so two
     /// requests can never both take the last place.
     pub(crate) fn try_reserve(&self) -> Option<Slot> {
-        let max = self.with_send(|s| s.current_max_send_streams())?;
-        if self.retiring() || self.active_streams() >= max {
+        if !self.has_room() {
             return None;
         }
         self.active.fetch_add(1, Ordering::Relaxed);

@@ -322,9 +322,12 @@ impl Upstream {
             let (best, open) = {
                 let mut st = self.state();
                 // Least loaded first; the reservation is taken under the lock.
-                let mut candidates: Vec<&Arc<Conn>> = st.conns.iter().filter(|c| !c.retiring()).collect();
-                candidates.sort_by_key(|c| c.active_streams());
-                let best = candidates.iter().find_map(|c| Some(((*c).clone(), c.try_reserve()?)));
+                let best = st
+                    .conns
+                    .iter()
+                    .filter(|c| c.has_room())
+                    .min_by_key(|c| c.active_streams())
+                    .and_then(|c| Some((c.clone(), c.try_reserve()?)));
                 let total = st.conns.iter().filter(|c| !c.retiring()).count() + st.opening;
                 // Open another connection only if none is being opened (it will have room:
                 // at start-up every early request would otherwise open its own), the origin is
