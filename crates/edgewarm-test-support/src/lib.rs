@@ -430,69 +430,57 @@ pub struct H2Opts {
 /// answers `hello <path>`. Each response carries `x-origin-conn` (which connection).
 pub async fn h2_origin(certs: &Certs, opts: H2Opts) -> (SocketAddr, Arc<H2Stats>) {
     use std::sync::atomic::Ordering;
-    let acceptor = certs.acceptor_with_alpn(&[b"h2"]);
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    let stats = Arc::new(H2Stats::default());
-    let st = stats.clone();
-    tokio::spawn(async move {
-        loop {
-            let Ok((tcp, _)) = listener.accept().await else { return };
-            // As real origins do: without it, small WINDOW_UPDATE frames wait on Nagle.
-            let _ = tcp.set_nodelay(true);
-            let n = st.connections.fetch_add(1, Ordering::Relaxed);
-            let (acceptor, st, opts) = (acceptor.clone(), st.clone(), opts.clone());
-            tokio::spawn(async move {
-                let Ok(tls) = acceptor.accept(tcp).await else { return };
-                let mut builder = h2::server::Builder::new();
-                builder.initial_window_size(4 << 20).initial_connection_window_size(16 << 20);
-                if let Some(m) = opts.max_streams {
-                    builder.max_concurrent_streams(m);
-                }
-                let Ok(mut conn) = builder.handshake::<_, bytes::Bytes>(tls).await else { return };
-                let mut streams = 0;
-                let freeze = opts.freeze_first_after.filter(|_| n == 0);
-                let freeze_at = tokio::time::Instant::now() + freeze.unwrap_or(Duration::from_secs(3600));
-                let mut calm = opts.calm_first_after.filter(|_| n == 0);
-                let calm_at = tokio::time::Instant::now() + calm.unwrap_or(Duration::from_secs(3600));
-                loop {
-                    let idle = opts.close_idle_after.unwrap_or(Duration::from_secs(3600));
-                    let next = tokio::select! {
-                        next = conn.accept() => next,
-                        () = tokio::time::sleep_until(freeze_at), if freeze.is_some() => {
-                            // Hold the connection without polling it: nothing is read or sent.
-                            let _held = conn;
-                            std::future::pending::<()>().await;
-                            return;
-                        }
-                        () = tokio::time::sleep(idle), if opts.close_idle_after.is_some() => {
-                            st.idle_closes.fetch_add(1, Ordering::Relaxed);
-                            return;
-                        }
-                        () = tokio::time::sleep_until(calm_at), if calm.is_some() => {
-                            calm = None;
-                            conn.abrupt_shutdown(h2::Reason::ENHANCE_YOUR_CALM);
-                            continue;
-                        }
-                    };
-                    let Some(next) = next else { return };
-                    let Ok((req, respond)) = next else { return };
-                    if streams == 0 && n < opts.drop_first_request_on {
-                        st.requests.fetch_add(1, Ordering::Relaxed);
+    tls_origin_loop(certs.acceptor_with_alpn(&[b"h2"]), move |tls, n, st| {
+        let opts = opts.clone();
+        async move {
+            let mut builder = h2::server::Builder::new();
+            builder.initial_window_size(4 << 20).initial_connection_window_size(16 << 20);
+            if let Some(m) = opts.max_streams {
+                builder.max_concurrent_streams(m);
+            }
+            let Ok(mut conn) = builder.handshake::<_, bytes::Bytes>(tls).await else { return };
+            let mut streams = 0;
+            let freeze = opts.freeze_first_after.filter(|_| n == 0);
+            let freeze_at = tokio::time::Instant::now() + freeze.unwrap_or(Duration::from_secs(3600));
+            let mut calm = opts.calm_first_after.filter(|_| n == 0);
+            let calm_at = tokio::time::Instant::now() + calm.unwrap_or(Duration::from_secs(3600));
+            loop {
+                let idle = opts.close_idle_after.unwrap_or(Duration::from_secs(3600));
+                let next = tokio::select! {
+                    next = conn.accept() => next,
+                    () = tokio::time::sleep_until(freeze_at), if freeze.is_some() => {
+                        // Hold the connection without polling it: nothing is read or sent.
+                        let _held = conn;
+                        std::future::pending::<()>().await;
                         return;
                     }
-                    streams += 1;
-                    st.requests.fetch_add(1, Ordering::Relaxed);
-                    st.seen.lock().unwrap().push(req.headers().clone());
-                    tokio::spawn(h2_answer(req, respond, n));
-                    if opts.goaway_after == Some(streams) {
-                        conn.graceful_shutdown();
+                    () = tokio::time::sleep(idle), if opts.close_idle_after.is_some() => {
+                        st.idle_closes.fetch_add(1, Ordering::Relaxed);
+                        return;
                     }
+                    () = tokio::time::sleep_until(calm_at), if calm.is_some() => {
+                        calm = None;
+                        conn.abrupt_shutdown(h2::Reason::ENHANCE_YOUR_CALM);
+                        continue;
+                    }
+                };
+                let Some(next) = next else { return };
+                let Ok((req, respond)) = next else { return };
+                if streams == 0 && n < opts.drop_first_request_on {
+                    st.requests.fetch_add(1, Ordering::Relaxed);
+                    return;
                 }
-            });
+                streams += 1;
+                st.requests.fetch_add(1, Ordering::Relaxed);
+                st.seen.lock().unwrap().push(req.headers().clone());
+                tokio::spawn(h2_answer(req, respond, n));
+                if opts.goaway_after == Some(streams) {
+                    conn.graceful_shutdown();
+                }
+            }
         }
-    });
-    (addr, stats)
+    })
+    .await
 }
 
 async fn h2_answer(
@@ -732,33 +720,47 @@ pub async fn upgrade_echo_origin(certs: &Certs) -> SocketAddr {
 pub async fn h1_origin(certs: &Certs) -> (SocketAddr, Arc<H2Stats>) {
     use http_body_util::BodyExt;
     use std::sync::atomic::Ordering;
-    let acceptor = certs.acceptor_with_alpn(&[b"http/1.1"]);
+    tls_origin_loop(certs.acceptor_with_alpn(&[b"http/1.1"]), |tls, _, st| async move {
+        let service = hyper::service::service_fn(move |req: http::Request<hyper::body::Incoming>| {
+            let st = st.clone();
+            async move {
+                st.requests.fetch_add(1, Ordering::Relaxed);
+                st.seen.lock().unwrap().push(req.headers().clone());
+                let path = req.uri().path().to_string();
+                let body = req.into_body().collect().await?.to_bytes();
+                let reply = if path == "/echo" { body } else { bytes::Bytes::from(format!("hello {path}")) };
+                Ok::<_, hyper::Error>(http::Response::new(http_body_util::Full::new(reply)))
+            }
+        });
+        let _ = hyper::server::conn::http1::Builder::new()
+            .serve_connection(hyper_util::rt::TokioIo::new(tls), service)
+            .await;
+    })
+    .await
+}
+
+/// Accept TLS connections on 127.0.0.1 (TCP_NODELAY, as real origins set: without it small
+/// frames wait on Nagle), count them, and run `serve(tls, connection number, stats)` for each.
+async fn tls_origin_loop<F, Fut>(acceptor: TlsAcceptor, serve: F) -> (SocketAddr, Arc<H2Stats>)
+where
+    F: Fn(tokio_rustls::server::TlsStream<TcpStream>, usize, Arc<H2Stats>) -> Fut + Send + Sync + 'static,
+    Fut: std::future::Future<Output = ()> + Send + 'static,
+{
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let stats = Arc::new(H2Stats::default());
     let st = stats.clone();
+    let serve = Arc::new(serve);
     tokio::spawn(async move {
         loop {
             let Ok((tcp, _)) = listener.accept().await else { return };
             let _ = tcp.set_nodelay(true);
-            st.connections.fetch_add(1, Ordering::Relaxed);
-            let (acceptor, st) = (acceptor.clone(), st.clone());
+            let n = st.connections.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            let (acceptor, st, serve) = (acceptor.clone(), st.clone(), serve.clone());
             tokio::spawn(async move {
-                let Ok(tls) = acceptor.accept(tcp).await else { return };
-                let service = hyper::service::service_fn(move |req: http::Request<hyper::body::Incoming>| {
-                    let st = st.clone();
-                    async move {
-                        st.requests.fetch_add(1, Ordering::Relaxed);
-                        st.seen.lock().unwrap().push(req.headers().clone());
-                        let path = req.uri().path().to_string();
-                        let body = req.into_body().collect().await?.to_bytes();
-                        let reply = if path == "/echo" { body } else { bytes::Bytes::from(format!("hello {path}")) };
-                        Ok::<_, hyper::Error>(http::Response::new(http_body_util::Full::new(reply)))
-                    }
-                });
-                let _ = hyper::server::conn::http1::Builder::new()
-                    .serve_connection(hyper_util::rt::TokioIo::new(tls), service)
-                    .await;
+                if let Ok(tls) = acceptor.accept(tcp).await {
+                    serve(tls, n, st).await;
+                }
             });
         }
     });
