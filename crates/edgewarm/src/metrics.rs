@@ -168,6 +168,7 @@ label_enum! {
         NoConnection => "no_connection",
         Timeout => "timeout",
         OriginError => "origin_error",
+        BodyTooLarge => "body_too_large",
     }
 }
 

@@ -693,3 +693,49 @@ async fn a_minute_of_requests_through_a_churning_origin() {
     assert!(stats.connections.load(Ordering::Relaxed) >= 40);
     edge.stop().await;
 }
+
+/// `max_request_body`: a body declared larger gets a 413 before any of it is read or anything
+/// reaches the origin; a chunked body that grows past the limit is cut off there with a 413
+/// (its origin stream reset, or its HTTP/1.1 origin connection dropped); smaller bodies pass.
+#[tokio::test]
+async fn bodies_over_the_limit_get_413() {
+    use tokio::io::AsyncWriteExt;
+    let fx = fixture();
+    let (h2, h2_stats) = h2_origin(&fx.origin, H2Opts::default()).await;
+    let (h1, h1_stats) = h1_origin(&fx.origin).await;
+    for (origin, stats, extra) in [
+        (h2, h2_stats, "    max_request_body: 64KiB\n"),
+        (h1, h1_stats, "    max_request_body: 64KiB\n    upstream: {protocol: http/1.1}\n"),
+    ] {
+        let edge = edge(&fx.route(origin, extra), "", "").await;
+        for h2 in [true, false] {
+            let mut client = HttpClient::connect(&fx.edge, edge.addr, "b.test", h2).await.unwrap();
+            let (head, _) = client.send("POST", "b.test", "/echo", &[], vec![1; 100_000]).await.unwrap();
+            assert_eq!(head.status, 413, "declared length over the limit (h2 {h2})");
+        }
+        assert_eq!(stats.requests.load(Ordering::Relaxed), 0, "refused before reaching the origin");
+        let mut client = HttpClient::connect(&fx.edge, edge.addr, "b.test", true).await.unwrap();
+        let (head, body) = client.send("POST", "b.test", "/echo", &[], vec![2; 60_000]).await.unwrap();
+        assert_eq!((head.status.as_u16(), body.len()), (200, 60_000));
+
+        // Chunked: no length up front, so the body goes out until it passes the limit.
+        let (mut tls, _) = tls_client(&fx.edge, edge.addr, "b.test", &["http/1.1"]).await.unwrap();
+        tls.write_all(b"POST /echo HTTP/1.1\r\nhost: b.test\r\ntransfer-encoding: chunked\r\n\r\n").await.unwrap();
+        let chunk = format!("4000\r\n{}\r\n", "c".repeat(0x4000));
+        for _ in 0..8 {
+            if tls.write_all(chunk.as_bytes()).await.is_err() {
+                break;
+            }
+        }
+        let _ = tls.write_all(b"0\r\n\r\n").await;
+        let mut answer = vec![0; 64];
+        let n = tokio::io::AsyncReadExt::read(&mut tls, &mut answer).await.unwrap();
+        let answer = String::from_utf8_lossy(&answer[..n]);
+        assert!(answer.starts_with("HTTP/1.1 413"), "chunked over the limit: {answer}");
+        assert_eq!(
+            edge.metric("edgewarm_http_errors_total", &[("route", "b.test"), ("reason", "body_too_large")]),
+            3.0
+        );
+        edge.stop().await;
+    }
+}

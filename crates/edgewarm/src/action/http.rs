@@ -42,9 +42,9 @@ use crate::route::RouteAction;
 use crate::snapshot::Snapshot;
 use crate::transport::idle::IdleTimeout;
 use crate::upstream::body as upstream_body;
-use crate::upstream::body::{self, OriginBody};
+use crate::upstream::body::{self, Capped, OriginBody};
 use crate::upstream::conn::Slot;
-use crate::upstream::h1::H1Upstream;
+use crate::upstream::h1::{H1Upstream, Lease};
 use crate::upstream::{forward, upgrade, Upstream};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
@@ -94,6 +94,7 @@ pub(crate) async fn serve(
         route_metrics: Arc::new(ctx.metrics.http.for_route(&ctx.route.name)),
         facts: forward::ClientFacts::with_trust(peer, ctx.trust_forwarded),
         origin_response: ctx.snapshot.timeouts.origin_response,
+        max_body: route.max_request_body.unwrap_or(u64::MAX),
         up: Arc::default(),
         down: Arc::default(),
         upgrades: TaskTracker::new(),
@@ -186,6 +187,8 @@ struct Shared {
     /// X-Forwarded-For and Forwarded values for this client, built once.
     facts: forward::ClientFacts,
     origin_response: Duration,
+    /// `max_request_body` (u64::MAX when unset).
+    max_body: u64,
     /// Body bytes of every request on this connection, for its own log line.
     up: Arc<AtomicU64>,
     down: Arc<AtomicU64>,
@@ -204,8 +207,25 @@ impl Shared {
             let response = self.upgrade(req, &mut rlog).await;
             return self.answered(rlog, started, response);
         }
+        // A body declared larger than allowed is refused before any of it is read; one that
+        // grows past the limit (chunked, or HTTP/2 without content-length) is cut off there.
+        let declared = hyper::body::Body::size_hint(req.body()).exact();
+        if declared.is_some_and(|n| n > self.max_body) {
+            return self.too_large(rlog, started);
+        }
+        let req = req.map(|b| Capped::new(b, self.max_body));
+        let tripped = req.body().tripped();
         if let Origin::H1(h1) = &self.origin {
-            return self.forward_h1(h1, req, rlog, started).await;
+            return match self.forward_h1(h1, req, &mut rlog, started).await {
+                Ok((response, lease)) => {
+                    let (parts, body) = response.into_parts();
+                    // The connection goes back to the pool when the response is over.
+                    let body = upstream_body::OnEnd::new(body, self.on_response_end(lease, rlog, started));
+                    Response::from_parts(parts, body.map_err(Into::into).boxed())
+                }
+                Err(_) if tripped.load(Ordering::Relaxed) => self.too_large(rlog, started),
+                Err(response) => self.answered(rlog, started, response),
+            };
         }
         match self.forward(req, &mut rlog, started).await {
             Ok((parts, recv, slot, upload)) => {
@@ -216,8 +236,16 @@ impl Shared {
                 let body = OriginBody::new(recv, self.on_response_end((upload, slot), rlog, started));
                 Response::from_parts(parts, body.map_err(Into::into).boxed())
             }
+            Err(_) if tripped.load(Ordering::Relaxed) => self.too_large(rlog, started),
             Err(response) => self.answered(rlog, started, response),
         }
+    }
+
+    /// 413: the request's body is larger than `max_request_body`.
+    fn too_large(&self, mut rlog: RequestLog, started: Instant) -> Response<Body> {
+        self.metrics.error(&self.route, HttpError::BodyTooLarge);
+        rlog.detail = Some(format!("request body over max_request_body ({} bytes)", self.max_body));
+        self.answered(rlog, started, error_response(StatusCode::PAYLOAD_TOO_LARGE, "request body too large\n"))
     }
 
     /// What runs once a forwarded response has ended or its client has gone: `held` (the
@@ -297,17 +325,19 @@ impl Shared {
         }
     }
 
-    /// One request to an HTTP/1.1 origin, on a pooled keep-alive connection; the connection
-    /// goes back to the pool when the response body has ended.
+    /// One request to an HTTP/1.1 origin, on a pooled keep-alive connection, which goes back
+    /// to the pool when the response body has ended (the lease is held until then).
+    // The error is the response to send (or a 413 in its place), used at once.
+    #[allow(clippy::result_large_err)]
     async fn forward_h1(
         &self,
         h1: &Arc<H1Upstream>,
-        req: Request<Incoming>,
-        mut rlog: RequestLog,
+        req: Request<Capped<Incoming>>,
+        rlog: &mut RequestLog,
         started: Instant,
-    ) -> Response<Body> {
+    ) -> Result<(Response<Incoming>, Lease), Response<Body>> {
         let response = async {
-            let head = self.origin_request(&req, &mut rlog)?;
+            let head = self.origin_request(&req, rlog)?;
             let authority = head.uri().authority().map(|a| a.as_str().to_string()).unwrap_or_default();
             let path = head.uri().path_and_query().map_or("/", |p| p.as_str()).to_string();
             let counter = rlog.bytes_up.get_or_insert_with(Arc::default).clone();
@@ -336,26 +366,19 @@ impl Shared {
             }
         }
         .await;
-        match response {
-            Ok((response, lease)) => {
-                rlog.ttfb = Some(started.elapsed());
-                rlog.reused = lease.reused;
-                rlog.status = response.status().as_u16();
-                let (mut parts, body) = response.into_parts();
-                forward::response_headers(&mut parts.headers);
-                // The connection goes back to the pool when the response is over.
-                let body = upstream_body::OnEnd::new(body, self.on_response_end(lease, rlog, started));
-                Response::from_parts(parts, body.map_err(Into::into).boxed())
-            }
-            Err(response) => self.answered(rlog, started, response),
-        }
+        let (mut response, lease) = response?;
+        rlog.ttfb = Some(started.elapsed());
+        rlog.reused = lease.reused;
+        rlog.status = response.status().as_u16();
+        forward::response_headers(response.headers_mut());
+        Ok((response, lease))
     }
 
     /// Send the request to the origin and return its response head and body stream, or the
     /// error response to give the client.
     async fn forward(
         &self,
-        req: Request<Incoming>,
+        req: Request<Capped<Incoming>>,
         rlog: &mut RequestLog,
         started: Instant,
     ) -> Result<(http::response::Parts, h2::RecvStream, Slot, Option<Upload>), Response<Body>> {

@@ -8,6 +8,7 @@
 
 mod duration;
 mod route;
+mod size;
 mod validate;
 
 use std::net::SocketAddr;

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
-use super::{duration, OriginTls, PoolConfig, TlsVersion};
+use super::{duration, size, OriginTls, PoolConfig, TlsVersion};
 
 #[derive(Debug, Clone, Deserialize)]
 #[serde(from = "RouteFile")]
@@ -87,6 +87,9 @@ pub struct HttpConfig {
     /// The TLS client side towards the origin (ALPN `h2`).
     pub origin_tls: OriginTls,
     pub upstream: UpstreamConfig,
+    /// Request bodies larger than this are refused with 413 (none by default, like HAProxy;
+    /// nginx's default is 1 MiB).
+    pub max_request_body: Option<u64>,
 }
 
 /// The standing origin connections of an `http` route.
@@ -181,6 +184,8 @@ struct RouteFile {
     upstream: Option<UpstreamConfig>,
     #[serde(default)]
     origin_proxy_protocol: Option<ProxyVersion>,
+    #[serde(default, deserialize_with = "size::deserialize_opt")]
+    max_request_body: Option<u64>,
 }
 
 impl From<RouteFile> for RouteConfig {
@@ -195,7 +200,10 @@ impl From<RouteFile> for RouteConfig {
         let first_terminating =
             terminating.iter().find(|(_, set)| *set).map(|(k, _)| (*k, "only for actions prewarm and http"));
         let pool = r.pool.is_some().then_some(("pool", "only for action prewarm"));
-        let upstream = r.upstream.is_some().then_some(("upstream", "only for action http"));
+        let upstream = r.upstream.is_some().then_some(("upstream", "only for action http")).or(r
+            .max_request_body
+            .is_some()
+            .then_some(("max_request_body", "only for action http: other actions do not see requests")));
         let proxy_protocol = r.origin_proxy_protocol.is_some().then_some((
             "origin_proxy_protocol",
             "only for action tunnel: prewarm and http origin connections exist before the client \
@@ -249,6 +257,7 @@ impl From<RouteFile> for RouteConfig {
                     tls,
                     origin_tls: r.origin_tls.clone().unwrap_or_default(),
                     upstream: r.upstream.clone().unwrap_or_default(),
+                    max_request_body: r.max_request_body,
                 };
                 (ActionConfig::Http(Box::new(http)), fastopen_prewarm.or(pool).or(proxy_protocol))
             }

@@ -35,6 +35,8 @@ pub struct HttpRoute {
     /// How to reach and verify the origin (ALPN `h2`).
     pub origin: OriginTls,
     pub upstream: UpstreamConfig,
+    /// Request bodies beyond this many bytes get a 413.
+    pub max_request_body: Option<u64>,
     /// Attached by the server before the snapshot is published, like a prewarm route's pools.
     origins: OnceLock<Arc<Upstream>>,
     /// The keep-alive pool instead, for `upstream.protocol: http/1.1`.
@@ -172,6 +174,7 @@ impl RouteTable {
                         client,
                         origin,
                         upstream: h.upstream.clone(),
+                        max_request_body: h.max_request_body,
                         origins: OnceLock::new(),
                         h1: OnceLock::new(),
                     }))
