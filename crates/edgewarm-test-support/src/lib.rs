@@ -715,8 +715,8 @@ pub async fn upgrade_echo_origin(certs: &Certs) -> SocketAddr {
 }
 
 /// An HTTP/1.1-only origin over TLS (hyper, keep-alive; no ALPN h2), counting connections and
-/// requests in the same [`H2Stats`]: `/echo` answers with the request body, any other path
-/// `hello <path>`.
+/// requests in the same [`H2Stats`]: `/echo` answers with the request body, `/delay` answers
+/// after 300 ms, any other path `hello <path>`.
 pub async fn h1_origin(certs: &Certs) -> (SocketAddr, Arc<H2Stats>) {
     use http_body_util::BodyExt;
     use std::sync::atomic::Ordering;
@@ -728,6 +728,9 @@ pub async fn h1_origin(certs: &Certs) -> (SocketAddr, Arc<H2Stats>) {
                 st.seen.lock().unwrap().push(req.headers().clone());
                 let path = req.uri().path().to_string();
                 let body = req.into_body().collect().await?.to_bytes();
+                if path == "/delay" {
+                    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+                }
                 let reply = if path == "/echo" { body } else { bytes::Bytes::from(format!("hello {path}")) };
                 Ok::<_, hyper::Error>(http::Response::new(http_body_util::Full::new(reply)))
             }

@@ -87,7 +87,7 @@ impl Server {
         let metrics = Arc::new(Metrics::new());
         let pools = Arc::new(Pools::new(metrics.clone()));
         let upstreams = Arc::new(Upstreams::new(metrics.clone()));
-        snapshot.attach_pools(&pools, &upstreams, &metrics);
+        snapshot.attach_pools(&pools, &upstreams);
         let (snapshot, receiver) = watch::channel(snapshot);
         let listeners = Arc::new(Context {
             metrics: metrics.clone(),
@@ -159,7 +159,7 @@ impl Server {
         *bound = config.clone();
         self.resolver.set_ttl(config.dns.cache_ttl);
         // Pools first: a connection that sees the new snapshot must find its pools.
-        snapshot.attach_pools(&self.pools, &self.upstreams, &self.metrics);
+        snapshot.attach_pools(&self.pools, &self.upstreams);
         self.snapshot.send_replace(Arc::new(snapshot));
         Ok(())
     }

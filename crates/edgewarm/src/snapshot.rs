@@ -9,7 +9,6 @@ use std::sync::Arc;
 use tokio_rustls::TlsConnector;
 
 use crate::config::{Config, ConfigError, RelayMode, Timeouts, UpstreamProtocol};
-use crate::metrics::{Metrics, PoolLabels};
 use crate::pool::dial::TlsDial;
 use crate::pool::registry::{Pools, Wanted};
 use crate::pool::Settings;
@@ -18,7 +17,6 @@ use crate::route::RouteTable;
 use crate::tls::client::Resumption;
 use crate::tls::origin::OriginTls;
 use crate::transport::Resolver;
-use crate::upstream::h1::H1Upstream;
 use crate::upstream::registry::{self as upstream_registry, Upstreams};
 
 #[derive(Debug)]
@@ -49,7 +47,7 @@ impl Snapshot {
     /// Start, resize or retire the server's pools to match this snapshot's `prewarm` routes and
     /// give each route its pools. Runs before the snapshot is published, so a connection that
     /// sees this snapshot finds its route's pools in place.
-    pub(crate) fn attach_pools(&self, pools: &Pools, upstreams: &Upstreams, metrics: &Arc<Metrics>) {
+    pub(crate) fn attach_pools(&self, pools: &Pools, upstreams: &Upstreams) {
         let mut wanted = Vec::new();
         for (name, route) in self.routes.prewarm_routes() {
             for alpn in route.pool_alpns() {
@@ -60,7 +58,7 @@ impl Snapshot {
                 });
             }
         }
-        self.attach_upstreams(upstreams, metrics);
+        self.attach_upstreams(upstreams);
         let started = pools.sync(wanted);
         for (_, route) in self.routes.prewarm_routes() {
             let mine = route
@@ -72,26 +70,15 @@ impl Snapshot {
     }
 
     /// The same for `http` routes' standing origin connections (ALPN `h2` toward the origin).
-    fn attach_upstreams(&self, upstreams: &Upstreams, metrics: &Arc<Metrics>) {
-        let mut wanted = Vec::new();
+    fn attach_upstreams(&self, upstreams: &Upstreams) {
+        let (mut wanted, mut wanted_h1) = (Vec::new(), Vec::new());
         for (name, route) in self.routes.http_routes() {
-            if route.upstream.protocol == UpstreamProtocol::Http11 {
-                // A pool of this snapshot's own (see `upstream::h1`); no ALPN offered, so the
-                // origin speaks HTTP/1.1.
-                let dial = self.dial(&route.origin, None);
-                let labels =
-                    PoolLabels { route: name.clone(), origin: dial.key.origin.to_string(), alpn: "http/1.1".into() };
-                route.attach_h1(H1Upstream::start(
-                    dial,
-                    labels,
-                    route.upstream.clone(),
-                    self.timeouts.connect,
-                    metrics.clone(),
-                ));
-                continue;
-            }
-            let alpn = Some(&b"h2"[..]);
-            wanted.push(upstream_registry::Wanted {
+            // HTTP/1.1 origins: no ALPN offered, so the origin speaks HTTP/1.1.
+            let (list, alpn) = match route.upstream.protocol {
+                UpstreamProtocol::Http11 => (&mut wanted_h1, None),
+                UpstreamProtocol::H2 => (&mut wanted, Some(&b"h2"[..])),
+            };
+            list.push(upstream_registry::Wanted {
                 route: name.clone(),
                 dial: self.dial(&route.origin, alpn),
                 settings: route.upstream.clone(),
@@ -99,9 +86,13 @@ impl Snapshot {
             });
         }
         let started = upstreams.sync(wanted);
+        let started_h1 = upstreams.sync_h1(wanted_h1);
         for (_, route) in self.routes.http_routes() {
             if let Some(u) = started.get(&route.origin.key(Some(b"h2"))) {
                 route.attach_upstream(u.clone());
+            }
+            if let Some(u) = started_h1.get(&route.origin.key(None)) {
+                route.attach_h1(u.clone());
             }
         }
     }

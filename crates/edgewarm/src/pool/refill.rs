@@ -97,7 +97,7 @@ impl<D: Dial> Pool<D> {
                 if matches!(e, WarmError::AlpnMismatch { .. }) {
                     st.alpn_refused = true;
                 }
-                let wait = st.backoff.failed(jitter());
+                let wait = st.backoff.failed(super::sizing::jitter());
                 st.retry_at = Some(Instant::now() + wait);
                 let l = &self.labels;
                 let label = PoolReason {
@@ -111,13 +111,4 @@ impl<D: Dial> Pool<D> {
         }
         result
     }
-}
-
-/// A number in [0, 1) for backoff jitter. Not for cryptography: std's randomly keyed hasher
-/// over the time is plenty to keep edges from retrying in lockstep.
-fn jitter() -> f64 {
-    use std::hash::{BuildHasher, Hasher};
-    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
-    h.write_u128(std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default().as_nanos());
-    (h.finish() >> 11) as f64 / (1u64 << 53) as f64
 }

@@ -98,6 +98,53 @@ impl Demand {
     }
 }
 
+/// How many keep-alive connections an HTTP/1.1 origin pool should hold.
+///
+/// A keep-alive connection is reused, so what decides whether a request waits for a handshake
+/// is not the arrival rate but how many requests are in flight at once: the pool needs as many
+/// connections as the busiest moment. Each period's peak of leased connections is folded in
+/// the way [`Demand`] folds rates (a higher peak at once, a lower one through the same slow
+/// decay), and the target adds `√peak` plus one for the peaks between samples:
+///
+/// ```text
+/// target = clamp(min, max, ceil(p + √p) + 1)     p = smoothed peak of connections in use
+/// ```
+///
+/// With no request in flight for a while the pool falls back to `min`.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Concurrency {
+    /// Smoothed peak of connections in use.
+    pub level: f64,
+    /// The running period's peak so far.
+    peak: usize,
+}
+
+impl Concurrency {
+    /// `n` connections are in use now.
+    pub(crate) fn in_use(&mut self, n: usize) {
+        self.peak = self.peak.max(n);
+    }
+
+    /// End of a period; `now` connections are in use as the next one starts.
+    pub(crate) fn tick(&mut self, now: usize) {
+        let sample = self.peak as f64;
+        self.peak = now;
+        self.level = if sample >= self.level { sample } else { self.level + DECAY * (sample - self.level) };
+        if self.level < 0.05 {
+            self.level = 0.0;
+        }
+    }
+
+    /// Connections to hold, idle and in use together.
+    pub(crate) fn target(&self, min: usize, max: usize) -> usize {
+        let p = self.level.max(self.peak as f64);
+        if p == 0.0 {
+            return min.min(max);
+        }
+        ((p + p.sqrt()).ceil() as usize + 1).clamp(min.min(max), max)
+    }
+}
+
 /// Exponential backoff with jitter for a failing origin: 100 ms doubling to 30 s, each wait
 /// drawn from [½, 1½] of the nominal so many edges do not retry in lockstep.
 #[derive(Debug, Default, Clone)]
@@ -126,6 +173,15 @@ impl Backoff {
     pub(crate) fn failing(&self) -> bool {
         self.failures >= 2
     }
+}
+
+/// A number in [0, 1) for backoff jitter. Not for cryptography: std's randomly keyed hasher
+/// over the time is plenty to keep edges from retrying in lockstep.
+pub(crate) fn jitter() -> f64 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u128(std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default().as_nanos());
+    (h.finish() >> 11) as f64 / (1u64 << 53) as f64
 }
 
 #[cfg(test)]
@@ -181,6 +237,27 @@ mod tests {
         }
         // 200 arrivals in the first 100 ms of a period: 2000/s, m = 200.
         assert!(d.target(0, 10_000, Duration::from_millis(100)) > 200);
+    }
+
+    #[test]
+    fn keep_alive_pools_follow_the_peak_in_use() {
+        let mut c = Concurrency::default();
+        assert_eq!(c.target(2, 50), 2, "no demand: the floor");
+        for n in 1..=16 {
+            c.in_use(n);
+        }
+        // Counted before the period ends: 16 + 4 + 1.
+        assert_eq!(c.target(2, 50), 21);
+        c.tick(0);
+        assert_eq!(c.target(2, 50), 21);
+        assert_eq!(c.target(2, 10), 10, "capped at max");
+        // Quiet periods: decays slowly, then back to the floor.
+        c.tick(0);
+        assert!(c.target(2, 50) < 21 && c.target(2, 50) > 10);
+        for _ in 0..40 {
+            c.tick(0);
+        }
+        assert_eq!(c.target(2, 50), 2);
     }
 
     #[test]

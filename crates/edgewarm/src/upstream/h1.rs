@@ -1,25 +1,33 @@
-//! HTTP/1.1 origins: a pool of keep-alive connections, for origins without HTTP/2.
+//! HTTP/1.1 origins: a demand-sized pool of keep-alive connections, for origins without HTTP/2.
 //!
 //! HTTP/1.1 carries one request at a time per connection, so the origin side becomes a pool:
-//! `connections` are opened when the configuration is loaded (before any client), a request
-//! takes an idle one (or opens one when none is idle), and gives it back once the response
-//! body has ended, for the next request. A connection the origin closed is dropped when next
-//! taken, never used. At most `max_connections` idle connections are kept; beyond that a
-//! finished connection is closed. A reload starts a fresh pool (the old one's idle connections
-//! close with it).
+//! `connections` are opened when the configuration is loaded (before any client); a request
+//! takes the most recently used idle connection (or opens one when none is idle) and gives it
+//! back once the response body has ended, for the next request. Every period the pool
+//! re-estimates how many connections the busiest moment needs ([`Concurrency`]) and opens the
+//! difference in the background, so a growing load finds idle connections instead of waiting
+//! for handshakes; idle connections beyond the estimate, or idle longer than `max_age`, are
+//! closed. A connection the origin closed is dropped when next taken, never used. Like the
+//! HTTP/2 upstreams, a pool is kept across reloads while its key is wanted.
 
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use hyper::body::Incoming;
 use hyper::client::conn::http1::SendRequest;
 use hyper_util::rt::TokioIo;
+use tokio::sync::Notify;
 use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
 
 use super::BoxedBody;
 use crate::config::UpstreamConfig;
 use crate::metrics::{Metrics, PoolLabels};
 use crate::pool::dial::{Dial, TlsDial, WarmError};
+use crate::pool::sizing::{jitter, Backoff, Concurrency};
+
+/// How often the pool re-estimates demand and trims idle connections.
+const PERIOD: Duration = Duration::from_secs(1);
 
 /// Why a request could not be sent to an HTTP/1.1 origin.
 #[derive(Debug, thiserror::Error)]
@@ -35,12 +43,25 @@ struct Idle {
     since: Instant,
 }
 
+struct State {
+    /// Oldest first; requests take from the end (most recently used).
+    idle: Vec<Idle>,
+    in_use: usize,
+    opening: usize,
+    demand: Concurrency,
+    backoff: Backoff,
+    retry_at: Option<Instant>,
+    settings: UpstreamConfig,
+    connect_timeout: Duration,
+}
+
 pub(crate) struct H1Upstream {
     dial: TlsDial,
     labels: PoolLabels,
-    idle: Mutex<Vec<Idle>>,
-    settings: UpstreamConfig,
-    connect_timeout: Duration,
+    state: Mutex<State>,
+    /// Wakes the maintenance task: a request found no idle connection, or settings changed.
+    wake: Notify,
+    retired: CancellationToken,
     metrics: Arc<Metrics>,
 }
 
@@ -60,6 +81,7 @@ pub(crate) struct Lease {
 
 impl Drop for Lease {
     fn drop(&mut self) {
+        self.upstream.state().in_use -= 1;
         if let Some(send) = self.send.take() {
             self.upstream.give_back(send);
         }
@@ -67,7 +89,7 @@ impl Drop for Lease {
 }
 
 impl H1Upstream {
-    /// Create the pool and open its first connections in the background.
+    /// Create the pool; its maintenance task opens the first connections at once.
     pub(crate) fn start(
         dial: TlsDial,
         labels: PoolLabels,
@@ -75,28 +97,126 @@ impl H1Upstream {
         connect_timeout: Duration,
         metrics: Arc<Metrics>,
     ) -> Arc<Self> {
-        let upstream = Arc::new(Self { dial, labels, idle: Mutex::default(), settings, connect_timeout, metrics });
-        for _ in 0..upstream.settings.connections {
-            let me = upstream.clone();
+        let state = State {
+            idle: Vec::new(),
+            in_use: 0,
+            opening: 0,
+            demand: Concurrency::default(),
+            backoff: Backoff::default(),
+            retry_at: None,
+            settings,
+            connect_timeout,
+        };
+        let upstream = Arc::new(Self {
+            dial,
+            labels,
+            state: Mutex::new(state),
+            wake: Notify::new(),
+            retired: CancellationToken::new(),
+            metrics,
+        });
+        tokio::spawn(upstream.clone().maintain());
+        upstream
+    }
+
+    fn state(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// New settings from a reload; connections stay.
+    pub(crate) fn update(&self, settings: UpstreamConfig, connect_timeout: Duration) {
+        let mut st = self.state();
+        st.settings = settings;
+        st.connect_timeout = connect_timeout;
+        drop(st);
+        self.wake.notify_one();
+    }
+
+    /// No route uses this pool any more: close the idle connections; leased ones close when
+    /// their responses end.
+    pub(crate) fn retire(&self) {
+        self.retired.cancel();
+        self.state().idle.clear();
+        self.metrics.pool.ready.get_or_create(&self.labels).set(0);
+    }
+
+    /// Every period (or when woken): fold demand, trim, and open what the estimate lacks.
+    async fn maintain(self: Arc<Self>) {
+        let mut next_tick = Instant::now() + PERIOD;
+        loop {
+            tokio::select! {
+                () = self.retired.cancelled() => return,
+                () = tokio::time::sleep_until(next_tick) => {
+                    next_tick += PERIOD;
+                    self.tick();
+                }
+                () = self.wake.notified() => {}
+            }
+            self.top_up();
+        }
+    }
+
+    fn tick(&self) {
+        let m = &self.metrics.pool;
+        let mut st = self.state();
+        let in_use = st.in_use;
+        st.demand.tick(in_use);
+        let target = st.demand.target(st.settings.connections, st.settings.max_connections);
+        // Closed by the origin, or idle past `max_age`: gone. Then the oldest idle beyond
+        // what the estimate wants.
+        let max_age = st.settings.max_age;
+        let before = st.idle.len();
+        st.idle.retain(|i| !i.send.is_closed() && i.since.elapsed() < max_age);
+        let surplus = (st.idle.len() + in_use).saturating_sub(target).min(st.idle.len());
+        st.idle.drain(..surplus);
+        let expired = before - st.idle.len();
+        m.expired.get_or_create(&self.labels).inc_by(expired as u64);
+        m.ready.get_or_create(&self.labels).set(st.idle.len() as i64);
+        m.target.get_or_create(&self.labels).set(target as i64);
+    }
+
+    /// Open connections until idle + in use + opening reaches the estimate (none while the
+    /// origin is failing and its backoff has not passed).
+    fn top_up(self: &Arc<Self>) {
+        let mut st = self.state();
+        if st.retry_at.is_some_and(|at| Instant::now() < at) {
+            return;
+        }
+        let target = st.demand.target(st.settings.connections, st.settings.max_connections);
+        let have = st.idle.len() + st.in_use + st.opening;
+        let missing = target.saturating_sub(have);
+        st.opening += missing;
+        self.metrics.pool.connecting.get_or_create(&self.labels).set(st.opening as i64);
+        drop(st);
+        for _ in 0..missing {
+            let me = self.clone();
             tokio::spawn(async move {
-                match me.open().await {
-                    Ok(send) => me.give_back(send),
+                let opened = me.open().await;
+                let mut st = me.state();
+                st.opening -= 1;
+                me.metrics.pool.connecting.get_or_create(&me.labels).set(st.opening as i64);
+                match opened {
+                    Ok(send) => {
+                        st.backoff.succeeded();
+                        st.retry_at = None;
+                        drop(st);
+                        me.give_back(send);
+                    }
                     Err(e) => {
-                        tracing::warn!(route = %me.labels.route, origin = %me.labels.origin, error = %e, "opening an HTTP/1.1 origin connection failed")
+                        let wait = st.backoff.failed(jitter());
+                        st.retry_at = Some(Instant::now() + wait);
+                        drop(st);
+                        tracing::warn!(route = %me.labels.route, origin = %me.labels.origin, error = %e, retry_in = ?wait, "opening an HTTP/1.1 origin connection failed");
                     }
                 }
             });
         }
-        upstream
-    }
-
-    fn idle(&self) -> std::sync::MutexGuard<'_, Vec<Idle>> {
-        self.idle.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     async fn open(&self) -> Result<SendRequest<BoxedBody>, H1Error> {
         let started = Instant::now();
-        let tls = self.dial.dial(self.connect_timeout).await?;
+        let timeout = self.state().connect_timeout;
+        let tls = self.dial.dial(timeout).await?;
         let (send, conn) = hyper::client::conn::http1::handshake(TokioIo::new(tls)).await?;
         tokio::spawn(async move {
             let _ = conn.await;
@@ -108,31 +228,49 @@ impl H1Upstream {
     }
 
     fn give_back(&self, send: SendRequest<BoxedBody>) {
-        if send.is_closed() {
+        if send.is_closed() || self.retired.is_cancelled() {
             return;
         }
-        let mut idle = self.idle();
-        if idle.len() < self.settings.max_connections {
-            idle.push(Idle { send, since: Instant::now() });
+        let mut st = self.state();
+        if st.idle.len() < st.settings.max_connections {
+            st.idle.push(Idle { send, since: Instant::now() });
         }
+        self.metrics.pool.ready.get_or_create(&self.labels).set(st.idle.len() as i64);
     }
 
     /// A connection for one request: the most recently used idle one that is still open and
-    /// younger than `max_age` idle, else a new one.
+    /// has been idle less than `max_age`, else a new one (and the pool is told to grow).
     async fn take(self: &Arc<Self>) -> Result<Lease, H1Error> {
+        let mut lease = {
+            let mut st = self.state();
+            st.in_use += 1;
+            let in_use = st.in_use;
+            st.demand.in_use(in_use);
+            Lease { send: None, upstream: self.clone(), reused: true }
+        };
         loop {
-            let next = self.idle().pop();
+            let next = {
+                let mut st = self.state();
+                let next = st.idle.pop();
+                self.metrics.pool.ready.get_or_create(&self.labels).set(st.idle.len() as i64);
+                next
+            };
             let Some(Idle { mut send, since }) = next else { break };
-            if send.is_closed() || since.elapsed() >= self.settings.max_age {
+            if send.is_closed() || since.elapsed() >= self.state().settings.max_age {
                 continue;
             }
             // Ready at once unless the origin is closing it.
             if send.ready().await.is_ok() {
-                return Ok(Lease { send: Some(send), upstream: self.clone(), reused: true });
+                self.metrics.pool.hits.get_or_create(&self.labels).inc();
+                lease.send = Some(send);
+                return Ok(lease);
             }
         }
-        let send = self.open().await?;
-        Ok(Lease { send: Some(send), upstream: self.clone(), reused: false })
+        self.metrics.pool.misses.get_or_create(&self.labels).inc();
+        self.wake.notify_one();
+        lease.send = Some(self.open().await?);
+        lease.reused = false;
+        Ok(lease)
     }
 
     /// Send one request; the lease must live until the response body has ended.

@@ -272,7 +272,7 @@ impl Upstream {
                 Ok(conn)
             }
             Err(e) => {
-                let wait = st.backoff.failed(0.5);
+                let wait = st.backoff.failed(crate::pool::sizing::jitter());
                 st.retry_at = Some(Instant::now() + wait);
                 drop(st);
                 tracing::warn!(route = %self.labels.route, origin = %self.labels.origin, error = %e, "opening an HTTP/2 origin connection failed");
