@@ -409,15 +409,20 @@ pub struct H2Opts {
     pub goaway_after: Option<usize>,
     /// SETTINGS_MAX_CONCURRENT_STREAMS.
     pub max_streams: Option<u32>,
-    /// The first connection stops reading (no more PONGs, no answers) this long after it
-    /// opened, keeping its socket open: a black-holed link.
-    pub freeze_first_after: Option<Duration>,
+    /// Connection number `freeze_conn` (0: the first) stops reading (no more PONGs, no
+    /// answers) this long after it opened, keeping its socket open: a black-holed link.
+    pub freeze_after: Option<Duration>,
+    pub freeze_conn: usize,
     /// Close a connection (TCP FIN, no GOAWAY) after this long without a new stream, as
     /// origins with short keep-alive timeouts do.
     pub close_idle_after: Option<Duration>,
     /// Connections number 0..n die (dropped, no answer) on their first request: the request
     /// reached the origin, which never answered.
     pub drop_first_request_on: usize,
+    /// Announce RFC 8441 extended CONNECT: a `CONNECT` with `:protocol websocket` is
+    /// answered `200` (with `x-seen-for`: the `x-forwarded-for` it carried, and
+    /// `sec-websocket-protocol: chat` when the client offered `chat`) and its DATA echoed back.
+    pub websocket: bool,
     /// The first connection is closed with GOAWAY ENHANCE_YOUR_CALM this long after it opened
     /// (what gRPC servers send as `too_many_pings`).
     pub calm_first_after: Option<Duration>,
@@ -438,9 +443,12 @@ pub async fn h2_origin(certs: &Certs, opts: H2Opts) -> (SocketAddr, Arc<H2Stats>
             if let Some(m) = opts.max_streams {
                 builder.max_concurrent_streams(m);
             }
+            if opts.websocket {
+                builder.enable_connect_protocol();
+            }
             let Ok(mut conn) = builder.handshake::<_, bytes::Bytes>(tls).await else { return };
             let mut streams = 0;
-            let freeze = opts.freeze_first_after.filter(|_| n == 0);
+            let freeze = opts.freeze_after.filter(|_| n == opts.freeze_conn);
             let freeze_at = tokio::time::Instant::now() + freeze.unwrap_or(Duration::from_secs(3600));
             let mut calm = opts.calm_first_after.filter(|_| n == 0);
             let calm_at = tokio::time::Instant::now() + calm.unwrap_or(Duration::from_secs(3600));
@@ -488,6 +496,9 @@ async fn h2_answer(
     mut respond: h2::server::SendResponse<bytes::Bytes>,
     conn: usize,
 ) {
+    if req.method() == http::Method::CONNECT {
+        return h2_websocket_echo(req, respond).await;
+    }
     let path = req.uri().path().to_string();
     if path == "/slow" {
         tokio::time::sleep(Duration::from_secs(3600)).await;
@@ -518,6 +529,34 @@ async fn h2_answer(
             return;
         }
     }
+}
+
+/// An RFC 8441 WebSocket stream: `200`, then every DATA frame echoed until the client ends
+/// the stream.
+async fn h2_websocket_echo(req: http::Request<h2::RecvStream>, mut respond: h2::server::SendResponse<bytes::Bytes>) {
+    let protocol = req.extensions().get::<h2::ext::Protocol>().map(|p| p.as_str().to_string());
+    if protocol.as_deref() != Some("websocket") {
+        let _ = respond.send_response(http::Response::builder().status(400).body(()).unwrap(), true);
+        return;
+    }
+    let seen = req.headers().get("x-forwarded-for").cloned().unwrap_or(http::HeaderValue::from_static(""));
+    let mut response = http::Response::builder().status(200).header("x-seen-for", seen);
+    if req.headers().get("sec-websocket-protocol").is_some_and(|p| p.to_str().unwrap_or("").contains("chat")) {
+        response = response.header("sec-websocket-protocol", "chat");
+    }
+    let Ok(mut tx) = respond.send_response(response.body(()).unwrap(), false) else { return };
+    let mut recv = req.into_body();
+    while let Some(Ok(mut chunk)) = recv.data().await {
+        let _ = recv.flow_control().release_capacity(chunk.len());
+        while !chunk.is_empty() {
+            tx.reserve_capacity(chunk.len());
+            let Some(Ok(n)) = std::future::poll_fn(|cx| tx.poll_capacity(cx)).await else { return };
+            if tx.send_data(chunk.split_to(n.min(chunk.len())), false).is_err() {
+                return;
+            }
+        }
+    }
+    let _ = tx.send_data(bytes::Bytes::new(), true);
 }
 
 /// `len` bytes of a fixed pattern from `offset` (byte `i` is `i % 251`), for transfers checked

@@ -257,7 +257,7 @@ async fn curl_and_h2load_through_the_edge() {
 #[tokio::test]
 async fn a_silent_connection_is_found_and_replaced() {
     let fx = fixture();
-    let opts = H2Opts { freeze_first_after: Some(Duration::from_millis(200)), ..Default::default() };
+    let opts = H2Opts { freeze_after: Some(Duration::from_millis(200)), ..Default::default() };
     let (origin, stats) = h2_origin(&fx.origin, opts).await;
     let upstream = "    upstream: {connections: 1, keepalive: 100ms}\n";
     let edge = edge(&fx.route(origin, upstream), "", "").await;
@@ -643,8 +643,15 @@ async fn forwarding_headers_are_extended_only_behind_a_trusted_balancer() {
 #[cfg_attr(not(feature = "system-tests"), ignore = "system test (one minute): scripts/test.sh runs it")]
 async fn a_minute_of_requests_through_a_churning_origin() {
     let fx = fixture();
-    let opts =
-        H2Opts { goaway_after: Some(50), close_idle_after: Some(Duration::from_millis(500)), ..Default::default() };
+    // GOAWAY every 50 streams, FIN after 500 ms idle, and the eleventh connection black-holed
+    // 300 ms after it opens, before it can go idle (no PONG, no answer, socket left open).
+    let opts = H2Opts {
+        goaway_after: Some(50),
+        close_idle_after: Some(Duration::from_millis(500)),
+        freeze_after: Some(Duration::from_millis(300)),
+        freeze_conn: 10,
+        ..Default::default()
+    };
     let (origin, stats) = h2_origin(&fx.origin, opts).await;
     let upstream = "    upstream: {connections: 2, keepalive: 200ms}\n";
     let edge = edge(&fx.route(origin, upstream), "", "").await;
@@ -677,13 +684,16 @@ async fn a_minute_of_requests_through_a_churning_origin() {
         failures.extend(t.await.unwrap());
     }
     // The one failure allowed: a POST sent on a connection at the instant the origin closed it
-    // for idleness (FIN, no GOAWAY). The origin may have read it, so it is not sent twice: a
-    // 502, and only as many as the origin's idle closes. GETs are always sent again; streams
-    // a GOAWAY refused are sent again whatever the method (small bodies are kept for that).
+    // for idleness (FIN, no GOAWAY), or in flight on the black-holed one when its PING went
+    // unanswered. The origin may have read it, so it is not sent twice: a 502, and only as
+    // many as those events. GETs are always sent again; streams a GOAWAY refused are sent
+    // again whatever the method (small bodies are kept for that).
     let idle_closes = stats.idle_closes.load(Ordering::Relaxed);
+    let frozen = edge.metric("edgewarm_upstream_replaced_total", &[("reason", "ping_timeout")]);
+    assert_eq!(frozen, 1.0, "the black-holed connection was found by its PING");
     assert!(
         failures.iter().all(|f| f.starts_with("POST") && f.ends_with("502 Bad Gateway"))
-            && failures.len() <= idle_closes,
+            && failures.len() <= idle_closes + 1,
         "{} of 2000 failed ({idle_closes} idle closes): {failures:?}",
         failures.len()
     );
@@ -790,4 +800,67 @@ async fn http1_pools_grow_with_concurrency_and_survive_reloads() {
     assert_eq!(c.send("GET", "b.test", "/after", &[], vec![]).await.unwrap().0.status, 200);
     assert_eq!(stats.connections.load(Ordering::Relaxed), opened, "the reload kept the pool's connections");
     edge.stop().await;
+}
+
+/// RFC 8441: an origin that announces extended CONNECT carries a client's HTTP/1.1 WebSocket
+/// as a stream on a standing connection: no origin handshake, the edge answers the key itself
+/// (RFC 6455's sample key and accept), subprotocols pass, bytes echo both ways, and the client's
+/// close ends the stream and frees its place.
+#[tokio::test]
+async fn websockets_ride_the_standing_connections_when_the_origin_offers_rfc_8441() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let fx = fixture();
+    let (origin, stats) = h2_origin(&fx.origin, H2Opts { websocket: true, ..Default::default() }).await;
+    let edge = edge(&fx.route(origin, "    upstream: {connections: 1}\n"), "", "").await;
+    wait_for(&edge, OPENED, &[("route", "b.test")], 1.0).await;
+    let (mut tls, _) = tls_client(&fx.edge, edge.addr, "b.test", &["http/1.1"]).await.unwrap();
+    tls.write_all(
+        b"GET /chat HTTP/1.1\r\nhost: b.test\r\nconnection: Upgrade\r\nupgrade: websocket\r\n\
+          sec-websocket-key: dGhlIHNhbXBsZSBub25jZQ==\r\nsec-websocket-version: 13\r\n\
+          sec-websocket-protocol: chat, superchat\r\n\r\n",
+    )
+    .await
+    .unwrap();
+    let mut head = Vec::new();
+    let mut byte = [0u8; 1];
+    while !head.ends_with(b"\r\n\r\n") {
+        tls.read_exact(&mut byte).await.unwrap();
+        head.push(byte[0]);
+    }
+    let head = String::from_utf8_lossy(&head).to_ascii_lowercase();
+    assert!(head.starts_with("http/1.1 101"), "{head}");
+    for want in [
+        "upgrade: websocket",
+        "sec-websocket-accept: s3pplmbitxaq9kygzzhzrbk+xoo=",
+        "sec-websocket-protocol: chat",
+        "x-seen-for: 127.0.0.1",
+    ] {
+        assert!(head.contains(want), "{want} missing: {head}");
+    }
+    for message in [&b"hello"[..], &[0x81, 0x05, b'w', b'o', b'r', b'l', b'd'], &vec![7u8; 100_000]] {
+        tls.write_all(message).await.unwrap();
+        let mut back = vec![0u8; message.len()];
+        tls.read_exact(&mut back).await.unwrap();
+        assert_eq!(back, message);
+    }
+    assert_eq!(edge.metric("edgewarm_upstream_streams", &[("route", "b.test")]), 1.0, "the WebSocket holds a stream");
+    tls.shutdown().await.unwrap();
+    let mut rest = Vec::new();
+    tls.read_to_end(&mut rest).await.unwrap();
+    assert!(rest.is_empty());
+    wait_for_zero(&edge, "edgewarm_upstream_streams", &[("route", "b.test")]).await;
+    assert_eq!(stats.connections.load(Ordering::Relaxed), 1, "no origin connection of its own");
+    edge.settle().await;
+    assert_eq!(edge.metric("edgewarm_http_requests_total", &[("status", "1xx")]), 1.0);
+    edge.stop().await;
+}
+
+async fn wait_for_zero(edge: &Edge, name: &str, labels: &[(&str, &str)]) {
+    for _ in 0..2000 {
+        if edge.metric(name, labels) == 0.0 {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    panic!("{name}{labels:?} stayed at {}", edge.metric(name, labels));
 }

@@ -6,8 +6,10 @@
 //! closed), HTTP/2 concurrent streams, and h2's rapid-reset and CONTINUATION-flood guards.
 //! Every request gets one access-log line; the connection gets its own when it closes.
 //!
-//! Protocol upgrades (WebSocket over HTTP/1.1) get their own HTTP/1.1 origin connection and a
-//! byte relay after the `101` ([`crate::upstream::upgrade`]); CONNECT is refused (405).
+//! Protocol upgrades (WebSocket over HTTP/1.1) become a stream on the standing connections
+//! when the origin offers RFC 8441 extended CONNECT, else get their own HTTP/1.1 origin
+//! connection; a byte relay follows the `101` ([`crate::upstream::upgrade`]). CONNECT from
+//! the client is refused (405).
 //!
 //! Errors toward the client: 400 for a request that cannot be forwarded, 502 when the origin
 //! fails mid-request, 503 when no origin connection can be had, 504 when the origin's response
@@ -289,13 +291,29 @@ impl Shared {
         Ok(head)
     }
 
-    /// A protocol upgrade (WebSocket): on its own HTTP/1.1 origin connection
-    /// ([`upgrade`]); the answer is the origin's (`101` and then a relay, or whatever it said).
+    /// A protocol upgrade (WebSocket): an RFC 8441 stream on the standing connections when the
+    /// origin offers it, else its own HTTP/1.1 origin connection ([`upgrade`]); the answer is
+    /// the origin's (`101` and then a relay, or whatever it said).
     async fn upgrade(&self, req: Request<Incoming>, rlog: &mut RequestLog) -> Response<Body> {
         let head = match self.origin_request(&req, rlog) {
             Ok(head) => head,
             Err(response) => return response,
         };
+        let timeout = self.snapshot.timeouts.connect;
+        if let Origin::H2(upstream) = &self.origin {
+            if upgrade::is_websocket(&req) && upstream.extended_connect() {
+                let carried =
+                    upgrade::websocket_h2(req, &head, upstream, timeout, &self.upgrades, self.cut.clone()).await;
+                return match carried {
+                    Ok((response, conn)) => {
+                        rlog.origin_conn = Some(conn);
+                        rlog.reused = true;
+                        response
+                    }
+                    Err(e) => self.upgrade_failed(rlog, &e),
+                };
+            }
+        }
         let Some(RouteAction::Http(route)) = self.snapshot.routes.lookup(head.uri().host()).map(|r| &r.action) else {
             return error_response(StatusCode::MISDIRECTED_REQUEST, "misdirected request\n");
         };
@@ -308,7 +326,6 @@ impl Shared {
             server_name: route.origin.server_name.clone(),
             resolver: self.snapshot.resolver.clone(),
         };
-        let timeout = self.snapshot.timeouts.connect;
         match upgrade::upgrade(req, &head, dial, timeout, &self.upgrades, self.cut.clone()).await {
             Ok(response) => {
                 let mut response = upgrade::boxed(response);
@@ -317,12 +334,14 @@ impl Shared {
                 }
                 response
             }
-            Err(e) => {
-                rlog.detail = Some(e.to_string());
-                self.metrics.error(&self.route, HttpError::OriginError);
-                error_response(StatusCode::BAD_GATEWAY, "origin failed the upgrade\n")
-            }
+            Err(e) => self.upgrade_failed(rlog, &e),
         }
+    }
+
+    fn upgrade_failed(&self, rlog: &mut RequestLog, e: &upgrade::UpgradeError) -> Response<Body> {
+        rlog.detail = Some(e.to_string());
+        self.metrics.error(&self.route, HttpError::OriginError);
+        error_response(StatusCode::BAD_GATEWAY, "origin failed the upgrade\n")
     }
 
     /// One request to an HTTP/1.1 origin, on a pooled keep-alive connection, which goes back

@@ -113,17 +113,7 @@ where
             }
         };
         match frame.into_data() {
-            Ok(mut data) => {
-                while !data.is_empty() {
-                    tx.reserve_capacity(data.len());
-                    let granted = std::future::poll_fn(|cx| tx.poll_capacity(cx))
-                        .await
-                        .ok_or_else(|| h2::Error::from(h2::Reason::CANCEL))??;
-                    let chunk = data.split_to(granted.min(data.len()));
-                    sent.fetch_add(chunk.len() as u64, Ordering::Relaxed);
-                    tx.send_data(chunk, false)?;
-                }
-            }
+            Ok(data) => send_data(&mut tx, data, &sent).await?,
             Err(frame) => {
                 if let Ok(trailers) = frame.into_trailers() {
                     tx.send_trailers(trailers)?;
@@ -132,6 +122,21 @@ where
             }
         }
     }
+}
+
+/// Send `data` as the origin's window allows (never more than it granted), counting into
+/// `sent`.
+pub(crate) async fn send_data(tx: &mut SendStream<Bytes>, mut data: Bytes, sent: &AtomicU64) -> Result<(), h2::Error> {
+    while !data.is_empty() {
+        tx.reserve_capacity(data.len());
+        let granted = std::future::poll_fn(|cx| tx.poll_capacity(cx))
+            .await
+            .ok_or_else(|| h2::Error::from(h2::Reason::CANCEL))??;
+        let chunk = data.split_to(granted.min(data.len()));
+        sent.fetch_add(chunk.len() as u64, Ordering::Relaxed);
+        tx.send_data(chunk, false)?;
+    }
+    Ok(())
 }
 
 /// Any body, with `on_end` run once when it has ended or is dropped, with the data bytes

@@ -183,6 +183,11 @@ impl Conn {
         self.send.lock().unwrap_or_else(|p| p.into_inner()).as_ref().map(f)
     }
 
+    /// The origin announced `SETTINGS_ENABLE_CONNECT_PROTOCOL` (RFC 8441) on this connection.
+    pub(crate) fn extended_connect(&self) -> bool {
+        !self.retiring() && self.with_send(H2Send::is_extended_connect_protocol_enabled).unwrap_or(false)
+    }
+
     pub(crate) fn active_streams(&self) -> usize {
         self.active.load(Ordering::Relaxed)
     }

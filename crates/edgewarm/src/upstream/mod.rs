@@ -11,7 +11,8 @@
 //! - [`forward`]: a client's request as the origin should see it, and the response back.
 //! - [`body`]: bodies streamed both ways with HTTP/2 flow control (never buffered whole).
 //! - [`registry`]: the upstreams of the running config, kept across reloads by key.
-//! - [`upgrade`]: WebSocket-style upgrades, each on an HTTP/1.1 origin connection of its own.
+//! - [`upgrade`]: WebSocket-style upgrades: a stream on the standing connections (RFC 8441
+//!   extended CONNECT) when the origin offers it, else an HTTP/1.1 origin connection of its own.
 //! - [`h1`]: origins without HTTP/2 (`upstream.protocol: http/1.1`): a keep-alive pool.
 //!
 //! Why the `h2` crate and not hyper's client: hyper's `SendRequest::poll_ready` is ready
@@ -190,6 +191,13 @@ impl Upstream {
             c.retire();
         }
         self.room.notify_waiters();
+    }
+
+    /// Whether WebSockets can ride the standing connections as RFC 8441 extended CONNECT
+    /// streams: the origin announced it on a live connection (origins announce it on all or
+    /// none).
+    pub(crate) fn extended_connect(&self) -> bool {
+        self.state().conns.iter().any(|c| c.extended_connect())
     }
 
     /// Live connections (not retiring).
