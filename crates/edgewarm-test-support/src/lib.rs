@@ -423,6 +423,8 @@ pub struct H2Opts {
     /// answered `200` (with `x-seen-for`: the `x-forwarded-for` it carried, and
     /// `sec-websocket-protocol: chat` when the client offered `chat`) and its DATA echoed back.
     pub websocket: bool,
+    /// Answer `425 Too Early` to every request carrying `Early-Data: 1` (RFC 8470).
+    pub too_early: bool,
     /// The first connection is closed with GOAWAY ENHANCE_YOUR_CALM this long after it opened
     /// (what gRPC servers send as `too_many_pings`).
     pub calm_first_after: Option<Duration>,
@@ -481,6 +483,11 @@ pub async fn h2_origin(certs: &Certs, opts: H2Opts) -> (SocketAddr, Arc<H2Stats>
                 streams += 1;
                 st.requests.fetch_add(1, Ordering::Relaxed);
                 st.seen.lock().unwrap().push(req.headers().clone());
+                if opts.too_early && req.headers().contains_key("early-data") {
+                    let mut respond = respond;
+                    let _ = respond.send_response(http::Response::builder().status(425).body(()).unwrap(), true);
+                    continue;
+                }
                 tokio::spawn(h2_answer(req, respond, n));
                 if opts.goaway_after == Some(streams) {
                     conn.graceful_shutdown();

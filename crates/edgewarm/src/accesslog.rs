@@ -24,8 +24,10 @@ pub(crate) struct AccessLog {
     pub route: Option<RouteName>,
     /// prewarm: the ALPN protocol negotiated with the client.
     pub alpn_selected: Option<String>,
-    /// prewarm: the client's TLS version.
+    /// prewarm, http: the client's TLS version.
     pub tls_version: Option<String>,
+    /// The client's TLS 1.3 early data (0-RTT) was accepted.
+    pub early_data: bool,
     /// prewarm: `hit` (warm connection) or `miss` (connected on demand).
     pub pool: Option<&'static str>,
     pub origin: Option<String>,
@@ -77,6 +79,7 @@ macro_rules! access_event {
             route = %Opt(&l.route),
             alpn_selected = %Opt(&l.alpn_selected),
             tls = %Opt(&l.tls_version),
+            early_data = l.early_data,
             pool = %Opt(&l.pool),
             origin = %Opt(&l.origin),
             origin_addr = %Opt(&l.origin_addr),

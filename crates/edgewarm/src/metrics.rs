@@ -341,6 +341,59 @@ impl UpstreamMetrics {
     }
 }
 
+label_enum! {
+    /// What became of a request that arrived in TLS early data (0-RTT).
+    EarlyOutcome {
+        Forwarded => "forwarded",
+        Held => "held",
+        RetriedAfter425 => "retried_after_425",
+    }
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RouteEarly {
+    pub route: RouteName,
+    pub outcome: EarlyOutcome,
+}
+
+/// TLS 1.3 early data (0-RTT) on routes that accept it.
+#[derive(Clone, Debug, Default)]
+pub struct EarlyMetrics {
+    /// Connections whose early data was accepted.
+    pub accepted: Family<RouteLabel, Counter>,
+    /// Requests that arrived before the handshake completed, by what was done with them.
+    pub requests: Family<RouteEarly, Counter>,
+    /// Tickets presented a second time: refused as resumptions, their early data unread.
+    pub replays: Family<RouteLabel, Counter>,
+    /// Sessions evicted from a full store before their time.
+    pub evictions: Family<RouteLabel, Counter>,
+}
+
+impl EarlyMetrics {
+    fn register(&self, r: &mut Registry) {
+        r.register(
+            "tls_early_data_accepted",
+            "Client connections whose 0-RTT data was accepted",
+            self.accepted.clone(),
+        );
+        r.register(
+            "tls_early_requests",
+            "Requests received in 0-RTT data, by outcome (forwarded at once, held for the handshake, retried after 425)",
+            self.requests.clone(),
+        );
+        r.register(
+            "tls_ticket_replays",
+            "Session tickets presented again: refused, their early data never read",
+            self.replays.clone(),
+        );
+        r.register(
+            "tls_session_evictions",
+            "Sessions evicted from a full 0-RTT session store before expiring",
+            self.evictions.clone(),
+        );
+    }
+}
+
 /// 0.5 ms to ~16 s in doublings: covers loopback through a long intercontinental link.
 fn latency_histogram() -> Histogram {
     Histogram::new(exponential_buckets(0.0005, 2.0, 16))
@@ -361,6 +414,7 @@ pub struct Metrics {
     pub pool: PoolMetrics,
     pub http: HttpMetrics,
     pub upstream: UpstreamMetrics,
+    pub early: EarlyMetrics,
     registry: Registry,
 }
 
@@ -471,6 +525,7 @@ impl Metrics {
             pool: PoolMetrics::new(),
             http: HttpMetrics::new(),
             upstream: UpstreamMetrics::new(),
+            early: EarlyMetrics::default(),
             registry: Registry::default(),
         };
         registry.register("connections_accepted", "Client connections accepted", m.accepted.clone());
@@ -503,6 +558,7 @@ impl Metrics {
         m.pool.register(&mut registry);
         m.http.register(&mut registry);
         m.upstream.register(&mut registry);
+        m.early.register(&mut registry);
         Self { registry, ..m }
     }
 

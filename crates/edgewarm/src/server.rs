@@ -81,10 +81,10 @@ pub struct Server {
 impl Server {
     /// Build the server for `config` and start its pools (so: inside the tokio runtime).
     pub fn new(config: &Config) -> Result<Arc<Self>, ConfigError> {
-        let resumption = Resumption::default();
+        let metrics = Arc::new(Metrics::new());
+        let resumption = Resumption::new(metrics.early.clone());
         let resolver = Arc::new(Resolver::new(config.dns.cache_ttl));
         let snapshot = Arc::new(Snapshot::new(config, &resumption, resolver.clone())?);
-        let metrics = Arc::new(Metrics::new());
         let pools = Arc::new(Pools::new(metrics.clone()));
         let upstreams = Arc::new(Upstreams::new(metrics.clone()));
         snapshot.attach_pools(&pools, &upstreams);

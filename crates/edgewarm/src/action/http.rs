@@ -36,18 +36,21 @@ use tokio::net::TcpStream;
 use super::{terminate_tls, ConnCtx};
 use crate::accesslog::{AccessLog, RequestLog};
 use crate::error::CloseReason;
-use crate::metrics::{HttpError, HttpMetrics, RouteHttpMetrics, RouteName};
+use crate::metrics::{EarlyOutcome, HttpError, HttpMetrics, RouteEarly, RouteHttpMetrics, RouteName};
 use crate::peek::Hello;
 use crate::pool::dial::TlsDial;
 use crate::route::HttpRoute;
 use crate::route::RouteAction;
 use crate::snapshot::Snapshot;
+use crate::tls::early::Handshake;
 use crate::transport::idle::IdleTimeout;
 use crate::upstream::body as upstream_body;
 use crate::upstream::body::{self, Capped, OriginBody};
 use crate::upstream::conn::Slot;
 use crate::upstream::h1::{H1Upstream, Lease};
 use crate::upstream::{forward, upgrade, Upstream};
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
@@ -86,6 +89,7 @@ pub(crate) async fn serve(
         Ok(tls) => tls,
         Err(reason) => return reason,
     };
+    let handshake = tls.pending_handshake();
 
     let shared = Arc::new(Shared {
         origin,
@@ -101,6 +105,8 @@ pub(crate) async fn serve(
         down: Arc::default(),
         upgrades: TaskTracker::new(),
         cut: ctx.cut.clone(),
+        handshake,
+        early_metrics: ctx.metrics.early.requests.clone(),
     });
     let service = {
         let shared = shared.clone();
@@ -197,14 +203,71 @@ struct Shared {
     /// Upgraded (WebSocket) relays: the connection lasts until they end.
     upgrades: TaskTracker,
     cut: CancellationToken,
+    /// The client's TLS handshake, while requests may arrive in its 0-RTT data.
+    handshake: Option<Arc<Handshake>>,
+    early_metrics: Family<RouteEarly, Counter>,
 }
 
 impl Shared {
+    /// Whether the client's TLS handshake is still running: a request read now came in its
+    /// early data, which an attacker could have replayed (RFC 8446 §8).
+    fn in_early_data(&self) -> bool {
+        self.handshake.as_ref().is_some_and(|h| !h.is_done())
+    }
+
+    /// Wait for the client's Finished; `false` if the handshake failed instead.
+    async fn handshake_done(&self) -> bool {
+        match &self.handshake {
+            Some(h) => h.wait().await,
+            None => true,
+        }
+    }
+
+    fn count_early(&self, outcome: EarlyOutcome) {
+        self.early_metrics.get_or_create(&RouteEarly { route: self.route.clone(), outcome }).inc();
+    }
+
+    /// RFC 8470 for an edge: a request in early data is forwarded at once (marked
+    /// `Early-Data: 1`) only if it is safe to replay: GET, HEAD or OPTIONS without a body.
+    /// Anything else waits here for the handshake to complete. Returns whether the request goes
+    /// out as early data, or the answer to give if the handshake failed meanwhile.
+    #[allow(clippy::result_large_err)]
+    async fn early_gate<B: hyper::body::Body>(&self, req: &Request<B>) -> Result<bool, Response<Body>> {
+        if !self.in_early_data() {
+            return Ok(false);
+        }
+        let safe = matches!(*req.method(), http::Method::GET | http::Method::HEAD | http::Method::OPTIONS)
+            && req.body().is_end_stream()
+            && !upgrade::is_upgrade(req);
+        if safe {
+            self.count_early(EarlyOutcome::Forwarded);
+            return Ok(true);
+        }
+        self.count_early(EarlyOutcome::Held);
+        if self.handshake_done().await {
+            Ok(false)
+        } else {
+            Err(error_response(StatusCode::BAD_REQUEST, "TLS handshake failed\n"))
+        }
+    }
+
+    /// The origin answered 425 Too Early to a request sent as early data: wait for the
+    /// handshake, after which the same request is no longer early and may be sent again.
+    async fn after_too_early(&self, rlog: &mut RequestLog) -> bool {
+        self.count_early(EarlyOutcome::RetriedAfter425);
+        rlog.retries += 1;
+        self.handshake_done().await
+    }
+
     /// One request, start to end. Its log line and metrics are written when its response
     /// body ends (or at once for an error answered here), so they carry real sizes and times.
     async fn handle(&self, req: Request<Incoming>) -> Response<Body> {
         let started = Instant::now();
         let mut rlog = RequestLog::new(&req, self.client, &self.route);
+        let early = match self.early_gate(&req).await {
+            Ok(early) => early,
+            Err(response) => return self.answered(rlog, started, response),
+        };
         if upgrade::is_upgrade(&req) {
             let response = self.upgrade(req, &mut rlog).await;
             return self.answered(rlog, started, response);
@@ -218,7 +281,7 @@ impl Shared {
         let req = req.map(|b| Capped::new(b, self.max_body));
         let tripped = req.body().tripped();
         if let Origin::H1(h1) = &self.origin {
-            return match self.forward_h1(h1, req, &mut rlog, started).await {
+            return match self.forward_h1(h1, req, early, &mut rlog, started).await {
                 Ok((response, lease)) => {
                     let (parts, body) = response.into_parts();
                     // The connection goes back to the pool when the response is over.
@@ -229,7 +292,7 @@ impl Shared {
                 Err(response) => self.answered(rlog, started, response),
             };
         }
-        match self.forward(req, &mut rlog, started).await {
+        match self.forward(req, early, &mut rlog, started).await {
             Ok((parts, recv, slot, upload)) => {
                 rlog.status = parts.status.as_u16();
                 // An upload still running is no longer wanted: stopping it drops the stream's
@@ -352,40 +415,60 @@ impl Shared {
         &self,
         h1: &Arc<H1Upstream>,
         req: Request<Capped<Incoming>>,
+        mut early: bool,
         rlog: &mut RequestLog,
         started: Instant,
     ) -> Result<(Response<Incoming>, Lease), Response<Body>> {
-        let response = async {
-            let head = self.origin_request(&req, rlog)?;
-            let authority = head.uri().authority().map(|a| a.as_str().to_string()).unwrap_or_default();
-            let path = head.uri().path_and_query().map_or("/", |p| p.as_str()).to_string();
+        let head = self.origin_request(&req, rlog)?;
+        let authority = head.uri().authority().map(|a| a.as_str().to_string()).unwrap_or_default();
+        let path: http::Uri = head
+            .uri()
+            .path_and_query()
+            .map_or("/", |p| p.as_str())
+            .parse()
+            .map_err(|_| error_response(StatusCode::BAD_REQUEST, "bad request\n"))?;
+        let mut body = Some(req.into_body());
+        let (mut response, lease) = loop {
             let counter = rlog.bytes_up.get_or_insert_with(Arc::default).clone();
-            let body = upstream_body::OnEnd::new(req.into_body(), move |n| {
-                counter.fetch_add(n, Ordering::Relaxed);
-            });
-            let mut out = Request::new(body.map_err(Into::into).boxed());
+            // Sent again only after a 425, and only bodiless requests go out early.
+            let out_body = match body.take() {
+                Some(b) => upstream_body::OnEnd::new(b, move |n| {
+                    counter.fetch_add(n, Ordering::Relaxed);
+                })
+                .map_err(Into::into)
+                .boxed(),
+                None => http_body_util::Empty::new().map_err(|never| match never {}).boxed(),
+            };
+            let mut out = Request::new(out_body);
             *out.method_mut() = head.method().clone();
-            *out.uri_mut() = path.parse().map_err(|_| error_response(StatusCode::BAD_REQUEST, "bad request\n"))?;
+            *out.uri_mut() = path.clone();
             *out.headers_mut() = head.headers().clone();
             if let Ok(host) = http::HeaderValue::from_str(&authority) {
                 out.headers_mut().insert(http::header::HOST, host);
+            }
+            if early {
+                out.headers_mut().insert(EARLY_DATA, http::HeaderValue::from_static("1"));
             }
             match tokio::time::timeout(self.origin_response, h1.send(out)).await {
                 Err(_) => {
                     self.metrics.error(&self.route, HttpError::Timeout);
                     rlog.detail = Some("origin response timed out".into());
-                    Err(error_response(StatusCode::GATEWAY_TIMEOUT, "origin timed out\n"))
+                    return Err(error_response(StatusCode::GATEWAY_TIMEOUT, "origin timed out\n"));
                 }
                 Ok(Err(e)) => {
                     self.metrics.error(&self.route, HttpError::OriginError);
                     rlog.detail = Some(e.to_string());
-                    Err(error_response(StatusCode::BAD_GATEWAY, "origin failed\n"))
+                    return Err(error_response(StatusCode::BAD_GATEWAY, "origin failed\n"));
                 }
-                Ok(Ok(ok)) => Ok(ok),
+                Ok(Ok((response, _))) if early && response.status() == StatusCode::TOO_EARLY => {
+                    early = false;
+                    if !self.after_too_early(rlog).await {
+                        return Err(error_response(StatusCode::BAD_REQUEST, "TLS handshake failed\n"));
+                    }
+                }
+                Ok(Ok(ok)) => break ok,
             }
-        }
-        .await;
-        let (mut response, lease) = response?;
+        };
         rlog.ttfb = Some(started.elapsed());
         rlog.reused = lease.reused;
         rlog.status = response.status().as_u16();
@@ -398,6 +481,7 @@ impl Shared {
     async fn forward(
         &self,
         req: Request<Capped<Incoming>>,
+        mut early: bool,
         rlog: &mut RequestLog,
         started: Instant,
     ) -> Result<(http::response::Parts, h2::RecvStream, Slot, Option<Upload>), Response<Body>> {
@@ -405,7 +489,10 @@ impl Shared {
             rlog.detail = Some("CONNECT is not proxied".into());
             return Err(error_response(StatusCode::METHOD_NOT_ALLOWED, "CONNECT is not allowed\n"));
         }
-        let head = self.origin_request(&req, rlog)?;
+        let mut head = self.origin_request(&req, rlog)?;
+        if early {
+            head.headers_mut().insert(EARLY_DATA, http::HeaderValue::from_static("1"));
+        }
         let body = req.into_body();
         let end_of_stream = hyper::body::Body::is_end_stream(&body);
         // A small body of known length is read first and kept, so the request can be sent
@@ -489,6 +576,15 @@ impl Shared {
                     rlog.detail = Some(e.to_string());
                     return Err(error_response(StatusCode::BAD_GATEWAY, "origin failed\n"));
                 }
+                Ok(Ok(resp)) if early && resp.status() == StatusCode::TOO_EARLY && resendable => {
+                    // Sent again once the handshake is complete, no longer early.
+                    early = false;
+                    head.headers_mut().remove(EARLY_DATA);
+                    attempt -= 1;
+                    if !self.after_too_early(rlog).await {
+                        return Err(error_response(StatusCode::BAD_REQUEST, "TLS handshake failed\n"));
+                    }
+                }
                 // The upload, if any, finishes on its own (or fails and resets the stream).
                 Ok(Ok(resp)) => break (resp, sent.slot, upload),
             }
@@ -500,6 +596,9 @@ impl Shared {
         Ok((parts, recv, slot, upload))
     }
 }
+
+/// RFC 8470 §5.1: tells the origin the request arrived in TLS early data.
+const EARLY_DATA: http::HeaderName = http::HeaderName::from_static("early-data");
 
 /// Methods a client expects may be sent twice (RFC 9110 §9.2.2).
 fn idempotent(m: &http::Method) -> bool {

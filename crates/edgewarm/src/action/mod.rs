@@ -10,19 +10,24 @@ pub(crate) mod prewarm;
 pub(crate) mod reject;
 pub(crate) mod tunnel;
 
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::{Context, Poll};
 use std::time::Instant;
 
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
 use tokio_util::sync::CancellationToken;
 
 use crate::accesslog::AccessLog;
+use crate::config::EarlyData;
 use crate::error::CloseReason;
-use crate::metrics::{Metrics, RouteMetrics};
+use crate::metrics::{Metrics, RouteLabel, RouteMetrics};
 use crate::peek::Hello;
 use crate::relay::{End, Side};
 use crate::route::{Route, RouteAction};
 use crate::snapshot::Snapshot;
+use crate::tls::early::{AcceptError, Handshake};
 
 /// What one connection needs, and nothing more. Everything here was resolved before the
 /// connection arrived (the route's metric handles, its pools): serving a connection takes no
@@ -53,12 +58,65 @@ pub(crate) async fn serve(client: TcpStream, hello: Hello, ctx: &ConnCtx<'_>, lo
     }
 }
 
-/// A client TLS session terminated here, over the socket with the peeked hello replayed.
-pub(crate) type ClientTlsStream = tokio_rustls::server::TlsStream<crate::transport::Rewind<TcpStream>>;
+/// A client TLS session terminated here: tokio-rustls over the socket with the peeked hello
+/// replayed, or, on routes that accept 0-RTT, edgewarm's own driver ([`crate::tls::early`]).
+pub(crate) enum ClientIo {
+    Rustls(Box<tokio_rustls::server::TlsStream<crate::transport::Rewind<TcpStream>>>),
+    Early(crate::tls::early::EarlyStream),
+}
+
+impl ClientIo {
+    /// The handshake's progress when the stream may be handed over before it completes (early
+    /// data accepted); `None` when it completed before.
+    pub(crate) fn pending_handshake(&self) -> Option<Arc<Handshake>> {
+        match self {
+            Self::Early(s) if !s.handshake().is_done() => Some(s.handshake()),
+            _ => None,
+        }
+    }
+}
+
+macro_rules! each {
+    ($self:ident, $s:ident => $e:expr) => {
+        match $self.get_mut() {
+            ClientIo::Rustls($s) => {
+                let $s = Pin::new(&mut **$s);
+                $e
+            }
+            ClientIo::Early($s) => {
+                let $s = Pin::new($s);
+                $e
+            }
+        }
+    };
+}
+
+impl AsyncRead for ClientIo {
+    fn poll_read(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<std::io::Result<()>> {
+        each!(self, s => s.poll_read(cx, buf))
+    }
+}
+
+impl AsyncWrite for ClientIo {
+    fn poll_write(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<std::io::Result<usize>> {
+        each!(self, s => s.poll_write(cx, buf))
+    }
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        each!(self, s => s.poll_flush(cx))
+    }
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        each!(self, s => s.poll_shutdown(cx))
+    }
+}
+
+/// User-space TLS records either way: never spliced.
+impl crate::relay::Relayable for ClientIo {}
 
 /// Terminate the client's TLS (routes that do: `prewarm`, `http`): the peeked hello is replayed
-/// into rustls, which must finish within `timeouts.client_hello`. `alpn` is the one protocol
-/// the handshake may agree to. Fills in the access log's TLS fields.
+/// into rustls, and the handshake must finish within `timeouts.client_hello`. `alpn` is the one
+/// protocol the handshake may agree to. On a route that accepts 0-RTT, a client whose early
+/// data rustls accepted gets its stream at once, before its Finished has arrived (see
+/// [`ClientIo::pending_handshake`]). Fills in the access log's TLS fields.
 pub(crate) async fn terminate_tls(
     client: TcpStream,
     hello: Hello,
@@ -66,20 +124,43 @@ pub(crate) async fn terminate_tls(
     alpn: Option<&[u8]>,
     ctx: &ConnCtx<'_>,
     log: &mut AccessLog,
-) -> Result<ClientTlsStream, CloseReason> {
-    let acceptor = tokio_rustls::TlsAcceptor::from(tls.config(alpn));
-    // Rewind frees the hello's buffer once rustls has read it.
-    let handshake = acceptor.accept(crate::transport::Rewind::new(hello.bytes, client));
-    let stream = match tokio::time::timeout(ctx.snapshot.timeouts.client_hello, handshake).await {
-        Ok(Ok(stream)) => stream,
-        Ok(Err(e)) => {
-            log.detail = Some(e.to_string());
-            return Err(CloseReason::ClientTls);
+) -> Result<ClientIo, CloseReason> {
+    let config = tls.config(alpn);
+    let timeout = ctx.snapshot.timeouts.client_hello;
+    let (stream, version) = if tls.early_data == EarlyData::Off {
+        let acceptor = tokio_rustls::TlsAcceptor::from(config);
+        // Rewind frees the hello's buffer once rustls has read it.
+        let handshake = acceptor.accept(crate::transport::Rewind::new(hello.bytes, client));
+        match tokio::time::timeout(timeout, handshake).await {
+            Ok(Ok(stream)) => {
+                let version = stream.get_ref().1.protocol_version();
+                (ClientIo::Rustls(Box::new(stream)), version)
+            }
+            Ok(Err(e)) => {
+                log.detail = Some(e.to_string());
+                return Err(CloseReason::ClientTls);
+            }
+            Err(_) => return Err(CloseReason::HelloTimeout),
         }
-        Err(_) => return Err(CloseReason::HelloTimeout),
+    } else {
+        match crate::tls::early::accept(config, &hello.bytes, client, timeout).await {
+            Ok((stream, early)) => {
+                if early {
+                    ctx.metrics.early.accepted.get_or_create(&RouteLabel { route: ctx.route.name.clone() }).inc();
+                    log.early_data = true;
+                }
+                let version = stream.protocol_version();
+                (ClientIo::Early(stream), version)
+            }
+            Err(AcceptError::Timeout) => return Err(CloseReason::HelloTimeout),
+            Err(e) => {
+                log.detail = Some(e.to_string());
+                return Err(CloseReason::ClientTls);
+            }
+        }
     };
     log.alpn_selected = alpn.map(|p| String::from_utf8_lossy(p).into_owned());
-    log.tls_version = stream.get_ref().1.protocol_version().map(|v| format!("{v:?}"));
+    log.tls_version = version.map(|v| format!("{v:?}"));
     Ok(stream)
 }
 

@@ -64,7 +64,28 @@ pub struct TerminateConfig {
     pub alpn: Vec<String>,
     /// Oldest TLS version accepted from clients.
     pub min_tls: TlsVersion,
+    /// TLS 1.3 0-RTT from returning clients (`off` by default).
+    pub early_data: EarlyData,
+    /// Most early-data bytes accepted in one client's first flight.
+    pub max_early_data_size: u32,
 }
+
+/// Whether a route accepts TLS 1.3 early data (0-RTT), and how it treats it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum EarlyData {
+    /// Declined: clients send their request after the handshake.
+    #[default]
+    Off,
+    /// `http` routes: safe requests (GET, HEAD, OPTIONS without a body) in early data are
+    /// forwarded at once with `Early-Data: 1`; anything else waits for the handshake.
+    Safe,
+    /// `prewarm` routes: early bytes are relayed to the origin at once, unseen. Replayable.
+    Opaque,
+}
+
+/// `max_early_data_size` when not set: one request head with room to spare.
+pub(super) const DEFAULT_MAX_EARLY_DATA: u32 = 16 * 1024;
 
 #[derive(Debug, Clone)]
 pub struct PrewarmConfig {
@@ -186,6 +207,10 @@ struct RouteFile {
     origin_proxy_protocol: Option<ProxyVersion>,
     #[serde(default, deserialize_with = "size::deserialize_opt")]
     max_request_body: Option<u64>,
+    #[serde(default)]
+    early_data: Option<EarlyData>,
+    #[serde(default, deserialize_with = "size::deserialize_opt")]
+    max_early_data_size: Option<u64>,
 }
 
 impl From<RouteFile> for RouteConfig {
@@ -196,6 +221,8 @@ impl From<RouteFile> for RouteConfig {
             ("alpn", !r.alpn.is_empty()),
             ("min_tls", r.min_tls.is_some()),
             ("origin_tls", r.origin_tls.is_some()),
+            ("early_data", r.early_data.is_some()),
+            ("max_early_data_size", r.max_early_data_size.is_some()),
         ];
         let first_terminating =
             terminating.iter().find(|(_, set)| *set).map(|(k, _)| (*k, "only for actions prewarm and http"));
@@ -218,6 +245,11 @@ impl From<RouteFile> for RouteConfig {
             key: r.key.clone(),
             alpn: r.alpn.clone(),
             min_tls: r.min_tls.unwrap_or_default(),
+            early_data: r.early_data.unwrap_or_default(),
+            // Out of range is reported by validation (as 0: "must be 1 byte to 4 GiB").
+            max_early_data_size: r
+                .max_early_data_size
+                .map_or(DEFAULT_MAX_EARLY_DATA, |n| u32::try_from(n).unwrap_or(0)),
         };
         let (action, misplaced) = match r.action {
             Action::Reject => {

@@ -4,7 +4,7 @@ use std::collections::HashSet;
 use std::fmt;
 use std::time::Duration;
 
-use super::{ActionConfig, Config, ConfigError, OriginTls, PoolConfig, TerminateConfig, UpstreamConfig};
+use super::{ActionConfig, Config, ConfigError, EarlyData, OriginTls, PoolConfig, TerminateConfig, UpstreamConfig};
 
 /// An origin as written in the config: a host name or IP literal and a port. Resolution happens
 /// at connect time (every address tried), so DNS changes are picked up without a reload.
@@ -130,10 +130,23 @@ impl Config {
             match &r.action {
                 ActionConfig::Prewarm(p) => {
                     validate_terminating(&r.sni, "prewarm", &p.tls, &p.origin_tls, &key)?;
+                    if p.tls.early_data == EarlyData::Safe {
+                        return Err(ConfigError::invalid(
+                            key("early_data"),
+                            "prewarm routes cannot see requests, so cannot tell safe ones: `opaque` (replayable, \
+                             see docs/config.md) or `off`",
+                        ));
+                    }
                     validate_pool(&p.pool, &key)?;
                 }
                 ActionConfig::Http(h) => {
                     validate_terminating(&r.sni, "http", &h.tls, &h.origin_tls, &key)?;
+                    if h.tls.early_data == EarlyData::Opaque {
+                        return Err(ConfigError::invalid(
+                            key("early_data"),
+                            "http routes forward early requests only when safe: `safe` or `off`",
+                        ));
+                    }
                     validate_upstream(&h.upstream, &key)?;
                 }
                 _ => {}
@@ -153,6 +166,9 @@ fn validate_terminating(
 ) -> Result<(), ConfigError> {
     if r.cert.is_none() {
         return Err(ConfigError::invalid(key("cert"), format!("required for action {action}")));
+    }
+    if r.max_early_data_size == 0 {
+        return Err(ConfigError::invalid(key("max_early_data_size"), "must be from 1 byte to 4 GiB"));
     }
     if r.key.is_none() {
         return Err(ConfigError::invalid(key("key"), format!("required for action {action}")));

@@ -40,6 +40,7 @@ pub(crate) async fn handle(
         route: None,
         alpn_selected: None,
         tls_version: None,
+        early_data: false,
         pool: None,
         origin: None,
         origin_addr: None,

@@ -144,10 +144,12 @@ impl RouteTable {
                 OriginAddr::parse(text.as_deref().unwrap_or_default())
                     .map_err(|m| ConfigError::invalid(key("origin"), m))
             };
+            // The no-SNI route's label must be visible in metrics and logs.
+            let label = RouteName::new(if name.is_empty() { NO_SNI } else { &name });
             // Both sides' TLS of a route that terminates it (prewarm, http).
             let terminating = |tls: &TerminateConfig, origin_tls: &config::OriginTls, addr: &Option<String>| {
-                let client =
-                    ClientTls::new(tls, &name, resumption).map_err(|(field, m)| ConfigError::invalid(key(field), m))?;
+                let client = ClientTls::new(tls, &label, resumption)
+                    .map_err(|(field, m)| ConfigError::invalid(key(field), m))?;
                 let origin = OriginTls::new(origin_tls, &name, origin(addr)?)
                     .map_err(|(field, m)| ConfigError::invalid(key(field), m))?;
                 Ok::<_, ConfigError>((client, origin))
@@ -180,8 +182,6 @@ impl RouteTable {
                     }))
                 }
             };
-            // The no-SNI route's label must be visible in metrics and logs.
-            let label = RouteName::new(if name.is_empty() { NO_SNI } else { &name });
             let route = Arc::new(Route { name: label, action, metrics: Default::default() });
             match name.as_str() {
                 "" => table.no_sni = Some(route),

@@ -11,9 +11,14 @@
 //! tickets live 12) plus an in-memory session cache, both per route and both owned by the
 //! server ([`Resumption`]) rather than by one configuration: a SIGHUP keeps every client's
 //! tickets valid. Per route, so a ticket issued under one route's certificate never resumes on
-//! another's. 0-RTT from clients is not accepted
-//! (rustls's default, `max_early_data_size = 0`): tokio-rustls's acceptor does not surface early
-//! data, and accepting it without reading it would lose the client's first request.
+//! another's.
+//!
+//! 0-RTT (`early_data: safe | opaque`): rustls accepts early data only with stateful
+//! resumption, so such a route issues no stateless tickets; its tickets name sessions in a
+//! [`SessionStore`] of its own (single use: the anti-replay guarantee), shared by its ALPN
+//! configurations and kept across reloads like the ticket keys. Its handshakes are driven by
+//! [`super::early`], which hands early data over before the handshake completes; routes without
+//! early data keep tokio-rustls's acceptor.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -22,7 +27,9 @@ use rustls::server::{ProducesTickets, ServerSessionMemoryCache, StoresServerSess
 use rustls::ServerConfig;
 
 use super::pem;
-use crate::config::{TerminateConfig, TlsVersion};
+use super::sessions::SessionStore;
+use crate::config::{EarlyData, TerminateConfig, TlsVersion};
+use crate::metrics::{EarlyMetrics, RouteLabel, RouteName};
 
 #[derive(Debug)]
 pub struct ClientTls {
@@ -32,6 +39,8 @@ pub struct ClientTls {
     by_alpn: HashMap<Vec<u8>, Arc<ServerConfig>>,
     /// No ALPN negotiated.
     plain: Arc<ServerConfig>,
+    /// Whether (and how) this route takes 0-RTT data.
+    pub early_data: EarlyData,
 }
 
 /// Session IDs remembered per route (TLS 1.2 clients without tickets); about 1 KiB each.
@@ -39,10 +48,17 @@ const SESSION_CACHE_SIZE: usize = 4096;
 
 type RouteResumption = (Arc<dyn ProducesTickets>, Arc<dyn StoresServerSessions>);
 
+/// How long a 0-RTT route's sessions are kept (its tickets say 24 h; past this they resume
+/// nothing and the client does a full handshake).
+const EARLY_SESSION_TTL: std::time::Duration = std::time::Duration::from_secs(2 * 3600);
+
 /// Ticket keys and session caches by route name, for the life of the server.
 #[derive(Default)]
 pub struct Resumption {
     routes: Mutex<HashMap<String, RouteResumption>>,
+    /// The session stores of routes that accept 0-RTT.
+    early: Mutex<HashMap<String, Arc<SessionStore>>>,
+    metrics: EarlyMetrics,
 }
 
 impl std::fmt::Debug for Resumption {
@@ -52,6 +68,27 @@ impl std::fmt::Debug for Resumption {
 }
 
 impl Resumption {
+    /// With the server's metrics (replays and evictions are counted there).
+    pub fn new(metrics: EarlyMetrics) -> Self {
+        Self { metrics, ..Self::default() }
+    }
+
+    /// The 0-RTT session store of a route, made on first use.
+    fn early_store(&self, name: &RouteName) -> Arc<SessionStore> {
+        let mut stores = self.early.lock().unwrap_or_else(|p| p.into_inner());
+        stores
+            .entry(name.to_string())
+            .or_insert_with(|| {
+                let label = RouteLabel { route: name.clone() };
+                Arc::new(SessionStore::new(
+                    EARLY_SESSION_TTL,
+                    self.metrics.replays.get_or_create(&label).clone(),
+                    self.metrics.evictions.get_or_create(&label).clone(),
+                ))
+            })
+            .clone()
+    }
+
     /// The route's ticketer and session cache, made on first use.
     fn for_route(&self, name: &str) -> Result<RouteResumption, rustls::Error> {
         let mut routes = self.routes.lock().unwrap_or_else(|p| p.into_inner());
@@ -66,8 +103,13 @@ impl Resumption {
 }
 
 impl ClientTls {
-    /// `name` is the route's normalised SNI pattern: the key of its resumption state.
-    pub fn new(route: &TerminateConfig, name: &str, resumption: &Resumption) -> Result<Self, (&'static str, String)> {
+    /// `name` is the route's label (its normalised SNI pattern): the key of its resumption
+    /// state.
+    pub fn new(
+        route: &TerminateConfig,
+        name: &RouteName,
+        resumption: &Resumption,
+    ) -> Result<Self, (&'static str, String)> {
         let (Some(cert_path), Some(key_path)) = (&route.cert, &route.key) else {
             return Err(("cert", "required when a route terminates TLS".into()));
         };
@@ -83,7 +125,16 @@ impl ClientTls {
             .with_no_client_auth()
             .with_single_cert(certs, key)
             .map_err(|e| ("key", format!("does not match the certificate or is unsupported: {e}")))?;
-        (base.ticketer, base.session_storage) = resumption.for_route(name).map_err(|e| ("cert", e.to_string()))?;
+        if route.early_data == EarlyData::Off {
+            (base.ticketer, base.session_storage) = resumption.for_route(name).map_err(|e| ("cert", e.to_string()))?;
+        } else {
+            // Stateful tickets only (the builder's default ticketer issues none): rustls
+            // refuses early data on stateless resumption.
+            base.session_storage = resumption.early_store(name);
+            base.max_early_data_size = route.max_early_data_size;
+            // The response to an early request may go out right after the server's Finished.
+            base.send_half_rtt_data = true;
+        }
         let alpn: Vec<Vec<u8>> = route.alpn.iter().map(|p| p.as_bytes().to_vec()).collect();
         let by_alpn = alpn
             .iter()
@@ -93,7 +144,7 @@ impl ClientTls {
                 (p.clone(), Arc::new(c))
             })
             .collect();
-        Ok(Self { alpn, by_alpn, plain: Arc::new(base) })
+        Ok(Self { alpn, by_alpn, plain: Arc::new(base), early_data: route.early_data })
     }
 
     /// The protocol to negotiate: the route's first that the client offers and `origin_speaks`.

@@ -1,9 +1,12 @@
-//! TLS for `prewarm` routes: terminating the client's TLS ([`client`]) and the origin-facing
-//! client side ([`origin`]). Nothing here runs for blind tunnels.
+//! TLS for routes that terminate it: the client-facing server ([`client`]; with 0-RTT, its
+//! handshake driver [`early`] and session store [`sessions`]) and the origin-facing client
+//! side ([`origin`]). Nothing here runs for blind tunnels.
 
 pub mod client;
+pub mod early;
 pub mod origin;
 pub mod pem;
+pub mod sessions;
 
 use std::sync::Arc;
 

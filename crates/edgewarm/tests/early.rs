@@ -1,0 +1,197 @@
+//! TLS 1.3 0-RTT on terminating routes: a real rustls client (tokio-rustls with early data)
+//! resumes with a ticket from its first connection and sends its request in its first flight.
+//! The edge forwards safe requests at once marked `Early-Data: 1`, holds the rest until the
+//! handshake completes, refuses a replayed flight, and retries a 425 itself.
+
+use edgewarm_test_support as common;
+
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
+
+use common::*;
+use rustls::pki_types::ServerName;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
+use tokio::net::TcpStream;
+
+const EARLY: &str = "    early_data: safe\n";
+
+/// A client that keeps its tickets (rustls's in-memory session cache) and offers 0-RTT.
+fn zero_rtt_client(certs: &Certs) -> Arc<rustls::ClientConfig> {
+    let mut roots = rustls::RootCertStore::empty();
+    roots.add(certs.ca_der.clone()).unwrap();
+    let mut config = rustls::ClientConfig::builder().with_root_certificates(roots).with_no_client_auth();
+    config.enable_early_data = true;
+    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    Arc::new(config)
+}
+
+/// A socket that records what the client writes until it first reads something: its first
+/// flight (ClientHello and early data), for replaying.
+struct Recorder {
+    inner: TcpStream,
+    flight: Arc<Mutex<Vec<u8>>>,
+    answered: bool,
+}
+
+impl AsyncRead for Recorder {
+    fn poll_read(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<std::io::Result<()>> {
+        let before = buf.filled().len();
+        let r = Pin::new(&mut self.inner).poll_read(cx, buf);
+        if matches!(r, Poll::Ready(Ok(()))) && buf.filled().len() > before {
+            self.answered = true;
+        }
+        r
+    }
+}
+
+impl AsyncWrite for Recorder {
+    fn poll_write(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<std::io::Result<usize>> {
+        let r = Pin::new(&mut self.inner).poll_write(cx, buf);
+        if let Poll::Ready(Ok(n)) = r {
+            if !self.answered {
+                self.flight.lock().unwrap().extend_from_slice(&buf[..n]);
+            }
+        }
+        r
+    }
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.inner).poll_flush(cx)
+    }
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.inner).poll_shutdown(cx)
+    }
+}
+
+/// One HTTP/1.1 request (`Connection: close`) on a new connection, written as early data when
+/// the client holds a ticket that allows it. Returns the response and whether the server
+/// accepted the early data.
+async fn request(
+    config: &Arc<rustls::ClientConfig>,
+    edge: SocketAddr,
+    request: &str,
+    flight: Option<Arc<Mutex<Vec<u8>>>>,
+) -> (String, bool) {
+    let tcp = TcpStream::connect(edge).await.unwrap();
+    tcp.set_nodelay(true).unwrap();
+    let io = Recorder { inner: tcp, flight: flight.unwrap_or_default(), answered: false };
+    let connector = tokio_rustls::TlsConnector::from(config.clone()).early_data(true);
+    let mut tls = connector.connect(ServerName::try_from("b.test").unwrap(), io).await.unwrap();
+    tls.write_all(request.as_bytes()).await.unwrap();
+    tls.flush().await.unwrap();
+    let mut response = Vec::new();
+    let _ = tls.read_to_end(&mut response).await;
+    let accepted = tls.get_ref().1.is_early_data_accepted();
+    (String::from_utf8_lossy(&response).into_owned(), accepted)
+}
+
+fn get(path: &str) -> String {
+    format!("GET {path} HTTP/1.1\r\nhost: b.test\r\nconnection: close\r\n\r\n")
+}
+
+#[tokio::test]
+async fn safe_requests_in_early_data_go_out_at_once_marked_early_data() {
+    let fx = pki("http");
+    let (origin, stats) = h2_origin(&fx.origin, H2Opts::default()).await;
+    let edge = edge(&fx.route(origin, EARLY), "", "").await;
+    let client = zero_rtt_client(&fx.edge);
+    let (first, early) = request(&client, edge.addr, &get("/first"), None).await;
+    assert!(first.starts_with("HTTP/1.1 200") && !early, "{first}");
+    let (second, early) = request(&client, edge.addr, &get("/early"), None).await;
+    assert!(second.starts_with("HTTP/1.1 200") && second.contains("\r\nhello /early\r\n"), "{second}");
+    assert!(early, "the edge accepted the resumed client's early data");
+    let seen = stats.seen.lock().unwrap().clone();
+    assert!(!seen[0].contains_key("early-data"));
+    assert_eq!(seen[1]["early-data"], "1", "forwarded before the handshake completed");
+    let route = [("route", "b.test")];
+    assert_eq!(edge.metric("edgewarm_tls_early_data_accepted_total", &route), 1.0);
+    let forwarded = [("route", "b.test"), ("outcome", "forwarded")];
+    assert_eq!(edge.metric("edgewarm_tls_early_requests_total", &forwarded), 1.0);
+    edge.stop().await;
+
+    // A route without `early_data` declines it; the client sends the request after the
+    // handshake and is answered all the same.
+    let (origin, stats) = h2_origin(&fx.origin, H2Opts::default()).await;
+    let edge = common::edge(&fx.route(origin, ""), "", "").await;
+    let client = zero_rtt_client(&fx.edge);
+    for path in ["/a", "/b"] {
+        let (response, early) = request(&client, edge.addr, &get(path), None).await;
+        assert!(response.starts_with("HTTP/1.1 200") && !early, "{response}");
+    }
+    assert!(stats.seen.lock().unwrap().iter().all(|h| !h.contains_key("early-data")));
+    edge.stop().await;
+}
+
+#[tokio::test]
+async fn unsafe_requests_in_early_data_wait_for_the_handshake() {
+    let fx = pki("http");
+    let (origin, stats) = h2_origin(&fx.origin, H2Opts::default()).await;
+    let edge = edge(&fx.route(origin, EARLY), "", "").await;
+    let client = zero_rtt_client(&fx.edge);
+    request(&client, edge.addr, &get("/first"), None).await;
+    let post = "POST /echo HTTP/1.1\r\nhost: b.test\r\nconnection: close\r\ncontent-length: 5\r\n\r\nhello";
+    let (response, early) = request(&client, edge.addr, post, None).await;
+    assert!(early && response.starts_with("HTTP/1.1 200") && response.contains("\r\nhello\r\n"), "{response}");
+    let seen = stats.seen.lock().unwrap().clone();
+    assert!(!seen[1].contains_key("early-data"), "held until the handshake: no longer early when sent");
+    let held = [("route", "b.test"), ("outcome", "held")];
+    assert_eq!(edge.metric("edgewarm_tls_early_requests_total", &held), 1.0);
+    edge.stop().await;
+}
+
+#[tokio::test]
+async fn a_replayed_first_flight_is_refused_and_never_forwarded() {
+    let fx = pki("http");
+    let (origin, stats) = h2_origin(&fx.origin, H2Opts::default()).await;
+    let edge = edge(&fx.route(origin, EARLY), "timeouts: {client_hello: 1s}", "").await;
+    let client = zero_rtt_client(&fx.edge);
+    request(&client, edge.addr, &get("/first"), None).await;
+    let flight = Arc::new(Mutex::new(Vec::new()));
+    let (response, early) = request(&client, edge.addr, &get("/once"), Some(flight.clone())).await;
+    assert!(early && response.starts_with("HTTP/1.1 200"), "{response}");
+    assert_eq!(stats.requests.load(Ordering::Relaxed), 2);
+
+    // An attacker replays the captured ClientHello and early data byte for byte.
+    let flight = flight.lock().unwrap().clone();
+    assert!(flight.len() > 300, "captured {} bytes", flight.len());
+    let mut raw = TcpStream::connect(edge.addr).await.unwrap();
+    raw.write_all(&flight).await.unwrap();
+    let mut answer = Vec::new();
+    // The edge answers with a full handshake (no early data), then gives up waiting for a
+    // Finished the attacker cannot make.
+    let _ = raw.read_to_end(&mut answer).await;
+    assert_eq!(stats.requests.load(Ordering::Relaxed), 2, "the replayed request never reached the origin");
+    assert_eq!(edge.metric("edgewarm_tls_ticket_replays_total", &[("route", "b.test")]), 1.0);
+    assert_eq!(edge.metric("edgewarm_tls_early_data_accepted_total", &[("route", "b.test")]), 1.0);
+    edge.stop().await;
+}
+
+#[tokio::test]
+async fn too_early_from_the_origin_is_retried_after_the_handshake() {
+    let fx = pki("http");
+    let (origin, stats) = h2_origin(&fx.origin, H2Opts { too_early: true, ..Default::default() }).await;
+    let edge = edge(&fx.route(origin, EARLY), "", "").await;
+    let client = zero_rtt_client(&fx.edge);
+    request(&client, edge.addr, &get("/first"), None).await;
+    let (response, early) = request(&client, edge.addr, &get("/again"), None).await;
+    assert!(early && response.starts_with("HTTP/1.1 200") && response.contains("\r\nhello /again\r\n"), "{response}");
+    let seen = stats.seen.lock().unwrap().clone();
+    assert_eq!(seen.len(), 3);
+    assert_eq!(seen[1]["early-data"], "1");
+    assert!(!seen[2].contains_key("early-data"), "sent again once the handshake was complete");
+    let retried = [("route", "b.test"), ("outcome", "retried_after_425")];
+    assert_eq!(edge.metric("edgewarm_tls_early_requests_total", &retried), 1.0);
+    edge.stop().await;
+
+    // The same through an HTTP/1.1 origin pool: the header reaches it too.
+    let (origin, stats) = h1_origin(&fx.origin).await;
+    let edge = common::edge(&fx.route(origin, &format!("{EARLY}    upstream: {{protocol: http/1.1}}\n")), "", "").await;
+    let client = zero_rtt_client(&fx.edge);
+    request(&client, edge.addr, &get("/first"), None).await;
+    let (response, early) = request(&client, edge.addr, &get("/h1"), None).await;
+    assert!(early && response.starts_with("HTTP/1.1 200"), "{response}");
+    assert_eq!(stats.seen.lock().unwrap()[1]["early-data"], "1");
+    edge.stop().await;
+}
