@@ -195,3 +195,97 @@ async fn too_early_from_the_origin_is_retried_after_the_handshake() {
     assert_eq!(stats.seen.lock().unwrap()[1]["early-data"], "1");
     edge.stop().await;
 }
+
+/// A real client other than rustls: `openssl s_client` saves the session of a first
+/// connection, then resumes with its request as early data (`-early_data`). The edge accepts
+/// it, and the origin sees the request marked `Early-Data: 1`.
+#[tokio::test(flavor = "multi_thread")]
+#[cfg_attr(not(feature = "system-tests"), ignore = "system test (openssl): scripts/test.sh runs it")]
+async fn openssl_s_client_sends_its_request_as_early_data() {
+    let fx = pki("http");
+    let (origin, stats) = h2_origin(&fx.origin, H2Opts::default()).await;
+    let edge = edge(&fx.route(origin, EARLY), "", "").await;
+    let dir = tempfile::tempdir().unwrap();
+    let (sess, first, early) = (dir.path().join("sess.pem"), dir.path().join("first"), dir.path().join("early"));
+    std::fs::write(&first, get("/first")).unwrap();
+    std::fs::write(&early, get("/zero-rtt")).unwrap();
+    let s_client = |extra: Vec<String>| {
+        let mut args: Vec<String> = [
+            "s_client",
+            "-connect",
+            &edge.addr.to_string(),
+            "-servername",
+            "b.test",
+            "-alpn",
+            "http/1.1",
+            "-CAfile",
+            &format!("{}/edge/ca.pem", fx.path.display()),
+            "-ign_eof",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+        args.extend(extra);
+        args
+    };
+    let run = |args: Vec<String>, stdin: std::path::PathBuf| async move {
+        tokio::task::spawn_blocking(move || {
+            let out = std::process::Command::new("openssl")
+                .args(&args)
+                .stdin(std::fs::File::open(stdin).unwrap())
+                .output()
+                .expect("openssl");
+            (String::from_utf8_lossy(&out.stdout).into_owned(), String::from_utf8_lossy(&out.stderr).into_owned())
+        })
+        .await
+        .unwrap()
+    };
+    let (out, err) = run(s_client(vec!["-sess_out".into(), sess.display().to_string()]), first.clone()).await;
+    assert!(out.contains("HTTP/1.1 200") && sess.exists(), "{out}\n{err}");
+    let empty = dir.path().join("empty");
+    std::fs::write(&empty, "").unwrap();
+    let args = s_client(vec![
+        "-sess_in".into(),
+        sess.display().to_string(),
+        "-early_data".into(),
+        early.display().to_string(),
+    ]);
+    let (out, err) = run(args, empty).await;
+    assert!(out.contains("Early data was accepted"), "{out}\n{err}");
+    assert!(out.contains("HTTP/1.1 200") && out.contains("hello /zero-rtt"), "{out}");
+    let seen = stats.seen.lock().unwrap().clone();
+    assert_eq!(seen.len(), 2);
+    assert_eq!(seen[1]["early-data"], "1");
+    edge.stop().await;
+}
+
+/// `early_data: opaque` on a prewarm route: the edge cannot see requests, so early bytes go to
+/// the warm origin connection at once, unseen (the replay risk is the operator's to take; see
+/// docs/config.md). The bytes arrive intact and in order with what follows the handshake.
+#[tokio::test]
+async fn prewarm_routes_relay_opaque_early_data_to_the_warm_connection() {
+    let fx = pki("prewarm");
+    let origin = tls_echo_origin(&fx.origin).await;
+    let edge = edge(&fx.route(origin, "    early_data: opaque\n"), "", "").await;
+    let client = zero_rtt_client(&fx.edge);
+    for (i, expect_early) in [(0, false), (1, true)] {
+        let tcp = TcpStream::connect(edge.addr).await.unwrap();
+        tcp.set_nodelay(true).unwrap();
+        let connector = tokio_rustls::TlsConnector::from(client.clone()).early_data(true);
+        let mut tls = connector.connect(ServerName::try_from("b.test").unwrap(), tcp).await.unwrap();
+        let early = format!("early bytes of connection {i}\n");
+        tls.write_all(early.as_bytes()).await.unwrap();
+        tls.flush().await.unwrap();
+        let mut back = vec![0u8; early.len()];
+        tls.read_exact(&mut back).await.unwrap();
+        assert_eq!(back, early.as_bytes());
+        assert_eq!(tls.get_ref().1.is_early_data_accepted(), expect_early, "connection {i}");
+        // After the handshake, the same stream carries on.
+        tls.write_all(b"and then some\n").await.unwrap();
+        let mut back = vec![0u8; 14];
+        tls.read_exact(&mut back).await.unwrap();
+        assert_eq!(&back, b"and then some\n");
+    }
+    assert_eq!(edge.metric("edgewarm_tls_early_data_accepted_total", &[("route", "b.test")]), 1.0);
+    edge.stop().await;
+}

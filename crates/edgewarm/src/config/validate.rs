@@ -287,6 +287,33 @@ routes:
     }
 
     #[test]
+    fn early_data_is_checked_per_action() {
+        let terminating = |action: &str, extra: &str| {
+            GOOD.replace(
+                "action: tunnel",
+                &format!("action: {action}\n    cert: c.pem\n    key: k.pem\n    origin_tls: {{sni: o}}\n{extra}"),
+            )
+        };
+        let e = err(&terminating("prewarm", "    early_data: safe"));
+        assert!(e.starts_with("routes[0].early_data: prewarm routes cannot see requests"), "{e}");
+        let e = err(&terminating("http", "    early_data: opaque"));
+        assert!(e.starts_with("routes[0].early_data: http routes"), "{e}");
+        let e = err(&terminating("http", "    early_data: safe\n    max_early_data_size: 0"));
+        assert!(e.starts_with("routes[0].max_early_data_size"), "{e}");
+        let e = err(&terminating("http", "    early_data: always"));
+        assert!(e.contains("early_data") && e.contains("unknown variant"), "{e}");
+        let e = err(&GOOD.replace("action: tunnel", "action: tunnel\n    early_data: opaque"));
+        assert_eq!(e, "routes[0].early_data: only for actions prewarm and http");
+        for ok in [
+            terminating("http", "    early_data: safe\n    max_early_data_size: 32KiB"),
+            terminating("prewarm", "    early_data: opaque"),
+        ] {
+            let c = Config::parse(&ok).unwrap();
+            c.validate().unwrap();
+        }
+    }
+
+    #[test]
     fn keys_the_action_does_not_take_are_named() {
         let e = err(&GOOD.replace("origin: origin-a.internal:443", "origin: origin-a.internal:443\n    cert: c.pem"));
         assert_eq!(e, "routes[0].cert: only for actions prewarm and http");
