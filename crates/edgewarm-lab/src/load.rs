@@ -116,6 +116,9 @@ pub struct LoadReport {
     pub ttfb_ms: Percentiles,
     pub total_ms: Percentiles,
     pub resumed: usize,
+    /// Connections whose TLS 1.3 early data (the request) the server accepted.
+    #[serde(default)]
+    pub early_data: usize,
     /// Every request's TTFB in ms, in start order (failed ones absent), for CDF plots.
     pub ttfb_samples: Vec<f64>,
     /// Scheduled start of each request in `ttfb_samples`, ms after the run began.
@@ -131,6 +134,8 @@ struct Sample {
     ttfb: Duration,
     total: Duration,
     resumed: bool,
+    /// The request went as early data and the server accepted it.
+    early: bool,
 }
 
 struct Target {
@@ -289,6 +294,9 @@ async fn attempt(t: &Target, t0: Instant, at: Duration) -> Result<Sample, &'stat
     }
     let req = format!("GET {} HTTP/1.1\r\nHost: {}\r\nConnection: close\r\n\r\n", t.path, t.host);
     tls.write_all(req.as_bytes()).await.map_err(|_| "io")?;
+    // With 0-RTT the write only queued the request as early data: the flush sends the hello
+    // and it together (one SYN with Fast Open).
+    tls.flush().await.map_err(|_| "io")?;
     let mut buf = vec![0u8; 16 * 1024];
     let n = tls.read(&mut buf).await.map_err(|_| "io")?;
     if n == 0 {
@@ -307,7 +315,10 @@ async fn attempt(t: &Target, t0: Instant, at: Duration) -> Result<Sample, &'stat
             Err(_) => return Err("io"),
         }
     }
-    Ok(Sample { at, connect, tls: tls_done, ttfb, total: t0.elapsed(), resumed })
+    // With 0-RTT the handshake was still running when `connect` returned: ask now.
+    let resumed = resumed || tls.get_ref().1.handshake_kind() == Some(rustls::HandshakeKind::Resumed);
+    let early = tls.get_ref().1.is_early_data_accepted();
+    Ok(Sample { at, connect, tls: tls_done, ttfb, total: t0.elapsed(), resumed, early })
 }
 
 /// One GET over HTTP/2 (hyper). TTFB is when the response headers arrive.
@@ -356,7 +367,7 @@ where
     while let Some(done) = subs.join_next().await {
         done.map_err(|_| "http2")??;
     }
-    Ok(Sample { at, connect, tls: tls_done, ttfb, total: t0.elapsed(), resumed })
+    Ok(Sample { at, connect, tls: tls_done, ttfb, total: t0.elapsed(), resumed, early: false })
 }
 
 fn percentiles(h: &Histogram<u64>) -> Percentiles {
@@ -375,6 +386,7 @@ fn summarise(results: Vec<Option<Result<Sample, &'static str>>>) -> LoadReport {
             Ok(s) => {
                 report.ok += 1;
                 report.resumed += usize::from(s.resumed);
+                report.early_data += usize::from(s.early);
                 let us = |d: Duration| u64::try_from(d.as_micros()).unwrap_or(u64::MAX).max(1);
                 let _ = c.record(us(s.connect));
                 let _ = t.record(us(s.tls));
@@ -399,8 +411,8 @@ impl LoadReport {
             format!("{name:<8} {:>9.2} {:>9.2} {:>9.2} {:>9.2} {:>9.2}\n", p.p50, p.p90, p.p99, p.p999, p.max)
         };
         let mut s = format!(
-            "{} requests, {} ok, {} resumed, errors {:?}\nphase (ms)     p50       p90       p99     p99.9       max\n",
-            self.requests, self.ok, self.resumed, self.errors
+            "{} requests, {} ok, {} resumed, {} with early data accepted, errors {:?}\nphase (ms)     p50       p90       p99     p99.9       max\n",
+            self.requests, self.ok, self.resumed, self.early_data, self.errors
         );
         s += &row("connect", &self.connect_ms);
         s += &row("tls", &self.tls_ms);

@@ -99,22 +99,30 @@ pub struct ModeRun {
     /// The client connects with TCP Fast Open too.
     #[serde(default)]
     pub client_tfo: bool,
+    /// The client resumes with a ticket and sends its request as TLS 1.3 early data (0-RTT),
+    /// to the routes that accept it (z.test: http `early_data: safe`; p.test: prewarm
+    /// `early_data: opaque`).
+    #[serde(default)]
+    pub zero_rtt: bool,
 }
 
 impl ModeRun {
     pub fn label(self) -> String {
         // The hello's size decides whether Fast Open can carry it, so say which one it was.
         let hello = if self.pq_hello { "PQ hello" } else { "X25519 hello" };
+        let zero = if self.zero_rtt { "0-RTT + " } else { "" };
         match (self.client_tfo, self.mode) {
-            (true, m) => format!("client TFO + {}, {hello}", m.label()),
+            (true, m) => format!("client TFO + {zero}{}, {hello}", m.label()),
             (false, Mode::TunnelTfo) => format!("{}, {hello}", self.mode.label()),
-            (false, m) => m.label().to_string(),
+            (false, m) => format!("{zero}{}", m.label()),
         }
     }
 
     /// Names accepted in scenario files.
     fn parse(name: &str) -> Option<Self> {
-        let run = |mode, pq_hello, client_tfo| Some(Self { mode, pq_hello, client_tfo });
+        let run = |mode, pq_hello, client_tfo| Some(Self { mode, pq_hello, client_tfo, zero_rtt: false });
+        // 0-RTT with Fast Open needs the hello and the request in one SYN: the classical hello.
+        let zero = |mode, client_tfo: bool| Some(Self { mode, pq_hello: !client_tfo, client_tfo, zero_rtt: true });
         match name {
             "direct" => run(Mode::Direct, true, false),
             "tunnel" => run(Mode::Tunnel, true, false),
@@ -127,6 +135,9 @@ impl ModeRun {
             "http" => run(Mode::Http, true, false),
             "client_tfo_http" => run(Mode::Http, true, true),
             "client_tfo_http_x25519" => run(Mode::Http, false, true),
+            "0rtt_http" => zero(Mode::Http, false),
+            "client_tfo_0rtt_http" => zero(Mode::Http, true),
+            "client_tfo_0rtt_prewarm" => zero(Mode::Prewarm, true),
             _ => None,
         }
     }
@@ -226,12 +237,12 @@ impl Scenario {
 
 impl Scenario {
     pub fn named(name: &str) -> Option<Self> {
-        let pq = |mode| ModeRun { mode, pq_hello: true, client_tfo: false };
+        let pq = |mode| ModeRun { mode, pq_hello: true, client_tfo: false, zero_rtt: false };
         let all = vec![
             pq(Mode::Direct),
             pq(Mode::Tunnel),
             pq(Mode::TunnelTfo),
-            ModeRun { mode: Mode::TunnelTfo, pq_hello: false, client_tfo: false },
+            ModeRun { mode: Mode::TunnelTfo, pq_hello: false, client_tfo: false, zero_rtt: false },
             pq(Mode::Prewarm),
             pq(Mode::Http),
         ];
@@ -256,9 +267,25 @@ impl Scenario {
             }
             "tfo" => {
                 // Fast Open with a hello that fits in a SYN, at three distances to the origin.
-                let x25519 = |client_tfo| ModeRun { mode: Mode::TunnelTfo, pq_hello: false, client_tfo };
+                let x25519 =
+                    |client_tfo| ModeRun { mode: Mode::TunnelTfo, pq_hello: false, client_tfo, zero_rtt: false };
                 let modes = vec![pq(Mode::Tunnel), x25519(false), x25519(true)];
                 return Some(Self { more_big_r_ms: vec![100.0, 200.0], ..base(20.0, 20.0, false, modes) });
+            }
+            "floor" => {
+                // The staircase from 3(r+R) down to r+R: each step takes a round trip off.
+                let modes = [
+                    "direct",
+                    "tunnel",
+                    "prewarm",
+                    "http",
+                    "client_tfo_http_x25519",
+                    "0rtt_http",
+                    "client_tfo_0rtt_http",
+                    "client_tfo_0rtt_prewarm",
+                ];
+                let modes = modes.iter().filter_map(|m| ModeRun::parse(m)).collect();
+                return Some(base(20.0, 100.0, false, modes));
             }
             _ => return None,
         };
@@ -272,7 +299,7 @@ impl Scenario {
 
 #[derive(Debug, thiserror::Error)]
 pub enum LabError {
-    #[error("unknown scenario {0:?}: default, ats-poc, far-origin, ramp or tfo")]
+    #[error("unknown scenario {0:?}: default, ats-poc, far-origin, ramp, tfo or floor")]
     Scenario(String),
     #[error("scenario file {0}")]
     ScenarioFile(String),
@@ -338,7 +365,7 @@ impl Drop for Guard {
     }
 }
 
-const NAMES: [&str; 5] = ["origin.test", "a.test", "t.test", "b.test", "h.test"];
+const NAMES: [&str; 7] = ["origin.test", "a.test", "t.test", "b.test", "h.test", "z.test", "p.test"];
 
 pub async fn run(opts: &LabOpts) -> Result<LabReport, LabError> {
     let mut scenario = match &opts.scenario_file {
@@ -474,12 +501,14 @@ async fn run_part(part: Part<'_>) -> Result<(Vec<ModeResult>, Vec<PoolSample>, u
         .modes
         .iter()
         .map(|&run| {
-            let (name, ip) = match run.mode {
-                Mode::Direct => ("a.test", ORIGIN),
-                Mode::Tunnel => ("a.test", EDGE_A),
-                Mode::TunnelTfo => ("t.test", EDGE_A),
-                Mode::Prewarm => ("b.test", EDGE_A),
-                Mode::Http => ("h.test", EDGE_A),
+            let (name, ip) = match (run.mode, run.zero_rtt) {
+                (Mode::Direct, _) => ("a.test", ORIGIN),
+                (Mode::Tunnel, _) => ("a.test", EDGE_A),
+                (Mode::TunnelTfo, _) => ("t.test", EDGE_A),
+                (Mode::Prewarm, false) => ("b.test", EDGE_A),
+                (Mode::Prewarm, true) => ("p.test", EDGE_A),
+                (Mode::Http, false) => ("h.test", EDGE_A),
+                (Mode::Http, true) => ("z.test", EDGE_A),
             };
             (run, run.label(), name, SocketAddrV4::new(ip, 443))
         })
@@ -493,7 +522,7 @@ async fn run_part(part: Part<'_>) -> Result<(Vec<ModeResult>, Vec<PoolSample>, u
             .replace("{dir}", &d);
         let log = dir.join(format!("{proxy}{logs}.log"));
         _proxies.push(spawn(topo.command(&topo.edge, &["sh", "-c", &cmd]), &log)?);
-        let run = ModeRun { mode: Mode::Tunnel, pq_hello: true, client_tfo: false };
+        let run = ModeRun { mode: Mode::Tunnel, pq_hello: true, client_tfo: false, zero_rtt: false };
         jobs.push((run, format!("{proxy} (other proxy)"), "a.test", listen));
     }
     if !proxies.is_empty() {
@@ -521,7 +550,14 @@ async fn run_part(part: Part<'_>) -> Result<(Vec<ModeResult>, Vec<PoolSample>, u
         topo.flush_tcp_metrics()?;
         // Two unmeasured connections first: Fast Open needs a cookie from a first contact.
         load(&topo, &exe, &d, scenario, name, target, 2, run).await?;
-        let route = if mode == Mode::Http { "h.test" } else { "b.test" };
+        // The 0-RTT routes verify the origin under another of its names, so they have origin
+        // connections (and counts) of their own: pools and upstreams are shared by origin key.
+        let route = match (mode, run.zero_rtt) {
+            (Mode::Http, false) => "h.test",
+            (Mode::Http, true) => "z.test",
+            (_, true) => "p.test",
+            _ => "b.test",
+        };
         let before = pool_counts(&topo, route).await;
         let requests = if scenario.ramp.is_some() { 1_000_000 } else { requests };
         // During a ramp, sample the pool every 500 ms for as long as the load runs.
@@ -543,7 +579,7 @@ async fn run_part(part: Part<'_>) -> Result<(Vec<ModeResult>, Vec<PoolSample>, u
         };
         timeline.extend(samples.into_inner().unwrap_or_else(|p| p.into_inner()));
         let after = pool_counts(&topo, route).await;
-        let min = model::min_ttfb(mode, scenario.tls12, scenario.r(), big_r, run.client_tfo, false);
+        let min = model::min_ttfb(mode, scenario.tls12, scenario.r(), big_r, run.client_tfo, run.zero_rtt);
         let min_ms = min.as_secs_f64() * 1e3;
         let (hit_rate, waste) = if mode == Mode::Prewarm && after[0] + after[1] > before[0] + before[1] {
             let (hits, misses, opened) = (after[0] - before[0], after[1] - before[1], after[2] - before[2]);
@@ -560,7 +596,7 @@ async fn run_part(part: Part<'_>) -> Result<(Vec<ModeResult>, Vec<PoolSample>, u
             label,
             r_ms: scenario.r_ms,
             big_r_ms,
-            formula: model::formula(model::round_trips(mode, scenario.tls12, run.client_tfo, false)),
+            formula: model::formula(model::round_trips(mode, scenario.tls12, run.client_tfo, run.zero_rtt)),
             min_ms,
             ratio_p50: report.ttfb_ms.p50 / min_ms,
             hit_rate,
@@ -590,6 +626,10 @@ fn edge_config(d: &str, page: bool) -> String {
          \x20   origin_tls: {{sni: origin.test, ca: {d}/ca.pem}}\n{alpn}    pool: {{min: 4, max_idle: 30s, period: 500ms}}\n\
          \x20 - sni: h.test\n    action: http\n    origin: \"{ORIGIN}:443\"\n    cert: {d}/edge.pem\n    key: {d}/edge.key\n\
          \x20   origin_tls: {{sni: origin.test, ca: {d}/ca.pem}}\n    upstream: {{connections: 2}}\n\
+         \x20 - sni: z.test\n    action: http\n    origin: \"{ORIGIN}:443\"\n    cert: {d}/edge.pem\n    key: {d}/edge.key\n\
+         \x20   origin_tls: {{sni: a.test, ca: {d}/ca.pem}}\n    upstream: {{connections: 2}}\n    early_data: safe\n\
+         \x20 - sni: p.test\n    action: prewarm\n    origin: \"{ORIGIN}:443\"\n    cert: {d}/edge.pem\n    key: {d}/edge.key\n\
+         \x20   origin_tls: {{sni: t.test, ca: {d}/ca.pem}}\n    pool: {{min: 4, max_idle: 30s, period: 500ms}}\n    early_data: opaque\n\
          \x20 - {{sni: \"*\", action: reject}}\n"
     )
 }
@@ -644,8 +684,12 @@ async fn wait_ready(topo: &Topology, dir: &Path) -> Result<(), LabError> {
         if let Some(m) = admin(topo, "/metrics").await {
             let warm = edgewarm::metrics::sample(&m, "edgewarm_pool_ready", &[("route", "b.test"), ("alpn", "none")])
                 .unwrap_or(0.0);
-            let standing = edgewarm::metrics::sample(&m, "edgewarm_pool_opened_total", &[("route", "h.test")]);
-            if warm >= 4.0 && standing.unwrap_or(0.0) >= 2.0 {
+            let opened =
+                |route| edgewarm::metrics::sample(&m, "edgewarm_pool_opened_total", &[("route", route)]).unwrap_or(0.0);
+            let standing = opened("h.test").min(opened("z.test"));
+            let opaque = edgewarm::metrics::sample(&m, "edgewarm_pool_ready", &[("route", "p.test"), ("alpn", "none")])
+                .unwrap_or(0.0);
+            if warm >= 4.0 && opaque >= 4.0 && standing >= 2.0 {
                 return Ok(());
             }
         }
@@ -710,6 +754,9 @@ async fn load(
     }
     if run.client_tfo {
         args.push("--tfo");
+    }
+    if run.zero_rtt {
+        args.push("--zero-rtt");
     }
     let page = scenario.page.to_string();
     if scenario.page > 0 {

@@ -55,6 +55,18 @@ pub struct Config {
     pub relay: RelayMode,
     #[serde(default)]
     pub dns: DnsConfig,
+    #[serde(default)]
+    pub tls: TlsConfig,
+}
+
+/// Client-facing TLS settings shared by every terminating route.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TlsConfig {
+    /// Session-ticket keys shared by a fleet (see [`crate::tls::ticket_keys`]); read at start
+    /// and at every reload. Without it each route has random keys of its own.
+    #[serde(default)]
+    pub ticket_keys: Option<std::path::PathBuf>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]

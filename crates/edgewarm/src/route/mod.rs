@@ -16,6 +16,7 @@ use crate::metrics::{Metrics, RouteMetrics, RouteName};
 use crate::pool::TlsPool;
 use crate::tls::client::{ClientTls, Resumption};
 use crate::tls::origin::OriginTls;
+use crate::tls::ticket_keys::TicketKeys;
 use crate::upstream::h1::H1Upstream;
 use crate::upstream::Upstream;
 
@@ -137,6 +138,11 @@ impl RouteTable {
     pub fn new(config: &Config, resumption: &Resumption) -> Result<Self, ConfigError> {
         config.validate()?;
         let mut table = Self::default();
+        // Read at every load, so a SIGHUP picks up rotated keys.
+        let ticket_keys = match &config.tls.ticket_keys {
+            Some(path) => Some(TicketKeys::read(path).map_err(|m| ConfigError::invalid("tls.ticket_keys", m))?),
+            None => None,
+        };
         for (i, r) in config.routes.iter().enumerate() {
             let name = sni_pattern(&r.sni).map_err(|m| ConfigError::invalid(format!("routes[{i}].sni"), m))?;
             let key = |field: &str| format!("routes[{i}].{field}");
@@ -148,7 +154,7 @@ impl RouteTable {
             let label = RouteName::new(if name.is_empty() { NO_SNI } else { &name });
             // Both sides' TLS of a route that terminates it (prewarm, http).
             let terminating = |tls: &TerminateConfig, origin_tls: &config::OriginTls, addr: &Option<String>| {
-                let client = ClientTls::new(tls, &label, resumption)
+                let client = ClientTls::new(tls, &label, resumption, ticket_keys.as_ref())
                     .map_err(|(field, m)| ConfigError::invalid(key(field), m))?;
                 let origin = OriginTls::new(origin_tls, &name, origin(addr)?)
                     .map_err(|(field, m)| ConfigError::invalid(key(field), m))?;

@@ -28,6 +28,7 @@ use rustls::ServerConfig;
 
 use super::pem;
 use super::sessions::SessionStore;
+use super::ticket_keys::TicketKeys;
 use crate::config::{EarlyData, TerminateConfig, TlsVersion};
 use crate::metrics::{EarlyMetrics, RouteLabel, RouteName};
 
@@ -109,6 +110,7 @@ impl ClientTls {
         route: &TerminateConfig,
         name: &RouteName,
         resumption: &Resumption,
+        ticket_keys: Option<&TicketKeys>,
     ) -> Result<Self, (&'static str, String)> {
         let (Some(cert_path), Some(key_path)) = (&route.cert, &route.key) else {
             return Err(("cert", "required when a route terminates TLS".into()));
@@ -127,6 +129,10 @@ impl ClientTls {
             .map_err(|e| ("key", format!("does not match the certificate or is unsupported: {e}")))?;
         if route.early_data == EarlyData::Off {
             (base.ticketer, base.session_storage) = resumption.for_route(name).map_err(|e| ("cert", e.to_string()))?;
+            if let Some(keys) = ticket_keys {
+                // The fleet's keys, so tickets resume on any node holding the same file.
+                base.ticketer = keys.for_route(name);
+            }
         } else {
             // Stateful tickets only (the builder's default ticketer issues none): rustls
             // refuses early data on stateless resumption.

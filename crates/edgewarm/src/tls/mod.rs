@@ -1,12 +1,13 @@
 //! TLS for routes that terminate it: the client-facing server ([`client`]; with 0-RTT, its
-//! handshake driver [`early`] and session store [`sessions`]) and the origin-facing client
-//! side ([`origin`]). Nothing here runs for blind tunnels.
+//! handshake driver [`early`] and session store [`sessions`]; a fleet's shared ticket keys
+//! [`ticket_keys`]) and the origin-facing client side ([`origin`]). Nothing here runs for blind tunnels.
 
 pub mod client;
 pub mod early;
 pub mod origin;
 pub mod pem;
 pub mod sessions;
+pub mod ticket_keys;
 
 use std::sync::Arc;
 

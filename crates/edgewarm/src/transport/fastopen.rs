@@ -35,6 +35,27 @@ impl AsyncWrite for FastOpenStream {
         }
     }
 
+    /// Vectored, so a TLS client's first flight (ClientHello and, with 0-RTT, the early data:
+    /// separate buffers in rustls) goes out in one `sendmsg`, hence in the one SYN, instead of
+    /// the hello alone with the request a round trip later.
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        loop {
+            std::task::ready!(self.0.poll_write_ready(cx))?;
+            match self.0.try_io(Interest::WRITABLE, || send_fastopen_vectored(&self.0, bufs)) {
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
+                other => return Poll::Ready(other),
+            }
+        }
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        true
+    }
+
     fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         Pin::new(&mut self.0).poll_flush(cx)
     }
@@ -47,6 +68,13 @@ impl AsyncWrite for FastOpenStream {
 /// `send(2)` with EINPROGRESS (Fast Open connect under way) reported as WouldBlock.
 pub(crate) fn send_fastopen(stream: &TcpStream, buf: &[u8]) -> io::Result<usize> {
     match socket2::SockRef::from(stream).send(buf) {
+        Err(e) if e.raw_os_error() == Some(libc::EINPROGRESS) => Err(io::ErrorKind::WouldBlock.into()),
+        other => other,
+    }
+}
+
+fn send_fastopen_vectored(stream: &TcpStream, bufs: &[io::IoSlice<'_>]) -> io::Result<usize> {
+    match socket2::SockRef::from(stream).send_vectored(bufs) {
         Err(e) if e.raw_os_error() == Some(libc::EINPROGRESS) => Err(io::ErrorKind::WouldBlock.into()),
         other => other,
     }
