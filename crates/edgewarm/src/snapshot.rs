@@ -50,11 +50,12 @@ impl Snapshot {
     pub(crate) fn attach_pools(&self, pools: &Pools, upstreams: &Upstreams) {
         let mut wanted = Vec::new();
         for (name, route) in self.routes.prewarm_routes() {
+            let shared = route.pool_alpns().count() > 1;
             for alpn in route.pool_alpns() {
                 wanted.push(Wanted {
                     route: name.clone(),
                     dial: self.dial(&route.origin, alpn),
-                    settings: Settings { size: route.pool.clone(), connect_timeout: self.timeouts.connect },
+                    settings: Settings { size: route.pool.clone(), connect_timeout: self.timeouts.connect, shared },
                 });
             }
         }

@@ -289,3 +289,50 @@ async fn prewarm_routes_relay_opaque_early_data_to_the_warm_connection() {
     assert_eq!(edge.metric("edgewarm_tls_early_data_accepted_total", &[("route", "b.test")]), 1.0);
     edge.stop().await;
 }
+
+/// Browsers speak HTTP/2: the connection preface, SETTINGS and a GET all ride as early data,
+/// and hyper's HTTP/2 server on the edge reads them before the handshake completes.
+#[tokio::test]
+async fn http2_clients_send_their_first_request_as_early_data() {
+    use http_body_util::BodyExt;
+    let fx = pki("http");
+    let (origin, stats) = h2_origin(&fx.origin, H2Opts::default()).await;
+    let edge = edge(&fx.route(origin, EARLY), "", "").await;
+    let mut config = (*zero_rtt_client(&fx.edge)).clone();
+    config.alpn_protocols = vec![b"h2".to_vec()];
+    let config = Arc::new(config);
+    let mut accepted = Vec::new();
+    for path in ["/first", "/h2-early"] {
+        let tcp = TcpStream::connect(edge.addr).await.unwrap();
+        tcp.set_nodelay(true).unwrap();
+        let tls = tokio_rustls::TlsConnector::from(config.clone())
+            .early_data(true)
+            .connect(ServerName::try_from("b.test").unwrap(), tcp)
+            .await
+            .unwrap();
+        let (mut send, conn) = hyper::client::conn::http2::handshake(
+            hyper_util::rt::TokioExecutor::new(),
+            hyper_util::rt::TokioIo::new(tls),
+        )
+        .await
+        .unwrap();
+        let driver = tokio::spawn(async move {
+            let mut conn = std::pin::pin!(conn);
+            let _ = (&mut conn).await;
+        });
+        let req = http::Request::get(format!("https://b.test{path}"))
+            .body(http_body_util::Empty::<bytes::Bytes>::new())
+            .unwrap();
+        let response = send.send_request(req).await.unwrap();
+        assert_eq!(response.status(), 200);
+        let body = response.into_body().collect().await.unwrap().to_bytes();
+        assert_eq!(body, format!("hello {path}").as_bytes());
+        drop(send);
+        driver.abort();
+        accepted.push(edge.metric("edgewarm_tls_early_data_accepted_total", &[("route", "b.test")]));
+    }
+    assert_eq!(accepted, [0.0, 1.0], "the resumed connection's early data was accepted");
+    let seen = stats.seen.lock().unwrap().clone();
+    assert_eq!(seen[1]["early-data"], "1", "and its GET forwarded before the handshake completed");
+    edge.stop().await;
+}

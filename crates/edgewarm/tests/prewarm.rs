@@ -385,3 +385,38 @@ async fn an_origin_reset_mid_transfer_ends_only_that_client() {
     edge.settle().await;
     edge.stop().await;
 }
+
+/// A route offering several protocols has a pool per protocol, each holding `min`; when every
+/// client speaks h2, the http/1.1 and no-ALPN pools would keep `min` warm for nobody. After
+/// `max_idle` without a client they shrink to one connection; a client of that protocol
+/// brings the floor back. A route's only pool keeps `min` (checked by `clients_get_warm_connections`).
+#[tokio::test]
+async fn alpn_pools_without_clients_shrink_to_one() {
+    let fx = fixture();
+    let (origin, _) = tls_origin(&fx.origin, OriginOpts { alpn: vec!["h2", "http/1.1"], ..Default::default() }).await;
+    let pool = "    alpn: [h2, http/1.1]\n    pool: {min: 3, max_idle: 1s, period: 100ms}\n";
+    let edge = edge(&fx.route(origin, pool), "", "").await;
+    let ready = |alpn: &str| edge.metric("edgewarm_pool_ready", &[("route", "b.test"), ("alpn", alpn)]);
+    for alpn in ["h2", "http/1.1", "none"] {
+        wait_for(&edge, "edgewarm_pool_ready", &[("route", "b.test"), ("alpn", alpn)], 3.0).await;
+    }
+    // h2 clients keep coming; the other protocols get none. Bounded: 15 s.
+    let mut shrunk = false;
+    for _ in 0..75 {
+        assert_eq!(ping(&fx, &edge, &["h2"]).await.unwrap().as_deref(), Some("h2"));
+        if ready("http/1.1") == 1.0 && ready("none") == 1.0 {
+            shrunk = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert!(shrunk, "idle ALPN pools: http/1.1 {} none {}", ready("http/1.1"), ready("none"));
+    let target = |alpn: &str| edge.metric("edgewarm_pool_target", &[("route", "b.test"), ("alpn", alpn)]);
+    assert!(target("h2") >= 3.0, "the pool with clients keeps its min: {}", target("h2"));
+    assert_eq!(target("http/1.1"), 1.0);
+    // An http/1.1 client arrives (served warm by the one kept): its pool's floor is min again.
+    assert_eq!(ping(&fx, &edge, &["http/1.1"]).await.unwrap().as_deref(), Some("http/1.1"));
+    wait_for(&edge, "edgewarm_pool_target", &[("route", "b.test"), ("alpn", "http/1.1")], 3.0).await;
+    assert_eq!(edge.metric(MISSES, &[("route", "b.test")]), 0.0);
+    edge.stop().await;
+}

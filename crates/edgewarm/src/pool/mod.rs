@@ -62,6 +62,10 @@ pub struct Warm<S> {
 pub struct Settings {
     pub size: PoolConfig,
     pub connect_timeout: Duration,
+    /// One of several ALPN pools of its route: with no client for `max_idle` it may shrink
+    /// below `min` to one connection, since clients of a route usually all speak the same
+    /// protocol and the other pools' `min` would be kept warm for nobody.
+    pub shared: bool,
 }
 
 /// An idle connection's entry: the way to ask its watcher for it.
@@ -77,6 +81,8 @@ struct State<S> {
     next_id: u64,
     demand: Demand,
     period_start: Instant,
+    /// The last client (or the pool's start, before any).
+    last_arrival: Instant,
     backoff: Backoff,
     /// No refill attempt before this (origin failing).
     retry_at: Option<Instant>,
@@ -113,6 +119,7 @@ impl<D: Dial> Pool<D> {
                 next_id: 0,
                 demand: Demand::default(),
                 period_start: Instant::now(),
+                last_arrival: Instant::now(),
                 backoff: Backoff::default(),
                 retry_at: None,
                 alpn_refused: false,
@@ -172,7 +179,11 @@ impl<D: Dial> Pool<D> {
     /// entry was popped first and the watcher, gone, drops the handoff channel — then the
     /// reply below fails and we try the next entry. A dead connection is never returned.
     pub async fn take(&self) -> Option<Warm<D::Conn>> {
-        self.state().demand.arrival();
+        {
+            let mut st = self.state();
+            st.demand.arrival();
+            st.last_arrival = Instant::now();
+        }
         let result = loop {
             let Some(idle) = self.state().idle.pop_back() else { break None };
             self.metrics.pool.ready.get_or_create(&self.labels).dec();

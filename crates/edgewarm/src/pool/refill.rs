@@ -2,6 +2,7 @@
 //! opens (warm-ups and on-demand misses alike), recording outcome, warm time and backoff.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use tokio::time::Instant;
 
@@ -42,7 +43,8 @@ impl<D: Dial> Pool<D> {
             return;
         }
         let s = &st.settings.size;
-        let target = st.demand.target(s.min, s.max, now - st.period_start);
+        let min = floor(s.min, st.settings.shared, now - st.last_arrival, s.max_idle);
+        let target = st.demand.target(min, s.max, now - st.period_start);
         self.metrics.pool.target.get_or_create(&self.labels).set(target as i64);
         let have = st.idle.len() + st.connecting;
         let mut start = target.saturating_sub(have);
@@ -110,5 +112,31 @@ impl<D: Dial> Pool<D> {
             }
         }
         result
+    }
+}
+
+/// The pool's floor: `min`, except for one of several ALPN pools of a route that has had no
+/// client for `max_idle` (by then its surplus has expired unused once): one connection, so the
+/// first client of that protocol still finds a warm one while the others' demand is served.
+fn floor(min: usize, shared: bool, quiet: Duration, max_idle: Duration) -> usize {
+    if shared && quiet >= max_idle {
+        min.min(1)
+    } else {
+        min
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::floor;
+    use std::time::Duration;
+
+    #[test]
+    fn unused_alpn_pools_shrink_to_one() {
+        let (s, idle) = (Duration::from_secs(1), Duration::from_secs(60));
+        assert_eq!(floor(4, false, 3600 * s, idle), 4, "a route's only pool keeps min");
+        assert_eq!(floor(4, true, 59 * s, idle), 4, "not yet quiet for max_idle");
+        assert_eq!(floor(4, true, 60 * s, idle), 1);
+        assert_eq!(floor(0, true, 60 * s, idle), 0, "min 0 stays 0");
     }
 }
