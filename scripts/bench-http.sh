@@ -75,14 +75,15 @@ routes:
     upstream: {connections: 2}
 CONF
 
+declare -A pid
 nginx -c "$dir/origin.conf" & pids+=($!)
-nginx -c "$dir/proxy.conf" & pids+=($!)
-haproxy -db -f "$dir/haproxy.cfg" & pids+=($!)
-RUST_LOG=warn "$edgewarm" run --config "$dir/edge.yaml" 2>"$dir/edge.log" & pids+=($!)
+nginx -c "$dir/proxy.conf" & pids+=($!); pid[nginx]=$!
+haproxy -db -f "$dir/haproxy.cfg" & pids+=($!); pid[haproxy]=$!
+RUST_LOG=warn "$edgewarm" run --config "$dir/edge.yaml" 2>"$dir/edge.log" & pids+=($!); pid[edgewarm]=$!
 contenders=("edgewarm:$edge" "nginx:$nginx_proxy" "haproxy:$haproxy_port")
 if [ -n "${BASELINE:-}" ]; then
   sed -e "s/127.0.0.1:$edge/127.0.0.1:19446/" -e "s/127.0.0.1:$admin/127.0.0.1:19901/" "$dir/edge.yaml" > "$dir/baseline.yaml"
-  RUST_LOG=warn "$BASELINE" run --config "$dir/baseline.yaml" 2>"$dir/baseline.log" & pids+=($!)
+  RUST_LOG=warn "$BASELINE" run --config "$dir/baseline.yaml" 2>"$dir/baseline.log" & pids+=($!); pid[baseline]=$!
   contenders+=("baseline:19446")
 fi
 for port in $origin $edge $nginx_proxy $haproxy_port ${BASELINE:+19446}; do
@@ -93,25 +94,40 @@ rps() { # port -> requests/s
   h2load -c 50 -m 10 -n "$requests" --connect-to="127.0.0.1:$1" "https://b.test:$1/" 2>/dev/null \
     | awk '/^finished in/ {gsub(",", "", $4); print $4} /succeeded,/ {if ($10 != 0 || $12 != 0) print "ERRORS: " $0 > "/dev/stderr"}'
 }
-declare -A all
-for name in edgewarm nginx haproxy baseline; do all[$name]=""; done
+# CPU time (user + system, clock ticks) of a process and its children (nginx's workers).
+ticks() {
+  local total=0 p
+  for p in $1 $(pgrep -P "$1"); do
+    [ -r "/proc/$p/stat" ] && total=$((total + $(awk '{print $14 + $15}' "/proc/$p/stat")))
+  done
+  echo "$total"
+}
+hz=$(getconf CLK_TCK)
+declare -A all cpu
+for name in edgewarm nginx haproxy baseline; do all[$name]=""; cpu[$name]=""; done
 for round in $(seq "$rounds"); do
   for pair in "${contenders[@]}"; do
     name=${pair%%:*} port=${pair##*:}
+    before=$(ticks "${pid[$name]}")
     r=$(rps "$port")
+    # Proxy CPU per request, in µs: steadier than req/s on a shared machine, where h2load and
+    # the origin compete for the same two cores.
+    us=$(awk "BEGIN {printf \"%.1f\", ($(ticks "${pid[$name]}") - $before) * 1e6 / $hz / $requests}")
     all[$name]="${all[$name]} $r"
-    echo "round $round $name $r req/s"
+    cpu[$name]="${cpu[$name]} $us"
+    echo "round $round $name $r req/s, $us µs CPU/request"
   done
 done
 median() { tr ' ' '\n' | grep -v '^$' | sort -n | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
 e=$(echo "${all[edgewarm]}" | median) n=$(echo "${all[nginx]}" | median) h=$(echo "${all[haproxy]}" | median)
+ce=$(echo "${cpu[edgewarm]}" | median) cn=$(echo "${cpu[nginx]}" | median) ch=$(echo "${cpu[haproxy]}" | median)
 echo
-echo "| proxy (h2load -c 50 -m 10 -n $requests, median of $rounds) | req/s | edgewarm / it |"
-echo "|---|---|---|"
-echo "| edgewarm http route | $e | 1.00 |"
-echo "| nginx 1.22 (HTTPS/1.1 keep-alive upstream) | $n | $(awk "BEGIN {printf \"%.2f\", $e/$n}") |"
-echo "| HAProxy 2.6 (h2 upstream, http-reuse always) | $h | $(awk "BEGIN {printf \"%.2f\", $e/$h}") |"
+echo "| proxy (h2load -c 50 -m 10 -n $requests, median of $rounds) | req/s | edgewarm / it | proxy CPU µs per request | its CPU / edgewarm's |"
+echo "|---|---|---|---|---|"
+echo "| edgewarm http route | $e | 1.00 | $ce | 1.00 |"
+echo "| nginx 1.22 (HTTPS/1.1 keep-alive upstream) | $n | $(awk "BEGIN {printf \"%.2f\", $e/$n}") | $cn | $(awk "BEGIN {printf \"%.2f\", $cn/$ce}") |"
+echo "| HAProxy 2.6 (h2 upstream, http-reuse always) | $h | $(awk "BEGIN {printf \"%.2f\", $e/$h}") | $ch | $(awk "BEGIN {printf \"%.2f\", $ch/$ce}") |"
 if [ -n "${BASELINE:-}" ]; then
-  b=$(echo "${all[baseline]}" | median)
-  echo "| edgewarm baseline ($BASELINE) | $b | $(awk "BEGIN {printf \"%.2f\", $e/$b}") |"
+  b=$(echo "${all[baseline]}" | median) cb=$(echo "${cpu[baseline]}" | median)
+  echo "| edgewarm baseline ($BASELINE) | $b | $(awk "BEGIN {printf \"%.2f\", $e/$b}") | $cb | $(awk "BEGIN {printf \"%.2f\", $cb/$ce}") |"
 fi
