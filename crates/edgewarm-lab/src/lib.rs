@@ -8,6 +8,7 @@
 //! - [`load`]: the load generator (`edgewarm-lab load`): every request a new connection.
 //! - [`model`]: the round-trip minimum of each mode.
 //! - [`run`]: `edgewarm-lab lab`: topology, processes, measurement, report.
+//! - [`peers`]: other proxies (nginx, HAProxy) measured in the same run.
 //! - [`plot`]: SVG plots of a run.
 //!
 //! The proxy itself runs as a process (the `edgewarm` binary), exactly as deployed.
@@ -17,5 +18,6 @@ pub mod load;
 pub mod model;
 pub mod netns;
 pub mod origin;
+pub mod peers;
 pub mod plot;
 pub mod run;

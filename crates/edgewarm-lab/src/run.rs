@@ -18,6 +18,7 @@ use tokio::process::{Child, Command};
 use crate::load::LoadReport;
 use crate::model::{self, Mode};
 use crate::netns::{Topology, EDGE_A, ORIGIN};
+use crate::peers::Peer;
 
 #[derive(Debug, Clone, clap::Args)]
 pub struct LabOpts {
@@ -30,11 +31,18 @@ pub struct LabOpts {
     #[arg(long)]
     pub scenario_file: Option<PathBuf>,
     /// Another proxy to measure beside edgewarm, run in the edge namespace:
-    /// `NAME=COMMAND`. The command must listen on {listen} and send SNI a.test to {origin};
-    /// {dir} is the run folder (ca.pem, origin.pem/key, edge.pem/key). Repeatable. Measured
-    /// like `tunnel` (its minimum is 3(r+R) unless it pre-warms). See examples/lab-haproxy.cfg.
-    #[arg(long = "proxy", value_name = "NAME=COMMAND")]
+    /// `NAME[:MODE]=COMMAND`. The command must listen on {listen} and reach the origin at
+    /// {origin}; {dir} is the run folder (ca.pem, origin.pem/key, edge.pem/key,
+    /// edge.bundle.pem). MODE is the minimum it is held to: `tunnel` (default: 3(r+R); clients
+    /// ask for a.test, the origin's name), `prewarm` or `http` (3r+R; clients ask for b.test or
+    /// h.test, the edge certificate's names). Repeatable. See examples/peers/.
+    #[arg(long = "proxy", value_name = "NAME[:MODE]=COMMAND")]
     pub proxies: Vec<String>,
+    /// Also measure the shipped peers that are installed: nginx (stream + ssl_preread tunnel;
+    /// HTTPS reverse proxy with upstream keep-alive) and HAProxy (tcp + req_ssl_sni tunnel;
+    /// mode http with http-reuse always). Configs: examples/peers/.
+    #[arg(long)]
+    pub peers: bool,
     /// Cap every link's bandwidth with tbf, e.g. 100mbit.
     #[arg(long)]
     pub bandwidth: Option<String>,
@@ -382,14 +390,11 @@ pub async fn run(opts: &LabOpts) -> Result<LabReport, LabError> {
     if let Some(r) = opts.big_r {
         scenario.big_r_ms = r.as_secs_f64() * 1e3;
     }
-    let proxies = opts
-        .proxies
-        .iter()
-        .map(|p| match p.split_once('=') {
-            Some((name, cmd)) if !name.is_empty() && !cmd.trim().is_empty() => Ok((name.to_string(), cmd.to_string())),
-            _ => Err(LabError::ScenarioFile(format!("--proxy {p:?}: expected NAME=COMMAND"))),
-        })
-        .collect::<Result<Vec<_>, _>>()?;
+    let mut proxies =
+        opts.proxies.iter().map(|p| Peer::parse(p)).collect::<Result<Vec<_>, _>>().map_err(LabError::ScenarioFile)?;
+    if opts.peers {
+        proxies.extend(crate::peers::shipped());
+    }
     let proxy = proxy_binary(opts.edgewarm.as_deref())?;
     let stamp = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default().as_secs();
     let dir = opts.out.join(format!("{stamp}-{}", scenario.name));
@@ -458,8 +463,8 @@ struct Part<'a> {
     logs: String,
     requests: usize,
     bar: &'a indicatif::ProgressBar,
-    /// Other proxies: (name, command template).
-    proxies: &'a [(String, String)],
+    /// Other proxies.
+    proxies: &'a [Peer],
 }
 
 /// First port for other proxies in the edge namespace (edgewarm has 443).
@@ -514,16 +519,18 @@ async fn run_part(part: Part<'_>) -> Result<(Vec<ModeResult>, Vec<PoolSample>, u
         })
         .collect();
     let mut _proxies = Vec::new();
-    for (i, (proxy, template)) in proxies.iter().enumerate() {
+    // Absolute: peers resolve relative paths against their own prefix (nginx: /usr/share/nginx).
+    let abs = std::fs::canonicalize(dir)?.display().to_string();
+    for (i, peer) in proxies.iter().enumerate() {
         let listen = SocketAddrV4::new(EDGE_A, PROXY_PORT + i as u16);
-        let cmd = template
-            .replace("{listen}", &listen.to_string())
-            .replace("{origin}", &format!("{ORIGIN}:443"))
-            .replace("{dir}", &d);
-        let log = dir.join(format!("{proxy}{logs}.log"));
-        _proxies.push(spawn(topo.command(&topo.edge, &["sh", "-c", &cmd]), &log)?);
-        let run = ModeRun { mode: Mode::Tunnel, pq_hello: true, client_tfo: false, zero_rtt: false };
-        jobs.push((run, format!("{proxy} (other proxy)"), "a.test", listen));
+        let fill = |t: &str| crate::peers::render(t, &listen.to_string(), &format!("{ORIGIN}:443"), &abs);
+        if let Some((file, template)) = peer.config {
+            std::fs::write(dir.join(file), fill(template))?;
+        }
+        let log = dir.join(format!("{}{logs}.log", peer.name));
+        _proxies.push(spawn(topo.command(&topo.edge, &["sh", "-c", &fill(&peer.command)]), &log)?);
+        let run = ModeRun { mode: peer.mode, pq_hello: true, client_tfo: false, zero_rtt: false };
+        jobs.push((run, format!("{} (other proxy)", peer.name), peer.server_name(), listen));
     }
     if !proxies.is_empty() {
         // Proxies start in their own time: wait until each answers a request.
@@ -544,8 +551,11 @@ async fn run_part(part: Part<'_>) -> Result<(Vec<ModeResult>, Vec<PoolSample>, u
 
     let mut results = Vec::new();
     let mut timeline = Vec::new();
-    for (run, label, name, target) in jobs {
+    let own = scenario.modes.len();
+    for (job, (run, label, name, target)) in jobs.into_iter().enumerate() {
         let mode = run.mode;
+        // Pool and origin-connection counts come from edgewarm's metrics: not for peers.
+        let peer = job >= own;
         bar.set_message(format!("measuring {label} (R = {big_r_ms} ms)"));
         topo.flush_tcp_metrics()?;
         // Two unmeasured connections first: Fast Open needs a cookie from a first contact.
@@ -581,7 +591,7 @@ async fn run_part(part: Part<'_>) -> Result<(Vec<ModeResult>, Vec<PoolSample>, u
         let after = pool_counts(&topo, route).await;
         let min = model::min_ttfb(mode, scenario.tls12, scenario.r(), big_r, run.client_tfo, run.zero_rtt);
         let min_ms = min.as_secs_f64() * 1e3;
-        let (hit_rate, waste) = if mode == Mode::Prewarm && after[0] + after[1] > before[0] + before[1] {
+        let (hit_rate, waste) = if !peer && mode == Mode::Prewarm && after[0] + after[1] > before[0] + before[1] {
             let (hits, misses, opened) = (after[0] - before[0], after[1] - before[1], after[2] - before[2]);
             let clients = (hits + misses).max(1.0);
             (Some(hits / clients), Some(opened / clients))
@@ -590,7 +600,7 @@ async fn run_part(part: Part<'_>) -> Result<(Vec<ModeResult>, Vec<PoolSample>, u
         };
         let clients = (report.ok + report.errors.values().sum::<usize>()).max(1) as f64;
         let origin_conns_per_1000 =
-            matches!(mode, Mode::Prewarm | Mode::Http).then(|| (after[3] - before[3]) / clients * 1000.0);
+            (!peer && matches!(mode, Mode::Prewarm | Mode::Http)).then(|| (after[3] - before[3]) / clients * 1000.0);
         results.push(ModeResult {
             mode,
             label,
@@ -669,6 +679,8 @@ fn write_certs(dir: &Path) -> Result<(), LabError> {
             .signed_by(&key, &ca, &ca_key)?;
         std::fs::write(dir.join(format!("{file}.pem")), cert.pem())?;
         std::fs::write(dir.join(format!("{file}.key")), key.serialize_pem())?;
+        // Certificate and key in one file, as HAProxy's `crt` wants them.
+        std::fs::write(dir.join(format!("{file}.bundle.pem")), cert.pem() + &key.serialize_pem())?;
     }
     Ok(())
 }

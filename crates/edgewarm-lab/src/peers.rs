@@ -1,0 +1,142 @@
+//! Other proxies measured in the same run as edgewarm: `--proxy NAME[:MODE]=COMMAND`, and the
+//! shipped set `--peers` (nginx and HAProxy, each as a blind SNI tunnel and as an HTTPS reverse
+//! proxy with origin connection reuse; configs in examples/peers/).
+//!
+//! A peer declares which minimum it is held to (`tunnel` 3(r+R), `prewarm` or `http` 3r+R), so a
+//! peer that keeps origin connections is judged against what its design allows, like edgewarm's
+//! own modes. Its client connects with a name its certificate covers: `a.test` (the origin's) for
+//! tunnels, `b.test`/`h.test` (the edge's) for proxies that terminate TLS.
+
+use crate::model::Mode;
+
+/// A proxy to measure beside edgewarm.
+#[derive(Debug, Clone)]
+pub struct Peer {
+    pub name: String,
+    /// The minimum it is held to.
+    pub mode: Mode,
+    /// Shell command; `{listen}`, `{origin}` and `{dir}` are filled in.
+    pub command: String,
+    /// A config file written to the run folder first (its name, its template).
+    pub config: Option<(&'static str, &'static str)>,
+}
+
+impl Peer {
+    /// `NAME=COMMAND` or `NAME:MODE=COMMAND` (MODE: tunnel, prewarm, http).
+    pub fn parse(text: &str) -> Result<Self, String> {
+        let bad =
+            || format!("--proxy {text:?}: expected NAME=COMMAND or NAME:MODE=COMMAND (MODE: tunnel, prewarm, http)");
+        let (head, command) = text.split_once('=').ok_or_else(bad)?;
+        let (name, mode) = match head.split_once(':') {
+            None => (head, Mode::Tunnel),
+            Some((name, "tunnel")) => (name, Mode::Tunnel),
+            Some((name, "prewarm")) => (name, Mode::Prewarm),
+            Some((name, "http")) => (name, Mode::Http),
+            Some(_) => return Err(bad()),
+        };
+        if name.is_empty() || command.trim().is_empty() {
+            return Err(bad());
+        }
+        Ok(Self { name: name.into(), mode, command: command.into(), config: None })
+    }
+
+    /// The name the client asks for: one the peer's certificate covers.
+    pub fn server_name(&self) -> &'static str {
+        match self.mode {
+            Mode::Prewarm => "b.test",
+            Mode::Http => "h.test",
+            _ => "a.test",
+        }
+    }
+}
+
+/// The shipped peers whose programs are installed; one line on stderr for each one skipped.
+pub fn shipped() -> Vec<Peer> {
+    let all = [
+        (
+            "nginx-stream",
+            Mode::Tunnel,
+            "nginx",
+            Some("/usr/lib/nginx/modules/ngx_stream_module.so"),
+            ("nginx-stream.conf", include_str!("../../../examples/peers/nginx-stream.conf")),
+            "nginx -c {dir}/nginx-stream.conf",
+        ),
+        (
+            "nginx-https",
+            Mode::Http,
+            "nginx",
+            None,
+            ("nginx-https.conf", include_str!("../../../examples/peers/nginx-https.conf")),
+            "mkdir -p {dir}/nginx-tmp && nginx -c {dir}/nginx-https.conf",
+        ),
+        (
+            "haproxy-tcp",
+            Mode::Tunnel,
+            "haproxy",
+            None,
+            ("haproxy-tcp.cfg", include_str!("../../../examples/peers/haproxy-tcp.cfg")),
+            "haproxy -db -f {dir}/haproxy-tcp.cfg",
+        ),
+        (
+            "haproxy-http",
+            Mode::Http,
+            "haproxy",
+            None,
+            ("haproxy-http.cfg", include_str!("../../../examples/peers/haproxy-http.cfg")),
+            "haproxy -db -f {dir}/haproxy-http.cfg",
+        ),
+    ];
+    let mut peers = Vec::new();
+    for (name, mode, program, needs, config, command) in all {
+        let installed = on_path(program) && needs.is_none_or(|f| std::path::Path::new(f).exists());
+        if !installed {
+            eprintln!("edgewarm-lab: peer {name} skipped: {program} (or its module) is not installed");
+            continue;
+        }
+        peers.push(Peer { name: name.into(), mode, command: command.into(), config: Some(config) });
+    }
+    eprintln!(
+        "edgewarm-lab: peer Apache Traffic Server skipped: not configured by the lab yet (it needs its own runroot)"
+    );
+    peers
+}
+
+fn on_path(program: &str) -> bool {
+    std::env::var_os("PATH").is_some_and(|paths| std::env::split_paths(&paths).any(|d| d.join(program).is_file()))
+}
+
+/// Fill in a template.
+pub fn render(template: &str, listen: &str, origin: &str, dir: &str) -> String {
+    template.replace("{listen}", listen).replace("{origin}", origin).replace("{dir}", dir)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn proxies_declare_their_minimum() {
+        let p = Peer::parse("hap:http=haproxy -f x").unwrap();
+        assert_eq!((p.name.as_str(), p.mode, p.command.as_str()), ("hap", Mode::Http, "haproxy -f x"));
+        assert_eq!(p.server_name(), "h.test");
+        assert_eq!(Peer::parse("plain=cmd a=b").unwrap().mode, Mode::Tunnel, "= in the command is kept");
+        assert_eq!(Peer::parse("plain=cmd a=b").unwrap().command, "cmd a=b");
+        for bad in ["noequals", "=cmd", "x:fast=cmd", "x= "] {
+            assert!(Peer::parse(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn shipped_configs_are_templates_of_the_lab_addresses() {
+        for (file, text) in [
+            ("nginx-stream", include_str!("../../../examples/peers/nginx-stream.conf")),
+            ("nginx-https", include_str!("../../../examples/peers/nginx-https.conf")),
+            ("haproxy-tcp", include_str!("../../../examples/peers/haproxy-tcp.cfg")),
+            ("haproxy-http", include_str!("../../../examples/peers/haproxy-http.cfg")),
+        ] {
+            assert!(text.contains("{listen}") && text.contains("{origin}"), "{file}");
+            let r = render(text, "10.77.1.2:8443", "10.77.2.2:443", "/run");
+            assert!(!r.contains("{listen}") && r.contains("10.77.1.2:8443"), "{file}");
+        }
+    }
+}
