@@ -11,7 +11,10 @@ use tracing::Level;
 use crate::peek::clienthello::HelloError;
 use crate::peek::PeekError;
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+/// Equal and hashed by its label: it keys metric families, and two reasons that print the
+/// same label (a malformed hello's detail differs from case to case) must be one series, or
+/// `/metrics` would show the same labels twice.
+#[derive(Debug, Clone, Copy)]
 pub enum CloseReason {
     /// Both directions reached end of file.
     Done,
@@ -100,6 +103,20 @@ impl CloseReason {
                 | Self::UnknownSni
                 | Self::RouteReject
         )
+    }
+}
+
+impl PartialEq for CloseReason {
+    fn eq(&self, other: &Self) -> bool {
+        self.label() == other.label()
+    }
+}
+
+impl Eq for CloseReason {}
+
+impl std::hash::Hash for CloseReason {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.label().hash(state);
     }
 }
 
