@@ -468,12 +468,11 @@ fn crafted_hello(names: &[&[u8]], extra: &[(u16, Vec<u8>)]) -> Vec<u8> {
 
 /// ClientHello torture through a real edge: every variant is either routed and replayed byte
 /// for byte, or refused with the right alert and counted; nothing crashes, nothing reaches the
-/// origin that should not, and the edge's descriptors return to their baseline.
+/// origin that should not, and every connection is closed afterwards.
 #[tokio::test]
 async fn clienthello_torture_routes_the_valid_and_refuses_the_rest() {
     let (origin, received) = recording_origin(b"served".to_vec()).await;
     let edge = edge(&route_to("a.test", origin), "", "").await;
-    let baseline = open_fds();
     // Routed: one byte per TCP segment; one-byte records; a 17 KB hello (unknown extension
     // padding, so several records); SNI in capitals with a trailing dot.
     let real = client_hello("a.test");
@@ -526,12 +525,8 @@ async fn clienthello_torture_routes_the_valid_and_refuses_the_rest() {
     unique.sort();
     unique.dedup();
     assert_eq!(unique.len(), series.len(), "duplicate series: {series:?}");
-    for _ in 0..200 {
-        if open_fds() <= baseline {
-            break;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
-    }
-    assert!(open_fds() <= baseline, "descriptors: {} now, {baseline} before", open_fds());
+    // Every connection closed (descriptors are checked by the slowloris test, which runs alone:
+    // here other tests share the process's descriptor table).
+    assert_eq!(edge.server.open_connections(), 0);
     edge.stop().await;
 }
