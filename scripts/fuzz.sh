@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# Run every fuzz target for SECONDS each (default 300), starting from the committed seeds
+# (fuzz/seeds/<target>: the ClientHello captures, also cut into 100- and 7-byte records, and
+# PROXY v1/v2 headers). Works on the stable toolchain: cargo-fuzz's -Z flags are allowed with
+# RUSTC_BOOTSTRAP=1, and `--sanitizer none` needs no nightly runtime (the parsers are safe
+# Rust: what the fuzzer hunts is panics, hangs and runaway allocation). Prints each target's
+# total executions. The working corpus goes to fuzz/corpus (not committed).
+#
+#   scripts/fuzz.sh [SECONDS]
+set -euo pipefail
+seconds=${1:-300}
+cd "$(dirname "$0")/../fuzz"
+command -v cargo-fuzz >/dev/null 2>&1 || cargo install cargo-fuzz --locked --quiet
+export RUSTC_BOOTSTRAP=1
+cargo fuzz build --sanitizer none -O
+for target in clienthello proxy_header; do
+  mkdir -p "corpus/$target"
+  log=$(mktemp)
+  # -rss_limit_mb: an input that makes the parser allocate without bound is a finding too.
+  if ! cargo fuzz run --sanitizer none -O "$target" "corpus/$target" "seeds/$target" -- \
+      -max_total_time="$seconds" -rss_limit_mb=1024 -timeout=5 -print_final_stats=1 >"$log" 2>&1; then
+    tail -40 "$log"
+    echo "fuzz: $target found a crash (artifacts in fuzz/artifacts/$target)" >&2
+    exit 1
+  fi
+  runs=$(grep -o 'Done [0-9]* runs in [0-9]* second' "$log" | tail -1)
+  echo "fuzz: $target: $runs(s), corpus $(ls "corpus/$target" | wc -l) inputs"
+  rm -f "$log"
+done
