@@ -1,0 +1,255 @@
+#!/usr/bin/env bash
+# edgewarm against nginx 1.22 and HAProxy 2.6 on this machine, in one run, on loopback, each
+# proxy with 2 workers/threads. Client (edgewarm-lab load, curl, python) and origin (nginx) in
+# their own processes. Reports, per proxy:
+#   (a) new blind-tunnel connections/s (SNI peek, then a TLS request to the origin through it)
+#       and proxy CPU per 1000 connections;
+#   (b) throughput of 1 and of 8 concurrent 1 GiB downloads through the tunnel, and proxy CPU
+#       seconds per GiB;
+#   (c) TLS 1.3 handshakes/s terminated at the proxy (full, and resumed) with one request each
+#       to the origin behind it, and proxy CPU per 1000 handshakes;
+#   (d) RSS per idle tunnel (5000 held open after their ClientHello) and per idle terminated
+#       connection (2000 held open after their handshake).
+# Needs: nginx (+ libnginx-mod-stream), haproxy, curl, python3, openssl (scripts/deps.sh).
+#
+#   scripts/bench-peers.sh [CONNECTIONS]      # (a) and (c): connections per measurement (3000)
+#   PARTS=cd scripts/bench-peers.sh            # only some of the measurements
+set -euo pipefail
+conns=${1:-3000}
+parts=${PARTS:-abcd}
+want() { [[ $parts == *$1* ]]; }
+root=$(cd "$(dirname "$0")/.." && pwd)
+cargo build --release -q -p edgewarm -p edgewarm-lab --manifest-path "$root/Cargo.toml"
+edgewarm="$root/target/release/edgewarm" lab="$root/target/release/edgewarm-lab"
+ulimit -n "$(ulimit -Hn)"
+dir=$(mktemp -d)
+pids=()
+cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; [ -n "${KEEP:-}" ] || rm -rf "$dir"; }
+trap cleanup EXIT
+
+openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 2 -subj /CN=bench-ca \
+  -keyout "$dir/ca.key" -out "$dir/ca.pem" 2>/dev/null
+cert() { # name SANs
+  openssl req -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -subj "/CN=$1" -keyout "$dir/$1.key" -out "$dir/$1.csr" 2>/dev/null
+  openssl x509 -req -in "$dir/$1.csr" -CA "$dir/ca.pem" -CAkey "$dir/ca.key" -CAcreateserial -days 2 \
+    -extfile <(printf "subjectAltName=%s" "$2") -out "$dir/$1.pem" 2>/dev/null
+  cat "$dir/$1.pem" "$dir/$1.key" > "$dir/$1.bundle"
+}
+cert origin "DNS:origin.test,DNS:a.test"
+cert edge "DNS:h.test,DNS:b.test"
+mkdir -p "$dir/tmp" "$dir/www"
+truncate -s 1G "$dir/www/big"
+echo hello > "$dir/www/small"
+# nginx workers run as www-data: the folder mktemp made is private.
+chmod 755 "$dir" "$dir/www"; chmod 644 "$dir/www/small" "$dir/www/big"
+temp="client_body_temp_path $dir/tmp; proxy_temp_path $dir/tmp; fastcgi_temp_path $dir/tmp; uwsgi_temp_path $dir/tmp; scgi_temp_path $dir/tmp;"
+origin=18443 ew=19443 ns=19444 ht=19445 nh=19446 hh=19447 admin=19900
+
+cat > "$dir/origin.conf" <<CONF
+daemon off; worker_processes 2; pid $dir/origin.pid; error_log $dir/origin.err;
+events { worker_connections 20000; }
+http { access_log off; $temp keepalive_requests 100000;
+  server { listen 127.0.0.1:$origin ssl http2; ssl_certificate $dir/origin.pem; ssl_certificate_key $dir/origin.key; ssl_protocols TLSv1.2 TLSv1.3;
+    ssl_session_tickets on; root $dir/www; } }
+CONF
+cat > "$dir/nginx-stream.conf" <<CONF
+load_module /usr/lib/nginx/modules/ngx_stream_module.so;
+daemon off; worker_processes 2; pid $dir/ns.pid; error_log $dir/ns.err;
+events { worker_connections 20000; }
+stream { map \$ssl_preread_server_name \$backend { a.test 127.0.0.1:$origin; default 127.0.0.1:1; }
+  server { listen 127.0.0.1:$ns; ssl_preread on; proxy_pass \$backend; tcp_nodelay on; } }
+CONF
+cat > "$dir/nginx-https.conf" <<CONF
+daemon off; worker_processes 2; pid $dir/nh.pid; error_log $dir/nh.err;
+events { worker_connections 20000; }
+http { access_log off; $temp
+  upstream origin { server 127.0.0.1:$origin; keepalive 64; }
+  server { listen 127.0.0.1:$nh ssl http2; ssl_certificate $dir/edge.pem; ssl_certificate_key $dir/edge.key; ssl_protocols TLSv1.2 TLSv1.3;
+    location / { proxy_pass https://origin; proxy_http_version 1.1; proxy_set_header Connection "";
+      proxy_ssl_server_name on; proxy_ssl_name origin.test; proxy_ssl_verify on;
+      proxy_ssl_trusted_certificate $dir/ca.pem; proxy_ssl_session_reuse on; } } }
+CONF
+cat > "$dir/haproxy.cfg" <<CONF
+global
+  nbthread 2
+  maxconn 9000
+defaults
+  timeout connect 5s
+  timeout client 120s
+  timeout server 120s
+frontend tcp_in
+  mode tcp
+  bind 127.0.0.1:$ht
+  tcp-request inspect-delay 5s
+  tcp-request content accept if { req_ssl_hello_type 1 }
+  use_backend tcp_origin if { req_ssl_sni -i a.test }
+backend tcp_origin
+  mode tcp
+  server o 127.0.0.1:$origin
+frontend https_in
+  mode http
+  bind 127.0.0.1:$hh ssl crt $dir/edge.bundle alpn h2,http/1.1
+  default_backend http_origin
+backend http_origin
+  mode http
+  http-reuse always
+  server o 127.0.0.1:$origin ssl verify required ca-file $dir/ca.pem sni str(origin.test) alpn h2
+CONF
+cat > "$dir/edge.yaml" <<CONF
+admin: {listen: "127.0.0.1:$admin"}
+listeners: [{listen: "127.0.0.1:$ew", max_connections: 20000}]
+timeouts: {client_hello: 120s, idle: 300s}
+routes:
+  - {sni: a.test, action: tunnel, origin: "127.0.0.1:$origin"}
+  - sni: b.test
+    action: prewarm
+    origin: "127.0.0.1:$origin"
+    cert: $dir/edge.pem
+    key: $dir/edge.key
+    origin_tls: {sni: origin.test, ca: $dir/ca.pem}
+  - sni: h.test
+    action: http
+    origin: "127.0.0.1:$origin"
+    cert: $dir/edge.pem
+    key: $dir/edge.key
+    origin_tls: {sni: origin.test, ca: $dir/ca.pem}
+CONF
+
+declare -A pid
+nginx -c "$dir/origin.conf" & pids+=($!)
+nginx -c "$dir/nginx-stream.conf" & pids+=($!); pid[nginx]=$!
+nginx -c "$dir/nginx-https.conf" & pids+=($!); pid[nginx-https]=$!
+haproxy -db -f "$dir/haproxy.cfg" & pids+=($!); pid[haproxy]=$!
+# Two worker threads, like the others.
+TOKIO_WORKER_THREADS=2 RUST_LOG=warn "$edgewarm" run --config "$dir/edge.yaml" 2>"$dir/edge.log" & pids+=($!); pid[edgewarm]=$!
+for port in $origin $ew $ns $ht $nh $hh; do
+  for _ in $(seq 100); do (exec 3<>/dev/tcp/127.0.0.1/$port) 2>/dev/null && break; sleep 0.1; done
+done
+sleep 1
+
+ticks() { local t=0 p; for p in $1 $(pgrep -P "$1"); do [ -r /proc/$p/stat ] && t=$((t + $(awk '{print $14 + $15}' /proc/$p/stat))); done; echo $t; }
+rss_kib() { local t=0 p; for p in $1 $(pgrep -P "$1"); do t=$((t + $(awk '/VmRSS/ {print $2}' /proc/$p/status 2>/dev/null || echo 0))); done; echo $t; }
+hz=$(getconf CLK_TCK)
+now() { date +%s.%N; }
+
+# (a)/(c): one `load` run: prints "conn/s cpu_ms_per_1000"
+connrate() { # proxy-pid name port [load args...]
+  local p=$1 name=$2 port=$3; shift 3
+  "$lab" load "https://$name/small" --connect-to "127.0.0.1:$port" --cacert "$dir/ca.pem" --requests 200 --concurrency 16 --json "$@" >/dev/null
+  local c0 t0 out ok
+  c0=$(ticks "$p") t0=$(now)
+  out=$("$lab" load "https://$name/small" --connect-to "127.0.0.1:$port" --cacert "$dir/ca.pem" --requests "$conns" --concurrency 16 --json "$@")
+  local t1 c1; t1=$(now) c1=$(ticks "$p")
+  ok=$(python3 -c "import json,sys; r=json.loads(sys.argv[1]); print(r['ok'])" "$out")
+  awk "BEGIN {printf \"%.0f %.1f %d\", $ok/($t1-$t0), ($c1-$c0)*1000/$hz*1000/$ok, $conns-$ok}"
+}
+
+if want a; then
+echo "## (a) new blind-tunnel connections/s (TLS 1.3 through the tunnel, one request each; $conns connections, 16 at a time)"
+echo "| proxy | connections/s | proxy CPU ms per 1000 | failed |"
+echo "|---|---|---|---|"
+d=$(connrate $$ a.test $origin); echo "| none (client straight to the origin) | ${d%% *} | - | ${d##* } |"
+for row in "edgewarm tunnel:edgewarm:$ew" "nginx stream + ssl_preread:nginx:$ns" "HAProxy tcp + req_ssl_sni:haproxy:$ht"; do
+  IFS=: read -r label name port <<<"$row"
+  r=$(connrate "${pid[$name]}" a.test "$port"); read -r rate cpu failed <<<"$r"
+  echo "| $label | $rate | $cpu | $failed |"
+done
+fi
+
+echo
+if want b; then
+echo "## (b) throughput through the tunnel: 1 GiB per download"
+echo "| proxy | 1 download MB/s | 8 downloads MB/s (sum) | proxy CPU s per GiB (8 downloads) |"
+echo "|---|---|---|---|"
+download() { # port count -> MB/s total
+  local port=$1 n=$2 t0 t1
+  t0=$(now)
+  for _ in $(seq "$n"); do
+    curl -s -o /dev/null --resolve "a.test:$port:127.0.0.1" --cacert "$dir/ca.pem" "https://a.test:$port/big" &
+  done
+  wait
+  t1=$(now)
+  awk "BEGIN {printf \"%.0f\", $n*1024/($t1-$t0)}"
+}
+d1=$(download $origin 1); d8=$(download $origin 8); echo "| none (straight to the origin) | $d1 | $d8 | - |"
+for row in "edgewarm tunnel:edgewarm:$ew" "nginx stream:nginx:$ns" "HAProxy tcp:haproxy:$ht"; do
+  IFS=: read -r label name port <<<"$row"
+  one=$(download "$port" 1)
+  c0=$(ticks "${pid[$name]}"); eight=$(download "$port" 8); c1=$(ticks "${pid[$name]}")
+  echo "| $label | $one | $eight | $(awk "BEGIN {printf \"%.2f\", ($c1-$c0)/$hz/8}") |"
+done
+fi
+
+echo
+if want c; then
+echo "## (c) TLS 1.3 handshakes/s terminated at the proxy, one request each to the origin ($conns, 16 at a time)"
+echo "| proxy | full: handshakes/s | full: CPU ms per 1000 | resumed: handshakes/s | resumed: CPU ms per 1000 | failed |"
+echo "|---|---|---|---|---|---|"
+for row in "edgewarm http:edgewarm:h.test:$ew" "edgewarm prewarm:edgewarm:b.test:$ew" "nginx https (keepalive upstream):nginx-https:h.test:$nh" "HAProxy mode http (http-reuse always):haproxy:h.test:$hh"; do
+  IFS=: read -r label name host port <<<"$row"
+  read -r fr fc ff <<<"$(connrate "${pid[$name]}" "$host" "$port")"
+  read -r rr rc rf <<<"$(connrate "${pid[$name]}" "$host" "$port" --resume)"
+  echo "| $label | $fr | $fc | $rr | $rc | $((ff + rf)) |"
+done
+fi
+
+echo
+if want d; then
+echo "## (d) memory per idle connection (RSS growth while held open)"
+echo "| proxy | KiB per idle tunnel (5000, after their ClientHello) | KiB per idle terminated connection (2000, after their handshake) |"
+echo "|---|---|---|"
+cat > "$dir/hold.py" <<'PY'
+# Open N connections in two steps and keep them idle: tunnels get a ClientHello for SNI and
+# nothing more; terminated ones complete their TLS handshake. After the first fifth it touches
+# STEP.1 and waits for GO; after the rest it touches STEP.2.
+import os, socket, ssl, sys, time
+port, n, sni, tls, ca, step = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3], sys.argv[4] == "1", sys.argv[5], sys.argv[6]
+ctx = ssl.create_default_context(cafile=ca)
+ctx.set_alpn_protocols(["http/1.1"])
+bio_in, bio_out = ssl.MemoryBIO(), ssl.MemoryBIO()
+probe = ctx.wrap_bio(bio_in, bio_out, server_hostname=sni)
+try:
+    probe.do_handshake()
+except ssl.SSLWantReadError:
+    pass
+hello = bio_out.read()
+held = []
+def open_some(k):
+    for _ in range(k):
+        s = socket.create_connection(("127.0.0.1", port))
+        if tls:
+            s = ctx.wrap_socket(s, server_hostname=sni)
+        else:
+            s.sendall(hello)
+        held.append(s)
+open_some(n // 5)
+open(step + ".1", "w").close()
+while not os.path.exists(step + ".go"):
+    time.sleep(0.05)
+open_some(n - n // 5)
+open(step + ".2", "w").close()
+time.sleep(600)
+PY
+# RSS per connection as the slope between n/5 and n connections held, all in one round: the
+# fixed costs (arenas, first pages) cancel out, and nothing freed earlier is counted.
+hold() { # proxy-pid port count sni tls(0|1) -> KiB per connection
+  local p=$1 port=$2 n=$3 sni=$4 tls=$5 step="$dir/step" r1 r2 py
+  rm -f "$step".*
+  python3 "$dir/hold.py" "$port" "$n" "$sni" "$tls" "$dir/ca.pem" "$step" & py=$!
+  for _ in $(seq 1200); do [ -e "$step.1" ] && break; sleep 0.1; done
+  sleep 2; r1=$(rss_kib "$p"); touch "$step.go"
+  for _ in $(seq 1200); do [ -e "$step.2" ] && break; sleep 0.1; done
+  sleep 2; r2=$(rss_kib "$p")
+  kill $py 2>/dev/null; wait $py 2>/dev/null || true
+  sleep 3
+  awk "BEGIN {printf \"%.1f\", ($r2-$r1)/($n-$n/5)}"
+}
+for row in "edgewarm:edgewarm:$ew:$ew" "nginx:nginx:$ns:$nh" "HAProxy:haproxy:$ht:$hh"; do
+  IFS=: read -r label name tport hport <<<"$row"
+  tp=${pid[$name]} hp=${pid[$name]}
+  [ "$name" = nginx ] && hp=${pid[nginx-https]}
+  term=$(hold "$hp" "$hport" 2000 h.test 1)
+  tun=$(hold "$tp" "$tport" 5000 a.test 0)
+  echo "| $label | $tun | $term |"
+done
+fi
