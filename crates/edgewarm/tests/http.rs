@@ -483,21 +483,10 @@ async fn upgrades_are_relayed_on_their_own_origin_connection() {
     )
     .await
     .unwrap();
-    let mut head = Vec::new();
-    let mut byte = [0u8; 1];
-    while !head.ends_with(b"\r\n\r\n") {
-        tls.read_exact(&mut byte).await.unwrap();
-        head.push(byte[0]);
-    }
-    let head = String::from_utf8_lossy(&head).to_ascii_lowercase();
+    let head = response_head(&mut tls).await;
     assert!(head.starts_with("http/1.1 101"), "{head}");
     assert!(head.contains("upgrade: websocket") && head.contains("x-seen-for: 127.0.0.1"), "{head}");
-    for message in [&b"hello"[..], &[0x81, 0x05, b'w', b'o', b'r', b'l', b'd'], &vec![7u8; 100_000]] {
-        tls.write_all(message).await.unwrap();
-        let mut back = vec![0u8; message.len()];
-        tls.read_exact(&mut back).await.unwrap();
-        assert_eq!(back, message);
-    }
+    echo_round_trips(&mut tls).await;
     tls.shutdown().await.unwrap();
     let mut rest = Vec::new();
     tls.read_to_end(&mut rest).await.unwrap();
@@ -821,13 +810,7 @@ async fn websockets_ride_the_standing_connections_when_the_origin_offers_rfc_844
     )
     .await
     .unwrap();
-    let mut head = Vec::new();
-    let mut byte = [0u8; 1];
-    while !head.ends_with(b"\r\n\r\n") {
-        tls.read_exact(&mut byte).await.unwrap();
-        head.push(byte[0]);
-    }
-    let head = String::from_utf8_lossy(&head).to_ascii_lowercase();
+    let head = response_head(&mut tls).await;
     assert!(head.starts_with("http/1.1 101"), "{head}");
     for want in [
         "upgrade: websocket",
@@ -837,12 +820,7 @@ async fn websockets_ride_the_standing_connections_when_the_origin_offers_rfc_844
     ] {
         assert!(head.contains(want), "{want} missing: {head}");
     }
-    for message in [&b"hello"[..], &[0x81, 0x05, b'w', b'o', b'r', b'l', b'd'], &vec![7u8; 100_000]] {
-        tls.write_all(message).await.unwrap();
-        let mut back = vec![0u8; message.len()];
-        tls.read_exact(&mut back).await.unwrap();
-        assert_eq!(back, message);
-    }
+    echo_round_trips(&mut tls).await;
     assert_eq!(edge.metric("edgewarm_upstream_streams", &[("route", "b.test")]), 1.0, "the WebSocket holds a stream");
     tls.shutdown().await.unwrap();
     let mut rest = Vec::new();
@@ -863,4 +841,28 @@ async fn wait_for_zero(edge: &Edge, name: &str, labels: &[(&str, &str)]) {
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
     panic!("{name}{labels:?} stayed at {}", edge.metric(name, labels));
+}
+
+/// An HTTP/1.1 response head, read byte by byte (what follows it is the upgraded stream's),
+/// lower-cased.
+async fn response_head(tls: &mut (impl tokio::io::AsyncRead + Unpin)) -> String {
+    use tokio::io::AsyncReadExt;
+    let mut head = Vec::new();
+    let mut byte = [0u8; 1];
+    while !head.ends_with(b"\r\n\r\n") {
+        tls.read_exact(&mut byte).await.unwrap();
+        head.push(byte[0]);
+    }
+    String::from_utf8_lossy(&head).to_ascii_lowercase()
+}
+
+/// Text, a WebSocket-framed message and 100 KB, each echoed back intact.
+async fn echo_round_trips(tls: &mut (impl tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin)) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    for message in [&b"hello"[..], &[0x81, 0x05, b'w', b'o', b'r', b'l', b'd'], &vec![7u8; 100_000]] {
+        tls.write_all(message).await.unwrap();
+        let mut back = vec![0u8; message.len()];
+        tls.read_exact(&mut back).await.unwrap();
+        assert_eq!(back, message);
+    }
 }
