@@ -336,3 +336,30 @@ async fn http2_clients_send_their_first_request_as_early_data() {
     assert_eq!(seen[1]["early-data"], "1", "and its GET forwarded before the handshake completed");
     edge.stop().await;
 }
+
+/// A client the 0-RTT driver refuses (TLS 1.2 on a route with `min_tls: "1.3"`) is told why
+/// with an alert, as tokio-rustls's acceptor tells it on other routes, and the refusal is
+/// counted as a client TLS failure.
+#[tokio::test]
+async fn refused_handshakes_get_an_alert_from_the_early_data_driver() {
+    let fx = pki("http");
+    let (origin, stats) = h2_origin(&fx.origin, H2Opts::default()).await;
+    let edge = edge(&fx.route(origin, &format!("{EARLY}    min_tls: \"1.3\"\n")), "", "").await;
+    let mut roots = rustls::RootCertStore::empty();
+    roots.add(fx.edge.ca_der.clone()).unwrap();
+    let config = rustls::ClientConfig::builder_with_protocol_versions(&[&rustls::version::TLS12])
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    let tcp = TcpStream::connect(edge.addr).await.unwrap();
+    let err = tokio_rustls::TlsConnector::from(Arc::new(config))
+        .connect(ServerName::try_from("b.test").unwrap(), tcp)
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("alert") && err.contains("ProtocolVersion"), "{err}");
+    edge.settle().await;
+    let refused = [("route", "b.test"), ("reason", "client_tls")];
+    assert_eq!(edge.metric("edgewarm_connections_closed_total", &refused), 1.0);
+    assert_eq!(stats.requests.load(Ordering::Relaxed), 0);
+    edge.stop().await;
+}

@@ -137,7 +137,12 @@ pub async fn accept(
     let mut rest = hello;
     while !rest.is_empty() {
         conn.read_tls(&mut rest)?;
-        conn.process_new_packets()?;
+        if let Err(e) = conn.process_new_packets() {
+            // The alert rustls queued (e.g. protocol_version) tells the client why, as
+            // tokio-rustls's acceptor would; best effort, the socket is fresh and empty.
+            let _ = conn.write_tls(&mut Sock(&tcp));
+            return Err(e.into());
+        }
     }
     let early = conn.early_data().is_some();
     let tcp = Arc::new(tcp);
