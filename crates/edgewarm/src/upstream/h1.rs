@@ -16,6 +16,8 @@ use std::time::Duration;
 use hyper::body::Incoming;
 use hyper::client::conn::http1::SendRequest;
 use hyper_util::rt::TokioIo;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::gauge::Gauge;
 use tokio::sync::Notify;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
@@ -63,6 +65,15 @@ pub(crate) struct H1Upstream {
     wake: Notify,
     retired: CancellationToken,
     metrics: Arc<Metrics>,
+    /// The metric handles every request touches, resolved once (a lookup hashes the labels
+    /// under a lock).
+    hot: Hot,
+}
+
+struct Hot {
+    ready: Gauge,
+    hits: Counter,
+    misses: Counter,
 }
 
 impl std::fmt::Debug for H1Upstream {
@@ -107,6 +118,12 @@ impl H1Upstream {
             settings,
             connect_timeout,
         };
+        let m = &metrics.pool;
+        let hot = Hot {
+            ready: m.ready.get_or_create(&labels).clone(),
+            hits: m.hits.get_or_create(&labels).clone(),
+            misses: m.misses.get_or_create(&labels).clone(),
+        };
         let upstream = Arc::new(Self {
             dial,
             labels,
@@ -114,6 +131,7 @@ impl H1Upstream {
             wake: Notify::new(),
             retired: CancellationToken::new(),
             metrics,
+            hot,
         });
         tokio::spawn(upstream.clone().maintain());
         upstream
@@ -137,7 +155,7 @@ impl H1Upstream {
     pub(crate) fn retire(&self) {
         self.retired.cancel();
         self.state().idle.clear();
-        self.metrics.pool.ready.get_or_create(&self.labels).set(0);
+        self.hot.ready.set(0);
     }
 
     /// Every period (or when woken): fold demand, trim, and open what the estimate lacks.
@@ -171,7 +189,7 @@ impl H1Upstream {
         st.idle.drain(..surplus);
         let expired = before - st.idle.len();
         m.expired.get_or_create(&self.labels).inc_by(expired as u64);
-        m.ready.get_or_create(&self.labels).set(st.idle.len() as i64);
+        self.hot.ready.set(st.idle.len() as i64);
         m.target.get_or_create(&self.labels).set(target as i64);
     }
 
@@ -235,7 +253,7 @@ impl H1Upstream {
         if st.idle.len() < st.settings.max_connections {
             st.idle.push(Idle { send, since: Instant::now() });
         }
-        self.metrics.pool.ready.get_or_create(&self.labels).set(st.idle.len() as i64);
+        self.hot.ready.set(st.idle.len() as i64);
     }
 
     /// A connection for one request: the most recently used idle one that is still open and
@@ -252,7 +270,7 @@ impl H1Upstream {
             let next = {
                 let mut st = self.state();
                 let next = st.idle.pop();
-                self.metrics.pool.ready.get_or_create(&self.labels).set(st.idle.len() as i64);
+                self.hot.ready.set(st.idle.len() as i64);
                 next
             };
             let Some(Idle { mut send, since }) = next else { break };
@@ -261,12 +279,12 @@ impl H1Upstream {
             }
             // Ready at once unless the origin is closing it.
             if send.ready().await.is_ok() {
-                self.metrics.pool.hits.get_or_create(&self.labels).inc();
+                self.hot.hits.inc();
                 lease.send = Some(send);
                 return Ok(lease);
             }
         }
-        self.metrics.pool.misses.get_or_create(&self.labels).inc();
+        self.hot.misses.inc();
         self.wake.notify_one();
         lease.send = Some(self.open().await?);
         lease.reused = false;
