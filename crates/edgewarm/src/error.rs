@@ -48,6 +48,10 @@ pub enum CloseReason {
     Shutdown,
     /// A local resource failed (pipe, socket option).
     Internal,
+    /// A peer sent a TLS KeyUpdate on a kernel TLS socket, which cannot follow it.
+    KtlsKeyUpdate,
+    /// A session given up by rustls was refused by the kernel (kernel TLS hand-off).
+    KtlsFailed,
 }
 
 impl CloseReason {
@@ -73,6 +77,8 @@ impl CloseReason {
             Self::OriginBackoff => "origin_backoff",
             Self::Shutdown => "shutdown",
             Self::Internal => "internal",
+            Self::KtlsKeyUpdate => "ktls_key_update",
+            Self::KtlsFailed => "ktls_failed",
         }
     }
 
@@ -86,7 +92,7 @@ impl CloseReason {
             | Self::OriginTls
             | Self::AlpnMismatch
             | Self::OriginBackoff => Level::WARN,
-            Self::Internal => Level::ERROR,
+            Self::Internal | Self::KtlsFailed => Level::ERROR,
             _ => Level::INFO,
         }
     }

@@ -394,6 +394,35 @@ impl EarlyMetrics {
     }
 }
 
+label_enum! {
+    /// Where a terminated session's records were encrypted (`edgewarm_ktls_connections_total`):
+    /// the kernel took it; unsupported (no kernel TLS, or not this cipher or version); busy (no
+    /// quiet record boundary in time, or the peer had closed); failed (the kernel refused keys
+    /// rustls had given up: connection closed); short (`auto`, ended before `ktls_after`).
+    KtlsResult {
+        Kernel => "kernel",
+        Unsupported => "unsupported",
+        Busy => "busy",
+        Failed => "failed",
+        Short => "short",
+    }
+}
+
+label_enum! {
+    /// Which of a connection's two TLS sessions.
+    TlsSide {
+        Client => "client",
+        Origin => "origin",
+    }
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct KtlsLabels {
+    pub route: RouteName,
+    pub side: TlsSide,
+    pub result: KtlsResult,
+}
+
 /// 0.5 ms to ~16 s in doublings: covers loopback through a long intercontinental link.
 fn latency_histogram() -> Histogram {
     Histogram::new(exponential_buckets(0.0005, 2.0, 16))
@@ -415,6 +444,7 @@ pub struct Metrics {
     pub http: HttpMetrics,
     pub upstream: UpstreamMetrics,
     pub early: EarlyMetrics,
+    pub ktls: Family<KtlsLabels, Counter>,
     registry: Registry,
 }
 
@@ -526,6 +556,7 @@ impl Metrics {
             http: HttpMetrics::new(),
             upstream: UpstreamMetrics::new(),
             early: EarlyMetrics::default(),
+            ktls: Family::default(),
             registry: Registry::default(),
         };
         registry.register("connections_accepted", "Client connections accepted", m.accepted.clone());
@@ -559,6 +590,11 @@ impl Metrics {
         m.http.register(&mut registry);
         m.upstream.register(&mut registry);
         m.early.register(&mut registry);
+        registry.register(
+            "ktls_connections",
+            "Terminated TLS sessions on routes with ktls, by side and by where their records were encrypted",
+            m.ktls.clone(),
+        );
         Self { registry, ..m }
     }
 

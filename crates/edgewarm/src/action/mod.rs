@@ -20,7 +20,7 @@ use tokio::net::TcpStream;
 use tokio_util::sync::CancellationToken;
 
 use crate::accesslog::AccessLog;
-use crate::config::EarlyData;
+use crate::config::{EarlyData, Ktls};
 use crate::error::CloseReason;
 use crate::metrics::{Metrics, RouteLabel, RouteMetrics};
 use crate::peek::Hello;
@@ -28,6 +28,8 @@ use crate::relay::{End, Side};
 use crate::route::{Route, RouteAction};
 use crate::snapshot::Snapshot;
 use crate::tls::early::{AcceptError, Handshake};
+use crate::tls::ktls::Aligned;
+use crate::transport::Rewind;
 
 /// What one connection needs, and nothing more. Everything here was resolved before the
 /// connection arrived (the route's metric handles, its pools): serving a connection takes no
@@ -61,10 +63,14 @@ pub(crate) async fn serve(client: TcpStream, hello: Hello, ctx: &ConnCtx<'_>, lo
     }
 }
 
+/// tokio-rustls's server stream over the client socket: the peeked hello replayed first, reads
+/// record-aligned on routes that may hand the session to the kernel.
+pub(crate) type ClientTlsStream = tokio_rustls::server::TlsStream<Aligned<Rewind<TcpStream>>>;
+
 /// A client TLS session terminated here: tokio-rustls over the socket with the peeked hello
 /// replayed, or, on routes that accept 0-RTT, edgewarm's own driver ([`crate::tls::early`]).
 pub(crate) enum ClientIo {
-    Rustls(Box<tokio_rustls::server::TlsStream<crate::transport::Rewind<TcpStream>>>),
+    Rustls(Box<ClientTlsStream>),
     Early(crate::tls::early::EarlyStream),
 }
 
@@ -133,7 +139,8 @@ pub(crate) async fn terminate_tls(
     let (stream, version) = if tls.early_data == EarlyData::Off {
         let acceptor = tokio_rustls::TlsAcceptor::from(config);
         // Rewind frees the hello's buffer once rustls has read it.
-        let handshake = acceptor.accept(crate::transport::Rewind::new(hello.bytes, client));
+        let io = Aligned::new(Rewind::new(hello.bytes, client), tls.ktls != Ktls::Off);
+        let handshake = acceptor.accept(io);
         match tokio::time::timeout(timeout, handshake).await {
             Ok(Ok(stream)) => {
                 let version = stream.get_ref().1.protocol_version();
@@ -175,5 +182,6 @@ pub(crate) fn relay_close_reason(end: End) -> CloseReason {
         End::Reset(Side::Client) => CloseReason::ClientReset,
         End::Reset(Side::Origin) => CloseReason::OriginReset,
         End::Shutdown => CloseReason::Shutdown,
+        End::KeyUpdate(_) => CloseReason::KtlsKeyUpdate,
     }
 }

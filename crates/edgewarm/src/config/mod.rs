@@ -18,7 +18,7 @@ use std::time::Duration;
 use serde::Deserialize;
 
 pub use route::{
-    ActionConfig, EarlyData, HttpConfig, PrewarmConfig, ProxyVersion, RouteConfig, TerminateConfig, TunnelConfig,
+    ActionConfig, EarlyData, HttpConfig, Ktls, PrewarmConfig, ProxyVersion, RouteConfig, TerminateConfig, TunnelConfig,
     UpstreamConfig, UpstreamProtocol,
 };
 pub(crate) use validate::sni_pattern;

@@ -68,7 +68,31 @@ pub struct TerminateConfig {
     pub early_data: EarlyData,
     /// Most early-data bytes accepted in one client's first flight.
     pub max_early_data_size: u32,
+    /// Whether the record layer moves to the kernel after the handshake (`prewarm` only).
+    pub ktls: Ktls,
+    /// `ktls: auto`: bytes relayed in user space before the hand-off.
+    pub ktls_after: u64,
+    /// `ktls_after` was written in the file (it only means something with `auto`).
+    pub(crate) ktls_after_set: bool,
 }
+
+/// Kernel TLS for a route's terminated connections, both sides (`routes[].ktls`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Ktls {
+    /// rustls encrypts and decrypts in user space throughout.
+    #[default]
+    Off,
+    /// Hand both sessions to the kernel right after the handshake, and splice between them.
+    On,
+    /// Start in user space; hand over once `ktls_after` bytes have been relayed, so short flows
+    /// never pay the hand-off.
+    Auto,
+}
+
+/// `ktls_after` when not set: where kernel TLS overtook user-space TLS in the measurements our
+/// background material cites (responses above about 128 KiB).
+pub(super) const DEFAULT_KTLS_AFTER: u64 = 128 * 1024;
 
 /// Whether a route accepts TLS 1.3 early data (0-RTT), and how it treats it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
@@ -211,6 +235,10 @@ struct RouteFile {
     early_data: Option<EarlyData>,
     #[serde(default, deserialize_with = "size::deserialize_opt")]
     max_early_data_size: Option<u64>,
+    #[serde(default)]
+    ktls: Option<Ktls>,
+    #[serde(default, deserialize_with = "size::deserialize_opt")]
+    ktls_after: Option<u64>,
 }
 
 impl From<RouteFile> for RouteConfig {
@@ -223,6 +251,8 @@ impl From<RouteFile> for RouteConfig {
             ("origin_tls", r.origin_tls.is_some()),
             ("early_data", r.early_data.is_some()),
             ("max_early_data_size", r.max_early_data_size.is_some()),
+            ("ktls", r.ktls.is_some()),
+            ("ktls_after", r.ktls_after.is_some()),
         ];
         let first_terminating =
             terminating.iter().find(|(_, set)| *set).map(|(k, _)| (*k, "only for actions prewarm and http"));
@@ -250,6 +280,9 @@ impl From<RouteFile> for RouteConfig {
             max_early_data_size: r
                 .max_early_data_size
                 .map_or(DEFAULT_MAX_EARLY_DATA, |n| u32::try_from(n).unwrap_or(0)),
+            ktls: r.ktls.unwrap_or_default(),
+            ktls_after: r.ktls_after.unwrap_or(DEFAULT_KTLS_AFTER),
+            ktls_after_set: r.ktls_after.is_some(),
         };
         let (action, misplaced) = match r.action {
             Action::Reject => {

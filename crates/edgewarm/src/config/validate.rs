@@ -4,7 +4,9 @@ use std::collections::HashSet;
 use std::fmt;
 use std::time::Duration;
 
-use super::{ActionConfig, Config, ConfigError, EarlyData, OriginTls, PoolConfig, TerminateConfig, UpstreamConfig};
+use super::{
+    ActionConfig, Config, ConfigError, EarlyData, Ktls, OriginTls, PoolConfig, TerminateConfig, UpstreamConfig,
+};
 
 /// An origin as written in the config: a host name or IP literal and a port. Resolution happens
 /// at connect time (every address tried), so DNS changes are picked up without a reload.
@@ -137,6 +139,7 @@ impl Config {
                              see docs/config.md) or `off`",
                         ));
                     }
+                    validate_ktls(&p.tls, &key)?;
                     validate_pool(&p.pool, &key)?;
                 }
                 ActionConfig::Http(h) => {
@@ -147,6 +150,13 @@ impl Config {
                             "http routes forward early requests only when safe: `safe` or `off`",
                         ));
                     }
+                    if h.tls.ktls != Ktls::Off || h.tls.ktls_after_set {
+                        return Err(ConfigError::invalid(
+                            key(if h.tls.ktls_after_set { "ktls_after" } else { "ktls" }),
+                            "only for action prewarm: an http route reads every byte in user space (HTTP is \
+                             parsed there), so the kernel would take over the cipher but save no copy",
+                        ));
+                    }
                     validate_upstream(&h.upstream, &key)?;
                 }
                 _ => {}
@@ -154,6 +164,27 @@ impl Config {
         }
         Ok(())
     }
+}
+
+/// Kernel TLS on a prewarm route.
+fn validate_ktls(r: &TerminateConfig, key: &dyn Fn(&str) -> String) -> Result<(), ConfigError> {
+    if r.ktls != Ktls::Off && r.early_data != EarlyData::Off {
+        return Err(ConfigError::invalid(
+            key("ktls"),
+            "not with early_data: 0-RTT sessions are driven by edgewarm's own handshake driver, which \
+             does not hand sessions to the kernel",
+        ));
+    }
+    if r.ktls_after_set && r.ktls != Ktls::Auto {
+        return Err(ConfigError::invalid(key("ktls_after"), "only with ktls: auto"));
+    }
+    if r.ktls_after == 0 {
+        return Err(ConfigError::invalid(
+            key("ktls_after"),
+            "must be at least 1 byte (for a hand-off at once: ktls: on)",
+        ));
+    }
+    Ok(())
 }
 
 /// A route that terminates TLS: its certificate, ALPN list and origin TLS settings.
@@ -284,6 +315,36 @@ routes:
         assert!(e.contains("timeouts.idle") && e.contains("invalid duration"), "{e}");
         let e = err(&GOOD.replace("action: reject", "action: open"));
         assert!(e.contains("routes[1].action"), "{e}");
+    }
+
+    #[test]
+    fn ktls_is_checked_per_action() {
+        let terminating = |action: &str, extra: &str| {
+            GOOD.replace(
+                "action: tunnel",
+                &format!("action: {action}\n    cert: c.pem\n    key: k.pem\n    origin_tls: {{sni: o}}\n{extra}"),
+            )
+        };
+        let e = err(&terminating("http", "    ktls: on"));
+        assert!(e.starts_with("routes[0].ktls: only for action prewarm"), "{e}");
+        let e = err(&terminating("prewarm", "    ktls: on\n    ktls_after: 1MiB"));
+        assert_eq!(e, "routes[0].ktls_after: only with ktls: auto");
+        let e = err(&terminating("prewarm", "    ktls: auto\n    ktls_after: 0"));
+        assert!(e.starts_with("routes[0].ktls_after: must be at least 1 byte"), "{e}");
+        let e = err(&terminating("prewarm", "    ktls: on\n    early_data: opaque"));
+        assert!(e.starts_with("routes[0].ktls: not with early_data"), "{e}");
+        let e = err(&terminating("prewarm", "    ktls: always"));
+        assert!(e.contains("ktls") && e.contains("unknown variant"), "{e}");
+        let e = err(&GOOD.replace("action: tunnel", "action: tunnel\n    ktls: on"));
+        assert_eq!(e, "routes[0].ktls: only for actions prewarm and http");
+        for ok in [
+            terminating("prewarm", "    ktls: on"),
+            terminating("prewarm", "    ktls: auto\n    ktls_after: 1MiB"),
+            terminating("prewarm", "    ktls: off"),
+        ] {
+            let c = Config::parse(&ok).unwrap();
+            c.validate().unwrap();
+        }
     }
 
     #[test]

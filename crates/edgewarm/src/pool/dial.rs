@@ -15,6 +15,7 @@ use tokio_rustls::client::TlsStream;
 use tokio_rustls::TlsConnector;
 
 use crate::error::CloseReason;
+use crate::tls::ktls::Aligned;
 use crate::tls::origin::PoolKey;
 use crate::transport::dial::{self, ConnectError};
 use crate::transport::Resolver;
@@ -70,7 +71,8 @@ pub struct TlsDial {
 }
 
 impl Dial for TlsDial {
-    type Conn = TlsStream<TcpStream>;
+    /// Record-aligned reads when the key says the session may move to the kernel.
+    type Conn = TlsStream<Aligned<TcpStream>>;
 
     fn key(&self) -> &PoolKey {
         &self.key
@@ -80,10 +82,13 @@ impl Dial for TlsDial {
         let key = &self.key;
         // Fast Open would only shorten the warm-up, which no client waits for.
         let (tcp, _) = dial::connect(&self.resolver, &key.origin, false, timeout, &[]).await?;
-        let tls = tokio::time::timeout(timeout, self.connector.connect(self.server_name.clone(), tcp))
-            .await
-            .map_err(|_| WarmError::HandshakeTimeout)?
-            .map_err(classify_tls_error)?;
+        let tls = tokio::time::timeout(
+            timeout,
+            self.connector.connect(self.server_name.clone(), Aligned::new(tcp, key.ktls)),
+        )
+        .await
+        .map_err(|_| WarmError::HandshakeTimeout)?
+        .map_err(classify_tls_error)?;
         let got = tls.get_ref().1.alpn_protocol().map(<[u8]>::to_vec);
         if got != key.alpn {
             let show = |p: &Option<Vec<u8>>| p.as_deref().map(|p| String::from_utf8_lossy(p).into_owned());

@@ -10,19 +10,22 @@
 //! plain sockets are pumped with `splice(2)` through a pipe per direction, so payload never
 //! enters user space ([`splice`]), or with [`copy`] when the config says `relay: copy` or the
 //! kernel refuses splice; anything with user-space state (a TLS session) goes through
-//! [`stream`]'s buffered pumps. A stream that becomes a plain socket again (kernel TLS, later)
-//! only has to say so. Both directions run inside the connection's one task (`join`), so a
+//! [`stream`]'s buffered pumps. A TLS session handed to the kernel is a socket again
+//! ([`Sock::ktls`]): spliced between two kTLS sockets, plaintext never enters user space. Both directions run inside the connection's one task (`join`), so a
 //! tunnel costs one task and, with splice, two pipes — no buffers of ours.
 
 mod copy;
 mod splice;
 mod stream;
 
+pub use stream::Phase;
+
 use std::io;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use prometheus_client::metrics::counter::Counter;
+use tokio::io::Interest;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpStream;
 use tokio_util::sync::CancellationToken;
@@ -34,19 +37,41 @@ pub enum Mode {
     Copy,
 }
 
+/// A socket whose bytes are the stream's own payload, so the kernel can move them.
+#[derive(Clone, Copy)]
+pub struct Sock<'a> {
+    pub tcp: &'a TcpStream,
+    /// Kernel TLS: the kernel decrypts what is read and encrypts what is written; records that
+    /// are not data (alerts, tickets) must be read with `recvmsg`, and the end of data is a
+    /// close_notify before the FIN.
+    pub ktls: bool,
+}
+
 /// A stream the relay can move bytes to and from.
 pub trait Relayable: AsyncRead + AsyncWrite + Unpin + Send {
     /// The socket itself, when every byte read from or written to it is the stream's own
     /// payload (no user-space framing or encryption in between): then the kernel can move
     /// the bytes with splice(2).
-    fn socket(&self) -> Option<&TcpStream> {
+    fn socket(&self) -> Option<Sock<'_>> {
         None
     }
 }
 
 impl Relayable for TcpStream {
-    fn socket(&self) -> Option<&TcpStream> {
-        Some(self)
+    fn socket(&self) -> Option<Sock<'_>> {
+        Some(Sock { tcp: self, ktls: false })
+    }
+}
+
+/// A TLS session handed to the kernel is a socket again and can be spliced, once the plaintext
+/// carried over from user space has been passed on (until then it must be read as a stream).
+impl<S: Relayable> Relayable for crate::tls::ktls::Offloaded<S> {
+    fn socket(&self) -> Option<Sock<'_>> {
+        match self {
+            Self::User(s) => s.socket(),
+            Self::Kernel(k) if k.has_pending() => None,
+            Self::Kernel(k) => Some(Sock { tcp: k.get_ref(), ktls: true }),
+        }
     }
 }
 
@@ -69,6 +94,8 @@ pub enum End {
     Idle,
     /// A read or write on that side failed (reset, broken pipe).
     Reset(Side),
+    /// That side sent a TLS KeyUpdate on a kernel TLS socket, which cannot follow it.
+    KeyUpdate(Side),
     Shutdown,
 }
 
@@ -142,7 +169,7 @@ impl Relay<'_> {
     }
 
     /// Two plain sockets: splice or copy, as the mode says.
-    async fn run_sockets(&self, client: &TcpStream, origin: &TcpStream, on_first_down: impl FnOnce() + Send) -> End {
+    async fn run_sockets(&self, client: Sock<'_>, origin: Sock<'_>, on_first_down: impl FnOnce() + Send) -> End {
         let activity = Activity::new();
         let mut first = Some(on_first_down);
         let mut notify_first = move || {
@@ -166,7 +193,7 @@ impl Relay<'_> {
             // try_join: the first failure ends the relay; the other direction is dropped with it.
             match tokio::try_join!(up, down) {
                 Ok(_) => End::Done,
-                Err((side, _)) => End::Reset(side),
+                Err((side, e)) => Self::failed(side, &e),
             }
         };
         tokio::select! {
@@ -176,11 +203,20 @@ impl Relay<'_> {
         }
     }
 
+    /// How a relay that failed on `side` ended.
+    fn failed(side: Side, e: &io::Error) -> End {
+        if crate::tls::ktls::stream::is_key_update(e) {
+            End::KeyUpdate(side)
+        } else {
+            End::Reset(side)
+        }
+    }
+
     #[allow(clippy::too_many_arguments)]
     async fn pump(
         &self,
-        src: &TcpStream,
-        dst: &TcpStream,
+        src: Sock<'_>,
+        dst: Sock<'_>,
         src_side: Side,
         dst_side: Side,
         dir: &Direction,
@@ -202,7 +238,11 @@ impl Relay<'_> {
         }
         // End of file from src: pass the half-close on. A failure here means dst is gone,
         // which its own pump will report; nothing more to send either way.
-        let _ = socket2::SockRef::from(dst).shutdown(std::net::Shutdown::Write);
+        if dst.ktls {
+            let _ = dst.tcp.async_io(Interest::WRITABLE, || crate::tls::ktls::stream::close_notify(dst.tcp)).await;
+        } else {
+            let _ = socket2::SockRef::from(dst.tcp).shutdown(std::net::Shutdown::Write);
+        }
         Ok(())
     }
 }

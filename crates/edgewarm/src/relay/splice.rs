@@ -4,13 +4,18 @@
 //! pipe can only return EAGAIN because the source has nothing to read (never because the pipe
 //! is full), and readiness bookkeeping stays exact: `try_io` clears readiness exactly when the
 //! kernel says EAGAIN.
+//!
+//! A kernel TLS source refuses splice (EINVAL) when its next record is not data: that record is
+//! then read with `recvmsg` ([`ktls::stream::recv`]): close_notify ends the direction, a ticket
+//! is skipped, anything else ends the relay.
 
 use std::io;
 
 use tokio::io::Interest;
 use tokio::net::TcpStream;
 
-use super::{PumpResult, Side};
+use super::{PumpResult, Side, Sock};
+use crate::tls::ktls::{self, stream::Record};
 use crate::transport::sockopt;
 
 /// Largest single splice: the pipe's capacity.
@@ -20,8 +25,8 @@ const CHUNK: usize = 256 * 1024;
 pub(super) struct Fallback;
 
 pub(super) async fn pump(
-    src: &TcpStream,
-    dst: &TcpStream,
+    src: Sock<'_>,
+    dst: Sock<'_>,
     src_side: Side,
     dst_side: Side,
     moved: &mut impl FnMut(usize),
@@ -31,12 +36,22 @@ pub(super) async fn pump(
     let mut first = true;
     loop {
         let n = loop {
-            if let Err(e) = src.readable().await {
+            if let Err(e) = src.tcp.readable().await {
                 return Ok(Err((src_side, e)));
             }
-            match src.try_io(Interest::READABLE, || sockopt::splice(src, &pipe.write, CHUNK)) {
+            match src.tcp.try_io(Interest::READABLE, || sockopt::splice(src.tcp, &pipe.write, CHUNK)) {
                 Ok(n) => break n,
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
+                Err(e) if src.ktls && refused(&e) => match control(src.tcp, dst.tcp).await {
+                    Ok(Some(0)) => return Ok(Ok(())),
+                    Ok(Some(n)) => {
+                        moved(n);
+                        continue;
+                    }
+                    Ok(None) => continue,
+                    Err((true, e)) => return Ok(Err((src_side, e))),
+                    Err((false, e)) => return Ok(Err((dst_side, e))),
+                },
                 Err(e) if first && refused(&e) => return Err(Fallback),
                 Err(e) => return Ok(Err((src_side, e))),
             }
@@ -47,16 +62,37 @@ pub(super) async fn pump(
         }
         let mut left = n;
         while left > 0 {
-            if let Err(e) = dst.writable().await {
+            if let Err(e) = dst.tcp.writable().await {
                 return Ok(Err((dst_side, e)));
             }
-            match dst.try_io(Interest::WRITABLE, || sockopt::splice(&pipe.read, dst, left)) {
+            match dst.tcp.try_io(Interest::WRITABLE, || sockopt::splice(&pipe.read, dst.tcp, left)) {
                 Ok(m) => left -= m,
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
                 Err(e) => return Ok(Err((dst_side, e))),
             }
         }
         moved(n);
+    }
+}
+
+/// The record at the head of a kTLS source that splice refused: `Some(0)` end of data,
+/// `Some(n)` n data bytes passed on (the record turned out to be data), `None` skipped. An error
+/// says whether it was the source's (`true`) or the destination's.
+async fn control(src: &TcpStream, dst: &TcpStream) -> Result<Option<usize>, (bool, io::Error)> {
+    // A record's plaintext is at most 16 KiB: the whole record fits, so it is seen from its start.
+    let mut buf = vec![0u8; 16 * 1024 + 256];
+    let record = src.async_io(Interest::READABLE, || ktls::stream::recv(src, &mut buf)).await.map_err(|e| (true, e))?;
+    match record {
+        Record::Eof => Ok(Some(0)),
+        Record::Skipped => Ok(None),
+        Record::Data(n) => {
+            let mut off = 0;
+            while off < n {
+                off +=
+                    dst.async_io(Interest::WRITABLE, || dst.try_write(&buf[off..n])).await.map_err(|e| (false, e))?;
+            }
+            Ok(Some(n))
+        }
     }
 }
 

@@ -168,7 +168,10 @@ impl RouteTable {
                     proxy_protocol: t.origin_proxy_protocol,
                 }),
                 ActionConfig::Prewarm(p) => {
-                    let (client, origin) = terminating(&p.tls, &p.origin_tls, &p.origin)?;
+                    let (client, mut origin) = terminating(&p.tls, &p.origin_tls, &p.origin)?;
+                    if p.tls.ktls != config::Ktls::Off {
+                        origin = origin.with_kernel_tls();
+                    }
                     RouteAction::Prewarm(Box::new(PrewarmRoute {
                         client,
                         origin,

@@ -29,7 +29,7 @@ use rustls::ServerConfig;
 use super::pem;
 use super::sessions::SessionStore;
 use super::ticket_keys::TicketKeys;
-use crate::config::{EarlyData, TerminateConfig, TlsVersion};
+use crate::config::{EarlyData, Ktls, TerminateConfig, TlsVersion};
 use crate::metrics::{EarlyMetrics, RouteLabel, RouteName};
 
 #[derive(Debug)]
@@ -42,6 +42,10 @@ pub struct ClientTls {
     plain: Arc<ServerConfig>,
     /// Whether (and how) this route takes 0-RTT data.
     pub early_data: EarlyData,
+    /// Whether sessions may move to the kernel (then rustls reads record-aligned and gives up
+    /// its keys on request), and after how many relayed bytes for `auto`.
+    pub ktls: Ktls,
+    pub ktls_after: u64,
 }
 
 /// Session IDs remembered per route (TLS 1.2 clients without tickets); about 1 KiB each.
@@ -141,6 +145,7 @@ impl ClientTls {
             // The response to an early request may go out right after the server's Finished.
             base.send_half_rtt_data = true;
         }
+        base.enable_secret_extraction = route.ktls != Ktls::Off;
         let alpn: Vec<Vec<u8>> = route.alpn.iter().map(|p| p.as_bytes().to_vec()).collect();
         let by_alpn = alpn
             .iter()
@@ -150,7 +155,14 @@ impl ClientTls {
                 (p.clone(), Arc::new(c))
             })
             .collect();
-        Ok(Self { alpn, by_alpn, plain: Arc::new(base), early_data: route.early_data })
+        Ok(Self {
+            alpn,
+            by_alpn,
+            plain: Arc::new(base),
+            early_data: route.early_data,
+            ktls: route.ktls,
+            ktls_after: route.ktls_after,
+        })
     }
 
     /// The protocol to negotiate: the route's first that the client offers and `origin_speaks`.

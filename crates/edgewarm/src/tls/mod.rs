@@ -1,9 +1,11 @@
 //! TLS for routes that terminate it: the client-facing server ([`client`]; with 0-RTT, its
 //! handshake driver [`early`] and session store [`sessions`]; a fleet's shared ticket keys
-//! [`ticket_keys`]) and the origin-facing client side ([`origin`]). Nothing here runs for blind tunnels.
+//! [`ticket_keys`]) and the origin-facing client side ([`origin`]); handing either side's record
+//! layer to the kernel ([`ktls`]). Nothing here runs for blind tunnels.
 
 pub mod client;
 pub mod early;
+pub mod ktls;
 pub mod origin;
 pub mod pem;
 pub mod sessions;

@@ -25,6 +25,9 @@ pub struct PoolKey {
     pub ca: Option<[u8; 32]>,
     /// SHA-256 of the client certificate and key files.
     pub client_cert: Option<([u8; 32], [u8; 32])>,
+    /// Sessions may move to the kernel: read record-aligned, keys extractable. A route without
+    /// kernel TLS must not be given such a connection, nor the reverse.
+    pub ktls: bool,
 }
 
 impl PoolKey {
@@ -81,8 +84,23 @@ impl OriginTls {
         // rustls's default in-memory session cache stays on: refills resume instead of doing
         // full handshakes. Early data towards the origin stays off: a warm connection has no
         // request to send early.
-        let base_key = PoolKey { origin, server_name: name, alpn: None, verify: t.verify, ca: ca_digest, client_cert };
+        let base_key = PoolKey {
+            origin,
+            server_name: name,
+            alpn: None,
+            verify: t.verify,
+            ca: ca_digest,
+            client_cert,
+            ktls: false,
+        };
         Ok(Self { server_name, base_key, base })
+    }
+
+    /// Origin sessions that can be handed to the kernel (`ktls: on | auto`).
+    pub fn with_kernel_tls(mut self) -> Self {
+        self.base.enable_secret_extraction = true;
+        self.base_key.ktls = true;
+        self
     }
 
     pub fn key(&self, alpn: Option<&[u8]>) -> PoolKey {

@@ -21,6 +21,16 @@ impl<S> Rewind<S> {
     pub fn get_ref(&self) -> &S {
         &self.inner
     }
+
+    /// The stream itself, once every replayed byte has been read (`None` before: those bytes
+    /// would be lost).
+    pub fn into_inner(self) -> Option<S> {
+        self.is_drained().then_some(self.inner)
+    }
+
+    pub fn is_drained(&self) -> bool {
+        self.pos >= self.prefix.len()
+    }
 }
 
 impl<S: AsyncRead + Unpin> AsyncRead for Rewind<S> {

@@ -147,3 +147,85 @@ pub fn wait_readable(fd: &impl AsFd, timeout: std::time::Duration) -> io::Result
         _ => Ok(true),
     }
 }
+
+/// Attach the kernel's TLS upper-layer protocol to an established TCP socket (`TCP_ULP "tls"`).
+/// Loads the `tls` module on first use where the kernel has it as a module; fails with ENOENT
+/// where it has none.
+pub fn set_ulp_tls(fd: &impl AsFd) -> io::Result<()> {
+    setsockopt(fd, libc::SOL_TCP, libc::TCP_ULP, b"tls")
+}
+
+/// A TLS record's content type as the kernel reports it on a kTLS socket.
+pub const RECORD_APPLICATION_DATA: u8 = 23;
+
+/// Room for one `cmsghdr` carrying one byte, 8-aligned (CMSG_SPACE(1) is 24 on 64-bit Linux).
+type CmsgBuf = [u64; 4];
+
+/// One `recvmsg(2)` on a kTLS receive socket, non-blocking: the bytes read and the TLS record
+/// type they came from. The kernel never mixes record types in one call: application data comes
+/// without a control message; anything else (alert, handshake) comes alone, tagged with
+/// `TLS_GET_RECORD_TYPE`. Without a control buffer the kernel would answer EIO instead.
+pub fn recv_record(fd: &impl AsFd, buf: &mut [u8]) -> io::Result<(usize, u8)> {
+    let mut iov = libc::iovec { iov_base: buf.as_mut_ptr().cast(), iov_len: buf.len() };
+    let mut cbuf: CmsgBuf = [0; 4];
+    // SAFETY: msghdr is plain data; all-zero is a valid empty header.
+    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+    msg.msg_iov = &mut iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = cbuf.as_mut_ptr().cast();
+    msg.msg_controllen = std::mem::size_of::<CmsgBuf>();
+    // SAFETY: msg points at one live iovec over `buf` and at `cbuf`, both valid for writes of the
+    // lengths given, for the duration of the call.
+    let n = unsafe { libc::recvmsg(fd.as_fd().as_raw_fd(), &mut msg, libc::MSG_DONTWAIT) };
+    if n < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    let mut record_type = RECORD_APPLICATION_DATA;
+    // SAFETY: the CMSG_* macros walk the control buffer the kernel filled, within
+    // msg_controllen; CMSG_DATA of a SOL_TLS/TLS_GET_RECORD_TYPE message holds one byte.
+    unsafe {
+        let mut c = libc::CMSG_FIRSTHDR(&msg);
+        while !c.is_null() {
+            if (*c).cmsg_level == libc::SOL_TLS && (*c).cmsg_type == TLS_GET_RECORD_TYPE {
+                record_type = *libc::CMSG_DATA(c);
+            }
+            c = libc::CMSG_NXTHDR(&msg, c);
+        }
+    }
+    Ok((n as usize, record_type))
+}
+
+/// One non-blocking `sendmsg(2)` of `data` as a TLS record of `record_type` on a kTLS transmit
+/// socket (`TLS_SET_RECORD_TYPE`): how an alert such as close_notify is sent once the kernel
+/// owns the record layer.
+pub fn send_record(fd: &impl AsFd, record_type: u8, data: &[u8]) -> io::Result<usize> {
+    let mut iov = libc::iovec { iov_base: data.as_ptr().cast_mut().cast(), iov_len: data.len() };
+    let mut cbuf: CmsgBuf = [0; 4];
+    // SAFETY: msghdr is plain data; all-zero is a valid empty header.
+    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+    msg.msg_iov = &mut iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = cbuf.as_mut_ptr().cast();
+    // SAFETY: CMSG_SPACE is pure arithmetic.
+    msg.msg_controllen = unsafe { libc::CMSG_SPACE(1) } as usize;
+    // SAFETY: the control buffer is at least CMSG_SPACE(1) bytes and 8-aligned, so the first
+    // header and its one data byte lie inside it; iov points at `data`, which the kernel only
+    // reads.
+    let n = unsafe {
+        let c = libc::CMSG_FIRSTHDR(&msg);
+        (*c).cmsg_level = libc::SOL_TLS;
+        (*c).cmsg_type = TLS_SET_RECORD_TYPE;
+        (*c).cmsg_len = libc::CMSG_LEN(1) as usize;
+        *libc::CMSG_DATA(c) = record_type;
+        libc::sendmsg(fd.as_fd().as_raw_fd(), &msg, libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL)
+    };
+    if n < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(n as usize)
+    }
+}
+
+/// `TLS_SET_RECORD_TYPE` / `TLS_GET_RECORD_TYPE` (linux/tls.h), the control message types.
+const TLS_SET_RECORD_TYPE: libc::c_int = 1;
+const TLS_GET_RECORD_TYPE: libc::c_int = 2;

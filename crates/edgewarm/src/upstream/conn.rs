@@ -23,6 +23,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::{ConnStatus, H2Send, Upstream};
 use crate::metrics::{PoolEvent, UpstreamEnd};
+use crate::tls::ktls::Aligned;
 
 /// Flow-control windows toward the origin, sized for a long link: a window caps one stream's
 /// throughput at window / RTT, and 4 MiB over 100 ms is ~335 Mbit/s per stream (h2's 64 KiB
@@ -69,7 +70,7 @@ impl Conn {
     /// HTTP/2 handshake over a fresh origin TLS connection, then start its driver.
     pub(super) async fn handshake(
         id: u64,
-        tls: TlsStream<TcpStream>,
+        tls: TlsStream<Aligned<TcpStream>>,
         upstream: Arc<Upstream>,
     ) -> Result<Arc<Self>, h2::Error> {
         let (send, mut connection) = h2::client::Builder::new()
