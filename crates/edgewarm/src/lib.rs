@@ -13,7 +13,8 @@
 //!   and HTTP, carry each request as a stream on the route's standing HTTP/2 origin
 //!   connections: [`upstream`]).
 //! - [`relay`]: move bytes both ways (splice(2), userspace fallback, or between TLS sessions),
-//!   half-close, idle timeout.
+//!   half-close, idle timeout. With `ktls`, both TLS sessions move to the kernel
+//!   ([`tls::ktls`]) and are spliced like plain sockets.
 //! - [`transport`]: below all of them: socket options (the only `unsafe`), name resolution,
 //!   dialing origins, Fast Open streams, replaying peeked bytes.
 //!

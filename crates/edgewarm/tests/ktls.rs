@@ -84,7 +84,19 @@ async fn echo_origin(certs: &Certs, suite: Option<CipherSuite>) -> SocketAddr {
     addr
 }
 
+/// A client connection whose relay is running: one byte has been echoed through it, so with
+/// `ktls: on` the hand-off has been made (or refused) by the time this returns. (A client that
+/// sends its FIN before the hand-off stays in user space: the kernel takes only established
+/// sockets.)
 async fn client(fx: &Pki, edge: &Edge, suite: Option<CipherSuite>) -> tokio_rustls::client::TlsStream<TcpStream> {
+    let mut tls = connect(fx, edge, suite).await;
+    tls.write_all(b"!").await.unwrap();
+    let mut one = [0u8; 1];
+    tls.read_exact(&mut one).await.unwrap();
+    tls
+}
+
+async fn connect(fx: &Pki, edge: &Edge, suite: Option<CipherSuite>) -> tokio_rustls::client::TlsStream<TcpStream> {
     let mut roots = rustls::RootCertStore::empty();
     roots.add(fx.edge.ca_der.clone()).unwrap();
     let config = match suite {
@@ -204,8 +216,11 @@ async fn close_notify_half_closes_each_way() {
     let opts = OriginOpts { reply_at_eof: Some(b"after your close_notify".to_vec()), ..Default::default() };
     let (origin, _) = tls_origin(&fx.origin, opts).await;
     let edge = ktls_edge(&fx, origin, "    ktls: on\n").await;
-    let mut tls = client(&fx, &edge, None).await;
+    let mut tls = connect(&fx, &edge, None).await;
     tls.write_all(b"request").await.unwrap();
+    tls.flush().await.unwrap();
+    // The hand-off first, then the close_notify, so that the kernel is what reads it.
+    wait_for(&edge, KTLS, &[("route", "b.test"), ("side", "origin"), ("result", "kernel")], 1.0).await;
     tls.shutdown().await.unwrap();
     let mut got = Vec::new();
     // read_to_end succeeds only on a close_notify: a bare FIN would be UnexpectedEof.
@@ -252,12 +267,12 @@ async fn auto_hands_over_exactly_when_ktls_after_bytes_have_moved() {
     // 64 KiB both ways together: an echo of 32 KiB spends it exactly, one byte less does not.
     let edge = ktls_edge(&fx, origin, "    ktls: auto\n    ktls_after: 64KiB\n").await;
     let short = 32 * 1024 - 1;
-    assert_eq!(echo(client(&fx, &edge, None).await, short).await, pattern_sha256(short));
+    assert_eq!(echo(connect(&fx, &edge, None).await, short).await, pattern_sha256(short));
     edge.settle().await;
     assert_eq!(results(&edge, "client", "short"), 1.0);
     assert_eq!(results(&edge, "client", handed), 0.0);
 
-    let mut tls = client(&fx, &edge, None).await;
+    let mut tls = connect(&fx, &edge, None).await;
     let exact = pattern(0, 32 * 1024);
     tls.write_all(&exact).await.unwrap();
     let mut back = vec![0u8; exact.len()];
@@ -277,5 +292,27 @@ async fn auto_hands_over_exactly_when_ktls_after_bytes_have_moved() {
     assert!(end.is_empty());
     edge.settle().await;
     assert_eq!(edge.metric(CLOSED, &[("route", "b.test"), ("reason", "done")]), 2.0);
+    edge.stop().await;
+}
+
+#[tokio::test]
+async fn a_client_that_closes_before_the_hand_off_loses_nothing() {
+    if !kernel_tls("a_client_that_closes_before_the_hand_off_loses_nothing") {
+        return;
+    }
+    let fx = pki("prewarm");
+    let origin = echo_origin(&fx.origin, None).await;
+    let edge = ktls_edge(&fx, origin, "    ktls: on\n").await;
+    // Request and close_notify + FIN right behind the handshake: usually there before the edge
+    // hands over, and the kernel refuses a socket whose peer has sent its FIN (ENOTCONN). That
+    // must leave the session in user space, not lose it (found by this test).
+    for _ in 0..5 {
+        let got = echo(connect(&fx, &edge, None).await, 1 << 10).await;
+        assert_eq!(got, pattern_sha256(1 << 10));
+    }
+    edge.settle().await;
+    assert_eq!(results(&edge, "client", "busy") + results(&edge, "client", "kernel"), 5.0);
+    assert_eq!(results(&edge, "client", "failed"), 0.0);
+    assert_eq!(edge.metric(CLOSED, &[("route", "b.test"), ("reason", "done")]), 5.0);
     edge.stop().await;
 }

@@ -171,6 +171,9 @@ impl RouteTable {
                     let (client, mut origin) = terminating(&p.tls, &p.origin_tls, &p.origin)?;
                     if p.tls.ktls != config::Ktls::Off {
                         origin = origin.with_kernel_tls();
+                        // Probed (and logged) once, when the first such route is loaded rather
+                        // than when its first client arrives.
+                        crate::tls::ktls::support();
                     }
                     RouteAction::Prewarm(Box::new(PrewarmRoute {
                         client,

@@ -10,7 +10,7 @@
 //!
 //! This module is the kernel's side of it: which ciphers the running kernel takes ([`support`],
 //! probed once) and how rustls's extracted secrets become the kernel's `tls12_crypto_info_*`
-//! structures ([`install`]). The setsockopt calls themselves are in
+//! structures ([`set_keys`]). The setsockopt calls themselves are in
 //! [`crate::transport::sockopt`], the one module allowed `unsafe`.
 
 pub mod aligned;
@@ -139,11 +139,10 @@ pub fn cipher_of_suite(suite: rustls::SupportedCipherSuite) -> Option<Cipher> {
     }
 }
 
-/// Give a socket's record layer to the kernel: `TCP_ULP`, then the transmit and receive keys
-/// with their record sequence numbers. The caller guarantees the session is at a record
-/// boundary both ways (nothing buffered to send, no partial record read).
-pub fn install(sock: &impl std::os::fd::AsFd, version: ProtocolVersion, secrets: ExtractedSecrets) -> io::Result<()> {
-    sockopt::set_ulp_tls(sock)?;
+/// Give a socket's record layer to the kernel: the transmit and receive keys with their record
+/// sequence numbers, on a socket that already has `TCP_ULP "tls"`. The caller guarantees the
+/// session is at a record boundary both ways (nothing buffered to send, no partial record read).
+pub fn set_keys(sock: &impl std::os::fd::AsFd, version: ProtocolVersion, secrets: ExtractedSecrets) -> io::Result<()> {
     let (tx_seq, tx) = secrets.tx;
     let (rx_seq, rx) = secrets.rx;
     set_secret(sock, libc::TLS_TX, version, tx_seq, &tx)?;

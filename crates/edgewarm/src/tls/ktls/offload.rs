@@ -20,9 +20,9 @@ use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, ReadBuf};
 use tokio::net::TcpStream;
 
-use super::{cipher_of_suite, install, support, Aligned, KtlsStream};
+use super::{cipher_of_suite, set_keys, support, Aligned, KtlsStream};
 use crate::metrics::KtlsResult as Outcome;
-use crate::transport::Rewind;
+use crate::transport::{sockopt, Rewind};
 
 /// A session terminated here, in user space or handed to the kernel.
 pub enum Offloaded<S> {
@@ -34,12 +34,16 @@ pub enum Offloaded<S> {
 pub trait Socket: AsyncRead + AsyncWrite + Unpin {
     /// Every byte read from the socket has been passed up.
     fn drained(&self) -> bool;
+    fn tcp(&self) -> &TcpStream;
     fn into_socket(self) -> Option<TcpStream>;
 }
 
 impl Socket for TcpStream {
     fn drained(&self) -> bool {
         true
+    }
+    fn tcp(&self) -> &TcpStream {
+        self
     }
     fn into_socket(self) -> Option<TcpStream> {
         Some(self)
@@ -49,6 +53,9 @@ impl Socket for TcpStream {
 impl Socket for Rewind<TcpStream> {
     fn drained(&self) -> bool {
         self.is_drained()
+    }
+    fn tcp(&self) -> &TcpStream {
+        self.get_ref()
     }
     fn into_socket(self) -> Option<TcpStream> {
         self.into_inner()
@@ -153,6 +160,12 @@ pub async fn offload<S: Session>(mut session: S, within: Duration) -> Handoff<S>
         }
         _ => return Handoff::User(session, Outcome::Busy),
     };
+    // The upper-layer protocol first: the kernel takes it only on an established socket (not
+    // after the peer's FIN), and until keys are set the socket behaves as before, so a refusal
+    // here leaves the session whole in user space.
+    if sockopt::set_ulp_tls(session.io().get_ref().tcp()).is_err() {
+        return Handoff::User(session, Outcome::Busy);
+    }
     let mut plaintext = vec![0u8; pending];
     if session.reader().read_exact(&mut plaintext).is_err() {
         // Cannot happen (rustls said this much is buffered); if it did, the bytes read so far
@@ -165,7 +178,7 @@ pub async fn offload<S: Session>(mut session: S, within: Duration) -> Handoff<S>
     };
     let version = version.unwrap_or(rustls::ProtocolVersion::TLSv1_3);
     match conn.dangerous_extract_secrets() {
-        Ok(secrets) => match install(&tcp, version, secrets) {
+        Ok(secrets) => match set_keys(&tcp, version, secrets) {
             Ok(()) => Handoff::Kernel(KtlsStream::new(tcp, plaintext)),
             Err(e) => Handoff::Lost(e),
         },
