@@ -30,8 +30,8 @@
 # (default 2), EDGEWARM_VM_CACHE (the kernel cache), EDGEWARM_VM_KERNEL (a linux-image-*
 # package to use instead of the newest), EDGEWARM_VM_ACCEL (tcg|kvm; default: probe),
 # EDGEWARM_VM_TCG_THREAD (single|multi, default single: see the note at the qemu command),
-# EDGEWARM_VM_ENV (names of extra variables to pass into the VM), EDGEWARM_VM_KEEP=1 (keep
-# the temporary directory, for debugging).
+# EDGEWARM_VM_ENV (names of extra variables to pass into the VM), EDGEWARM_VM_APPEND (extra
+# kernel parameters), EDGEWARM_VM_KEEP=1 (keep the temporary directory, for debugging).
 # Exit status: the command's; 124 on timeout; 125 when the VM failed before reporting one;
 # 130/143 when interrupted; 2 for usage errors and from a failed --check.
 set -euo pipefail
@@ -127,7 +127,7 @@ resolve_kernel_pkg() {
 # Sets kdir (the cache entry; kdir/root is the unpacked package) and kver.
 prepare_kernel() {
   local entry updated=0
-  mkdir -p "$cache_root" || fail "cannot create the cache $cache_root"
+  mkdir -p "$cache_root" 2>/dev/null || fail "cannot create the cache $cache_root"
   resolve_kernel_pkg
   if [ -z "$pkgver" ] && as_root; then
     # A fresh machine may have no package lists yet.
@@ -136,6 +136,7 @@ prepare_kernel() {
     resolve_kernel_pkg
   fi
   if [ -z "$pkgver" ]; then
+    [ -z "${EDGEWARM_VM_KERNEL:-}" ] || fail "apt knows no package $EDGEWARM_VM_KERNEL"
     # apt knows no kernel (offline, no lists): take the newest complete cache entry.
     entry=$(find "$cache_root" -mindepth 2 -maxdepth 2 -name .complete -printf '%h\n' 2>/dev/null |
       sort -V | tail -n 1)
@@ -383,24 +384,27 @@ pick_accel() {
   esac
   accel=tcg
   if grep -qwE 'vmx|svm' /proc/cpuinfo 2>/dev/null && [ -r /dev/kvm ] && [ -w /dev/kvm ] &&
-    echo quit | timeout 10 qemu-system-x86_64 -accel kvm -M q35 -nodefaults -display none \
-      -S -monitor stdio >/dev/null 2>&1; then
+    kvm_runs; then
     accel=kvm
   fi
 }
 
-# One boot. Sets result: the command's exit status, or "init-failed", "timeout", "crashed"
-# (the VM died before the command started) or "died" (after).
+# The probe lets a vCPU run for a moment: a paravirtual KVM opens and starts fine but
+# aborts on the first run ("failed to set MSR 0x10a"). (The group's 2>/dev/null also
+# silences bash's "Aborted" notice.)
+kvm_runs() {
+  { { echo cont; sleep 0.5; echo quit; } | timeout 10 qemu-system-x86_64 -accel kvm -cpu host \
+    -M q35 -nodefaults -display none -S -monitor stdio >/dev/null 2>&1; } 2>/dev/null
+}
+
+# One boot. Sets result: the command's exit status, or "init-failed", "timeout", "broken"
+# (our stdout or stderr was closed), "crashed" (the VM died before the command started) or
+# "died" (after).
 qemu_pid='' tail_pid=''
 boot() {
   local attempt=$1 budget=$2 out=$tmp/out.$1 err=$tmp/err.$1 log=$tmp/console.$1.log
   local qrc=0 out_pid err_pid cpu=max accel_opt st
   mkfifo "$out" "$err"
-  # Readers first: qemu's open() of each fifo blocks until they are there.
-  cat "$out" &
-  out_pid=$!
-  cat "$err" >&2 &
-  err_pid=$!
   : >"$log"
   if [ "$verbose" = 1 ]; then
     tail -n +1 -f "$log" >&2 &
@@ -409,7 +413,8 @@ boot() {
   # TCG is single-threaded by default: with one host thread per vCPU (thread=multi), QEMU
   # 7.2 sometimes lets a vCPU run code another vCPU has just live-patched (the kernel's
   # int3-based text_poke), and the guest dies with "Oops: int3" (seen in 1 of 40 boots).
-  # The guest still has $cpus CPUs; they just share one host core.
+  # The guest still has $cpus CPUs; they just share one host core (on this project's
+  # 2-core machines two busy guest processes took as long with thread=multi anyway).
   accel_opt=tcg,thread=${EDGEWARM_VM_TCG_THREAD:-single}
   if [ "$accel" = kvm ]; then cpu=host accel_opt=kvm; fi
   # mitigations=off: nothing to protect in a throwaway VM, and it is faster under TCG.
@@ -417,7 +422,7 @@ boot() {
     -accel "$accel_opt" -cpu "$cpu" -m "$mem" -smp "$cpus" \
     -nodefaults -display none -no-reboot -monitor none \
     -kernel "$kdir/root/boot/vmlinuz-$kver" -initrd "$tmp/initrd.gz" \
-    -append "console=ttyS0 quiet loglevel=4 panic=-1 mitigations=off" \
+    -append "console=ttyS0 quiet loglevel=4 panic=-1 mitigations=off ${EDGEWARM_VM_APPEND:-}" \
     -serial "file:$log" \
     -fsdev local,id=hostroot,path=/,security_model=none,readonly=on,multidevs=remap \
     -device virtio-9p-pci,fsdev=hostroot,mount_tag=hostroot \
@@ -427,7 +432,15 @@ boot() {
     -chardev "file,id=err,path=$err" -device virtserialport,bus=vser.0,chardev=err,name=edgewarm.err \
     </dev/null >"$tmp/qemu.$attempt.log" 2>&1 &
   qemu_pid=$!
-  wait "$qemu_pid" || qrc=$?
+  # The readers (qemu's open() of each fifo waits for them). Should our stdout or stderr
+  # go away (`vm.sh ... | head -1`), the guest would block writing to it forever: stop the
+  # VM instead, as SIGPIPE would stop a local command.
+  { cat "$out" 2>/dev/null || { touch "$tmp/broken"; kill "$qemu_pid" 2>/dev/null; }; } &
+  out_pid=$!
+  { cat "$err" >&2 2>/dev/null || { touch "$tmp/broken"; kill "$qemu_pid" 2>/dev/null; }; } &
+  err_pid=$!
+  # (2>/dev/null: no "Aborted ..." job notice from bash if qemu dies of a signal.)
+  wait "$qemu_pid" 2>/dev/null || qrc=$?
   qemu_pid=''
   # If qemu never opened a fifo, its reader is still blocked in open(): opening it
   # read-write ourselves never blocks and lets the reader through to EOF.
@@ -439,8 +452,10 @@ boot() {
     tail_pid=''
   fi
   st=$(grep -a -o "${marker}=[0-9a-z]*" "$log" | tail -n 1 | cut -d= -f2 || true)
+  if [ -z "$st" ] && [ -e "$tmp/broken" ]; then st=broken; fi
   case $st in
     [0-9]*) result=$st ;;
+    broken) result=broken ;;
     fail) result=init-failed ;;
     *)
       if [ "$qrc" = 124 ]; then
@@ -500,12 +515,16 @@ while :; do
     timeout)
       echo "$prog: timed out after ${timeout_s}s" >&2
       exit 124 ;;
+    broken) exit 141 ;; # 128 + SIGPIPE, what a shell reports for a command killed by it
     crashed)
-      # The kernel died while booting, before the command started (nothing ran, nothing
-      # was printed): boot again, at most three times in all.
+      # The VM died while booting, before the command started (nothing ran, nothing was
+      # printed): boot again, at most three times in all, and under TCG if KVM was it.
       if [ "$attempt" -lt 3 ] && [ $((deadline - SECONDS)) -gt 10 ]; then
-        echo "$prog: the VM crashed while booting ($(grep -a -m1 -E 'Oops|panic|BUG' \
-          "$tmp/console.$attempt.log" | cut -c1-100 || true)); booting again" >&2
+        why=$(cat "$tmp/qemu.$attempt.log" "$tmp/console.$attempt.log" |
+          grep -a -m1 -E 'Oops|panic|BUG|error|Assertion' | cut -c1-120 || true)
+        again="booting again"
+        if [ "$accel" = kvm ]; then accel=tcg again="booting again under TCG"; fi
+        echo "$prog: the VM crashed while booting (${why:-no message}); $again" >&2
         attempt=$((attempt + 1))
         continue
       fi
