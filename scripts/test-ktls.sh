@@ -15,7 +15,8 @@ if ! why=$(scripts/vm.sh --check 2>&1); then
   echo "SKIP kernel TLS tests in a VM: ${why:-QEMU cannot run here}"
   exit 0
 fi
-bin=$(cargo test -p edgewarm --test ktls --no-run --message-format=json 2>/dev/null |
+# The same flags as scripts/test.sh's cargo test, so the binary it built is reused.
+bin=$(cargo test --workspace --all-features --test ktls --no-run --message-format=json 2>/dev/null |
   python3 -c 'import json, sys
 for line in sys.stdin:
     m = json.loads(line)
