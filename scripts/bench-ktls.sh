@@ -43,15 +43,10 @@ pids=()
 cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; rm -rf "$dir"; }
 trap cleanup EXIT
 
-openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 2 -subj /CN=bench-ca \
-  -keyout "$dir/ca.key" -out "$dir/ca.pem" 2>/dev/null
-cert() { # name SANs
-  openssl req -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -subj "/CN=$1" -keyout "$dir/$1.key" -out "$dir/$1.csr" 2>/dev/null
-  openssl x509 -req -in "$dir/$1.csr" -CA "$dir/ca.pem" -CAkey "$dir/ca.key" -CAcreateserial -days 2 \
-    -extfile <(printf "subjectAltName=%s" "$2") -out "$dir/$1.pem" 2>/dev/null
-}
-cert origin "DNS:origin.test"
-cert edge "DNS:u.test,DNS:k.test,DNS:a.test"
+. "$root/scripts/bench-lib.sh"
+bench_ca
+bench_cert origin "DNS:origin.test"
+bench_cert edge "DNS:u.test,DNS:k.test,DNS:a.test"
 mkdir -p "$dir/tmp" "$dir/www"
 sizes=(1K 16K 64K 128K 1M 100M)
 for s in "${sizes[@]}" 64M; do head -c "$(numfmt --from=iec "$s")" /dev/urandom > "$dir/www/$s"; done
@@ -79,9 +74,7 @@ route() { # sni policy
 nginx -c "$dir/origin.conf" & pids+=($!)
 TOKIO_WORKER_THREADS=2 RUST_LOG=warn "$edgewarm" run --config "$dir/edge.yaml" 2>"$dir/edge.log" & pids+=($!)
 edge=$!
-for port in $origin $ew; do
-  for _ in $(seq 200); do (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null && break; sleep 0.1; done
-done
+wait_ports $origin $ew
 sleep 2
 
 ticks() { awk '{print $14 + $15}' "/proc/$edge/stat"; }

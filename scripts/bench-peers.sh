@@ -27,23 +27,17 @@ pids=()
 cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; [ -n "${KEEP:-}" ] || rm -rf "$dir"; }
 trap cleanup EXIT
 
-openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 2 -subj /CN=bench-ca \
-  -keyout "$dir/ca.key" -out "$dir/ca.pem" 2>/dev/null
-cert() { # name SANs
-  openssl req -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -subj "/CN=$1" -keyout "$dir/$1.key" -out "$dir/$1.csr" 2>/dev/null
-  openssl x509 -req -in "$dir/$1.csr" -CA "$dir/ca.pem" -CAkey "$dir/ca.key" -CAcreateserial -days 2 \
-    -extfile <(printf "subjectAltName=%s" "$2") -out "$dir/$1.pem" 2>/dev/null
-  cat "$dir/$1.pem" "$dir/$1.key" > "$dir/$1.bundle"
-}
-cert origin "DNS:origin.test,DNS:a.test"
-cert edge "DNS:h.test,DNS:b.test"
+. "$root/scripts/bench-lib.sh"
+bench_ca
+bench_cert origin "DNS:origin.test,DNS:a.test"
+bench_cert edge "DNS:h.test,DNS:b.test"
 mkdir -p "$dir/tmp" "$dir/www"
 truncate -s 1G "$dir/www/big"
 echo hello > "$dir/www/small"
 # nginx workers run as www-data: the folder mktemp made is private.
 chmod 755 "$dir" "$dir/www"; chmod 644 "$dir/www/small" "$dir/www/big"
 temp="client_body_temp_path $dir/tmp; proxy_temp_path $dir/tmp; fastcgi_temp_path $dir/tmp; uwsgi_temp_path $dir/tmp; scgi_temp_path $dir/tmp;"
-origin=18443 ew=19443 ns=19444 ht=19445 nh=19446 hh=19447 admin=19900
+origin=18443 ew=19443 ns=19444 ht=19445 nh=19446 hh=19447 admin=19900 np=19448 hp=19449
 
 cat > "$dir/origin.conf" <<CONF
 daemon off; worker_processes 2; pid $dir/origin.pid; error_log $dir/origin.err;
@@ -57,7 +51,9 @@ load_module /usr/lib/nginx/modules/ngx_stream_module.so;
 daemon off; worker_processes 2; pid $dir/ns.pid; error_log $dir/ns.err;
 events { worker_connections 20000; }
 stream { map \$ssl_preread_server_name \$backend { a.test 127.0.0.1:$origin; default 127.0.0.1:1; }
-  server { listen 127.0.0.1:$ns; ssl_preread on; proxy_pass \$backend; tcp_nodelay on; } }
+  server { listen 127.0.0.1:$ns; ssl_preread on; proxy_pass \$backend; tcp_nodelay on; }
+  # Plain forwarding, no peek: the baseline for nginx's own peek cost in (a).
+  server { listen 127.0.0.1:$np; proxy_pass 127.0.0.1:$origin; tcp_nodelay on; } }
 CONF
 cat > "$dir/nginx-https.conf" <<CONF
 daemon off; worker_processes 2; pid $dir/nh.pid; error_log $dir/nh.err;
@@ -86,6 +82,11 @@ frontend tcp_in
 backend tcp_origin
   mode tcp
   server o 127.0.0.1:$origin
+# Plain forwarding, no inspection: the baseline for HAProxy's own peek cost in (a).
+frontend tcp_plain
+  mode tcp
+  bind 127.0.0.1:$hp
+  default_backend tcp_origin
 frontend https_in
   mode http
   bind 127.0.0.1:$hh ssl crt $dir/edge.bundle alpn h2,http/1.1
@@ -122,9 +123,7 @@ nginx -c "$dir/nginx-https.conf" & pids+=($!); pid[nginx-https]=$!
 haproxy -db -f "$dir/haproxy.cfg" & pids+=($!); pid[haproxy]=$!
 # Two worker threads, like the others.
 TOKIO_WORKER_THREADS=2 RUST_LOG=warn "$edgewarm" run --config "$dir/edge.yaml" 2>"$dir/edge.log" & pids+=($!); pid[edgewarm]=$!
-for port in $origin $ew $ns $ht $nh $hh; do
-  for _ in $(seq 100); do (exec 3<>/dev/tcp/127.0.0.1/$port) 2>/dev/null && break; sleep 0.1; done
-done
+wait_ports $origin $ew $ns $ht $nh $hh $np $hp
 sleep 1
 
 ticks() { local t=0 p; for p in $1 $(pgrep -P "$1"); do [ -r /proc/$p/stat ] && t=$((t + $(awk '{print $14 + $15}' /proc/$p/stat))); done; echo $t; }
@@ -149,11 +148,19 @@ echo "## (a) new blind-tunnel connections/s (TLS 1.3 through the tunnel, one req
 echo "| proxy | connections/s | proxy CPU ms per 1000 | failed |"
 echo "|---|---|---|---|"
 d=$(connrate $$ a.test $origin); echo "| none (client straight to the origin) | ${d%% *} | - | ${d##* } |"
-for row in "edgewarm tunnel:edgewarm:$ew" "nginx stream + ssl_preread:nginx:$ns" "HAProxy tcp + req_ssl_sni:haproxy:$ht"; do
+declare -A plain_cpu=()
+for row in "nginx stream, plain (no peek):nginx:$np" "HAProxy tcp, plain (no inspection):haproxy:$hp" \
+  "edgewarm tunnel:edgewarm:$ew" "nginx stream + ssl_preread:nginx:$ns" "HAProxy tcp + req_ssl_sni:haproxy:$ht"; do
   IFS=: read -r label name port <<<"$row"
   r=$(connrate "${pid[$name]}" a.test "$port"); read -r rate cpu failed <<<"$r"
-  echo "| $label | $rate | $cpu | $failed |"
+  cost=""
+  case $label in
+    *plain*) plain_cpu[$name]=$cpu ;;
+    *) [ -n "${plain_cpu[$name]:-}" ] && cost=" (peek: $(awk "BEGIN {printf \"%+.1f %%\", ($cpu / ${plain_cpu[$name]} - 1) * 100}"))" ;;
+  esac
+  echo "| $label | $rate | $cpu$cost | $failed |"
 done
+echo "edgewarm has no plain-forwarding mode: its peek cost is cargo bench --bench tunnel (plain forwarder vs peek path)."
 fi
 
 echo
