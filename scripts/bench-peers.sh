@@ -139,7 +139,8 @@ connrate() { # proxy-pid name port [load args...]
   c0=$(ticks "$p") t0=$(now)
   out=$("$lab" load "https://$name/small" --connect-to "127.0.0.1:$port" --cacert "$dir/ca.pem" --requests "$conns" --concurrency 16 --json "$@")
   local t1 c1; t1=$(now) c1=$(ticks "$p")
-  ok=$(python3 -c "import json,sys; r=json.loads(sys.argv[1]); print(r['ok'])" "$out")
+  # On stdin: with every sample in it, the report outgrows an argument list.
+  ok=$(printf '%s' "$out" | python3 -c "import json,sys; print(json.load(sys.stdin)['ok'])")
   awk "BEGIN {printf \"%.0f %.1f %d\", $ok/($t1-$t0), ($c1-$c0)*1000/$hz*1000/$ok, $conns-$ok}"
 }
 
@@ -148,18 +149,41 @@ echo "## (a) new blind-tunnel connections/s (TLS 1.3 through the tunnel, one req
 echo "| proxy | connections/s | proxy CPU ms per 1000 | failed |"
 echo "|---|---|---|---|"
 d=$(connrate $$ a.test $origin); echo "| none (client straight to the origin) | ${d%% *} | - | ${d##* } |"
-declare -A plain_cpu=()
-for row in "nginx stream, plain (no peek):nginx:$np" "HAProxy tcp, plain (no inspection):haproxy:$hp" \
-  "edgewarm tunnel:edgewarm:$ew" "nginx stream + ssl_preread:nginx:$ns" "HAProxy tcp + req_ssl_sni:haproxy:$ht"; do
-  IFS=: read -r label name port <<<"$row"
-  r=$(connrate "${pid[$name]}" a.test "$port"); read -r rate cpu failed <<<"$r"
-  cost=""
-  case $label in
-    *plain*) plain_cpu[$name]=$cpu ;;
-    *) [ -n "${plain_cpu[$name]:-}" ] && cost=" (peek: $(awk "BEGIN {printf \"%+.1f %%\", ($cpu / ${plain_cpu[$name]} - 1) * 100}"))" ;;
-  esac
-  echo "| $label | $rate | $cpu$cost | $failed |"
+# Each row's rate and CPU are the medians of ROUNDS rounds (3); a peer's peek cost is the median
+# of its per-round ratio of SNI-peeking to plain forwarding, the two run back to back in each
+# round, in alternating order.
+rows=("edgewarm tunnel:edgewarm:$ew:" "nginx stream + ssl_preread:nginx:$ns:$np" "HAProxy tcp + req_ssl_sni:haproxy:$ht:$hp")
+: > "$dir/a.rows"
+for round in $(seq "${ROUNDS:-3}"); do
+  for row in "${rows[@]}"; do
+    IFS=: read -r label name port plain <<<"$row"
+    if [ -z "$plain" ]; then
+      echo "$label|$(connrate "${pid[$name]}" a.test "$port")|" >> "$dir/a.rows"
+    elif [ $((round % 2)) -eq 1 ]; then
+      p=$(connrate "${pid[$name]}" a.test "$plain"); k=$(connrate "${pid[$name]}" a.test "$port")
+      echo "$label|$k|$p" >> "$dir/a.rows"
+    else
+      k=$(connrate "${pid[$name]}" a.test "$port"); p=$(connrate "${pid[$name]}" a.test "$plain")
+      echo "$label|$k|$p" >> "$dir/a.rows"
+    fi
+  done
 done
+python3 - "$dir/a.rows" <<'PY'
+import statistics, sys
+rows = {}
+for line in open(sys.argv[1]):
+    label, peek, plain = line.rstrip("\n").split("|")
+    rows.setdefault(label, []).append((peek.split(), plain.split()))
+for label, rs in rows.items():
+    rate = statistics.median(float(k[0]) for k, _ in rs)
+    cpu = statistics.median(float(k[1]) for k, _ in rs)
+    failed = sum(int(k[2]) for k, _ in rs)
+    cost = ""
+    if rs[0][1]:
+        ratios = sorted(float(k[1]) / float(p[1]) - 1 for k, p in rs)
+        cost = f" (peek vs its plain forwarding: {statistics.median(ratios):+.1%}, rounds {', '.join(f'{r:+.1%}' for r in ratios)})"
+    print(f"| {label} | {rate:.0f} | {cpu:.1f}{cost} | {failed} |")
+PY
 echo "edgewarm has no plain-forwarding mode: its peek cost is cargo bench --bench tunnel (plain forwarder vs peek path)."
 fi
 

@@ -3,7 +3,7 @@
 # Real peers and clients come from Debian: curl, openssl, nghttp2-client; iproute2 and
 # util-linux give `ip` and `unshare` for the network-namespace tests.
 set -euo pipefail
-packages=(curl openssl iproute2 util-linux procps ca-certificates nginx libnginx-mod-stream nghttp2-client python3 python3-websockets haproxy)
+packages=(curl openssl iproute2 util-linux procps ca-certificates nginx libnginx-mod-stream nghttp2-client python3 python3-websockets haproxy trafficserver)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

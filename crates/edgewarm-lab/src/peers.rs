@@ -1,6 +1,7 @@
 //! Other proxies measured in the same run as edgewarm: `--proxy NAME[:MODE]=COMMAND`, and the
 //! shipped set `--peers` (nginx and HAProxy, each as a blind SNI tunnel and as an HTTPS reverse
-//! proxy with origin connection reuse; configs in examples/peers/).
+//! proxy with origin connection reuse; Apache Traffic Server as a blind tunnel and, with a
+//! fixed build, with its own TLS pre-warm; configs in examples/peers/).
 //!
 //! A peer declares which minimum it is held to (`tunnel` 3(r+R), `prewarm` or `http` 3r+R), so a
 //! peer that keeps origin connections is judged against what its design allows, like edgewarm's
@@ -85,6 +86,14 @@ pub fn shipped() -> Vec<Peer> {
             ("haproxy-http.cfg", include_str!("../../../examples/peers/haproxy-http.cfg")),
             "haproxy -db -f {dir}/haproxy-http.cfg",
         ),
+        (
+            "ats-tunnel",
+            Mode::Tunnel,
+            "traffic_server",
+            None,
+            ("ats-peer.sh", ATS_PEER),
+            "bash {dir}/ats-peer.sh tunnel {listen} {origin} {dir}/ats-tunnel {dir}/edge.pem {dir}/edge.key {dir}/ca.pem",
+        ),
     ];
     let mut peers = Vec::new();
     for (name, mode, program, needs, config, command) in all {
@@ -95,11 +104,30 @@ pub fn shipped() -> Vec<Peer> {
         }
         peers.push(Peer { name: name.into(), mode, command: command.into(), config: Some(config) });
     }
-    eprintln!(
-        "edgewarm-lab: peer Apache Traffic Server skipped: not configured by the lab yet (it needs its own runroot)"
-    );
+    // ATS's own pre-warm (partial_blind_route + tunnel_prewarm): every 9.2 release aborts at
+    // start once pre-warming is on (a thread assertion in PreWarmManager, fixed upstream in
+    // apache/trafficserver#9692, only in 10.x), so it runs only with a fixed build named by
+    // ATS_SERVER (the script reads it).
+    match std::env::var_os("ATS_SERVER") {
+        Some(server) if std::path::Path::new(&server).is_file() => peers.push(Peer {
+            name: "ats-prewarm".into(),
+            mode: Mode::Prewarm,
+            command:
+                "bash {dir}/ats-peer.sh prewarm {listen} {origin} {dir}/ats-prewarm {dir}/edge.pem {dir}/edge.key \
+                      {dir}/ca.pem"
+                    .into(),
+            config: Some(("ats-peer.sh", ATS_PEER)),
+        }),
+        _ => eprintln!(
+            "edgewarm-lab: peer ats-prewarm skipped: Debian's traffic_server 9.2 aborts when tunnel pre-warming is on \
+             (apache/trafficserver#9692, fixed in 10.x only); set ATS_SERVER to a traffic_server with the fix"
+        ),
+    }
     peers
 }
+
+/// Starts ATS with a private runroot in a folder of the run (examples/peers/ats-peer.sh).
+const ATS_PEER: &str = include_str!("../../../examples/peers/ats-peer.sh");
 
 fn on_path(program: &str) -> bool {
     std::env::var_os("PATH").is_some_and(|paths| std::env::split_paths(&paths).any(|d| d.join(program).is_file()))

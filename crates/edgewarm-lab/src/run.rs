@@ -39,8 +39,9 @@ pub struct LabOpts {
     #[arg(long = "proxy", value_name = "NAME[:MODE]=COMMAND")]
     pub proxies: Vec<String>,
     /// Also measure the shipped peers that are installed: nginx (stream + ssl_preread tunnel;
-    /// HTTPS reverse proxy with upstream keep-alive) and HAProxy (tcp + req_ssl_sni tunnel;
-    /// mode http with http-reuse always). Configs: examples/peers/.
+    /// HTTPS reverse proxy with upstream keep-alive), HAProxy (tcp + req_ssl_sni tunnel; mode
+    /// http with http-reuse always) and Apache Traffic Server (tunnel_route; with ATS_SERVER
+    /// naming a fixed build, its tunnel_prewarm pool). Configs: examples/peers/.
     #[arg(long)]
     pub peers: bool,
     /// Cap every link's bandwidth with tbf, e.g. 100mbit.
