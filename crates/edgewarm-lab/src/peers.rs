@@ -20,6 +20,9 @@ pub struct Peer {
     pub command: String,
     /// A config file written to the run folder first (its name, its template).
     pub config: Option<(&'static str, &'static str)>,
+    /// Where its pool counters can be read, inside the edge namespace, when it exposes them
+    /// (ATS: its stats_over_http plugin): see [`ats_pool_counts`].
+    pub stats_url: Option<&'static str>,
 }
 
 impl Peer {
@@ -38,7 +41,7 @@ impl Peer {
         if name.is_empty() || command.trim().is_empty() {
             return Err(bad());
         }
-        Ok(Self { name: name.into(), mode, command: command.into(), config: None })
+        Ok(Self { name: name.into(), mode, command: command.into(), config: None, stats_url: None })
     }
 
     /// The name the client asks for: one the peer's certificate covers.
@@ -102,7 +105,7 @@ pub fn shipped() -> Vec<Peer> {
             eprintln!("edgewarm-lab: peer {name} skipped: {program} (or its module) is not installed");
             continue;
         }
-        peers.push(Peer { name: name.into(), mode, command: command.into(), config: Some(config) });
+        peers.push(Peer { name: name.into(), mode, command: command.into(), config: Some(config), stats_url: None });
     }
     // ATS's own pre-warm (partial_blind_route + tunnel_prewarm): every 9.2 release aborts at
     // start once pre-warming is on (a thread assertion in PreWarmManager, fixed upstream in
@@ -112,11 +115,12 @@ pub fn shipped() -> Vec<Peer> {
         Some(server) if std::path::Path::new(&server).is_file() => peers.push(Peer {
             name: "ats-prewarm".into(),
             mode: Mode::Prewarm,
-            command:
-                "bash {dir}/ats-peer.sh prewarm {listen} {origin} {dir}/ats-prewarm {dir}/edge.pem {dir}/edge.key \
-                      {dir}/ca.pem"
-                    .into(),
+            command: format!(
+                "ATS_STATS_PORT={ATS_STATS_PORT} bash {{dir}}/ats-peer.sh prewarm {{listen}} {{origin}} {{dir}}/ats-prewarm \
+                 {{dir}}/edge.pem {{dir}}/edge.key {{dir}}/ca.pem"
+            ),
             config: Some(("ats-peer.sh", ATS_PEER)),
+            stats_url: Some(ATS_STATS_URL),
         }),
         _ => eprintln!(
             "edgewarm-lab: peer ats-prewarm skipped: Debian's traffic_server 9.2 aborts when tunnel pre-warming is on \
@@ -128,6 +132,26 @@ pub fn shipped() -> Vec<Peer> {
 
 /// Starts ATS with a private runroot in a folder of the run (examples/peers/ats-peer.sh).
 const ATS_PEER: &str = include_str!("../../../examples/peers/ats-peer.sh");
+
+/// ats-prewarm's metrics as JSON (stats_over_http), on loopback in the edge namespace.
+const ATS_STATS_PORT: u16 = 9950;
+const ATS_STATS_URL: &str = "http://127.0.0.1:9950/_stats";
+
+/// ATS's pre-warm pool counters, summed over its pools (one per origin, SNI and ALPN): hits,
+/// misses and origin TLS handshakes (`proxy.process.tunnel.prewarm.<pool>.total_hit`,
+/// `total_miss`, `total_handshake_count`). stats_over_http prints every value as a string.
+pub fn ats_pool_counts(stats_json: &str) -> Option<[f64; 3]> {
+    let v: serde_json::Value = serde_json::from_str(stats_json).ok()?;
+    let global = v.get("global")?.as_object()?;
+    let sum = |suffix: &str| -> f64 {
+        global
+            .iter()
+            .filter(|(k, _)| k.starts_with("proxy.process.tunnel.prewarm.") && k.ends_with(suffix))
+            .filter_map(|(_, v)| v.as_str().and_then(|s| s.parse::<f64>().ok()).or_else(|| v.as_f64()))
+            .sum()
+    };
+    Some([sum(".total_hit"), sum(".total_miss"), sum(".total_handshake_count")])
+}
 
 fn on_path(program: &str) -> bool {
     std::env::var_os("PATH").is_some_and(|paths| std::env::split_paths(&paths).any(|d| d.join(program).is_file()))
@@ -152,6 +176,20 @@ mod tests {
         for bad in ["noequals", "=cmd", "x:fast=cmd", "x= "] {
             assert!(Peer::parse(bad).is_err(), "{bad}");
         }
+    }
+
+    #[test]
+    fn ats_pool_counters_are_summed_over_its_pools() {
+        let json = r#"{ "global": {
+            "proxy.process.tunnel.prewarm.origin.test:443.tls.http1_1.total_hit": "10",
+            "proxy.process.tunnel.prewarm.origin.test:443.tls.http1_1.total_miss": "1",
+            "proxy.process.tunnel.prewarm.origin.test:443.tls.http1_1.total_handshake_count": "14",
+            "proxy.process.tunnel.prewarm.origin.test:443.tls.total_hit": "2",
+            "proxy.process.tunnel.prewarm.origin.test:443.tls.total_handshake_count": "4",
+            "proxy.process.http.total_incoming_connections": "99"
+        } }"#;
+        assert_eq!(ats_pool_counts(json), Some([12.0, 1.0, 18.0]));
+        assert_eq!(ats_pool_counts("not json"), None);
     }
 
     #[test]

@@ -503,7 +503,7 @@ async fn run_part(part: Part<'_>) -> Result<(Vec<ModeResult>, Vec<PoolSample>, u
     bar.inc(1);
 
     // What to measure: the scenario's modes, then each other proxy like a tunnel.
-    let mut jobs: Vec<(ModeRun, String, &str, SocketAddrV4)> = scenario
+    let mut jobs: Vec<(ModeRun, String, &str, SocketAddrV4, Option<&str>)> = scenario
         .modes
         .iter()
         .map(|&run| {
@@ -516,7 +516,7 @@ async fn run_part(part: Part<'_>) -> Result<(Vec<ModeResult>, Vec<PoolSample>, u
                 (Mode::Http, false) => ("h.test", EDGE_A),
                 (Mode::Http, true) => ("z.test", EDGE_A),
             };
-            (run, run.label(), name, SocketAddrV4::new(ip, 443))
+            (run, run.label(), name, SocketAddrV4::new(ip, 443), None)
         })
         .collect();
     let mut _proxies = Vec::new();
@@ -531,11 +531,11 @@ async fn run_part(part: Part<'_>) -> Result<(Vec<ModeResult>, Vec<PoolSample>, u
         let log = dir.join(format!("{}{logs}.log", peer.name));
         _proxies.push(spawn(topo.command(&topo.edge, &["sh", "-c", &fill(&peer.command)]), &log)?);
         let run = ModeRun { mode: peer.mode, pq_hello: true, client_tfo: false, zero_rtt: false };
-        jobs.push((run, format!("{} (other proxy)", peer.name), peer.server_name(), listen));
+        jobs.push((run, format!("{} (other proxy)", peer.name), peer.server_name(), listen, peer.stats_url));
     }
     if !proxies.is_empty() {
         // Proxies start in their own time: wait until each answers a request.
-        for &(run, ref label, name, target) in &jobs[scenario.modes.len()..] {
+        for &(run, ref label, name, target, _) in &jobs[scenario.modes.len()..] {
             let mut up = false;
             for _ in 0..60 {
                 if load(&topo, &exe, &d, scenario, name, target, 1, run).await.is_ok_and(|r| r.ok == 1) {
@@ -553,7 +553,7 @@ async fn run_part(part: Part<'_>) -> Result<(Vec<ModeResult>, Vec<PoolSample>, u
     let mut results = Vec::new();
     let mut timeline = Vec::new();
     let own = scenario.modes.len();
-    for (job, (run, label, name, target)) in jobs.into_iter().enumerate() {
+    for (job, (run, label, name, target, stats_url)) in jobs.into_iter().enumerate() {
         let mode = run.mode;
         // Pool and origin-connection counts come from edgewarm's metrics: not for peers.
         let peer = job >= own;
@@ -570,6 +570,10 @@ async fn run_part(part: Part<'_>) -> Result<(Vec<ModeResult>, Vec<PoolSample>, u
             _ => "b.test",
         };
         let before = pool_counts(&topo, route).await;
+        let peer_before = match stats_url {
+            Some(url) => peer_pool_counts(&topo, url).await,
+            None => None,
+        };
         let requests = if scenario.ramp.is_some() { 1_000_000 } else { requests };
         // During a ramp, sample the pool every 500 ms for as long as the load runs.
         let samples = std::sync::Mutex::new(Vec::new());
@@ -590,6 +594,14 @@ async fn run_part(part: Part<'_>) -> Result<(Vec<ModeResult>, Vec<PoolSample>, u
         };
         timeline.extend(samples.into_inner().unwrap_or_else(|p| p.into_inner()));
         let after = pool_counts(&topo, route).await;
+        let peer_after = match stats_url {
+            Some(url) => {
+                // ATS publishes its counters once a second (the peer script sets 1 s).
+                tokio::time::sleep(Duration::from_millis(1500)).await;
+                peer_pool_counts(&topo, url).await
+            }
+            None => None,
+        };
         let min = model::min_ttfb(mode, scenario.tls12, scenario.r(), big_r, run.client_tfo, run.zero_rtt);
         let min_ms = min.as_secs_f64() * 1e3;
         let (hit_rate, waste) = if !peer && mode == Mode::Prewarm && after[0] + after[1] > before[0] + before[1] {
@@ -600,8 +612,18 @@ async fn run_part(part: Part<'_>) -> Result<(Vec<ModeResult>, Vec<PoolSample>, u
             (None, None)
         };
         let clients = (report.ok + report.errors.values().sum::<usize>()).max(1) as f64;
-        let origin_conns_per_1000 =
+        let mut origin_conns_per_1000 =
             (!peer && matches!(mode, Mode::Prewarm | Mode::Http)).then(|| (after[3] - before[3]) / clients * 1000.0);
+        // A peer that exposes its pool (ATS): its own hits, misses and origin handshakes.
+        let (mut hit_rate, mut waste) = (hit_rate, waste);
+        if let (Some(b), Some(a)) = (peer_before, peer_after) {
+            let (hits, misses, handshakes) = (a[0] - b[0], a[1] - b[1], a[2] - b[2]);
+            if hits + misses > 0.0 {
+                hit_rate = Some(hits / (hits + misses));
+                waste = Some(handshakes / (hits + misses));
+            }
+            origin_conns_per_1000 = Some(handshakes / clients * 1000.0);
+        }
         results.push(ModeResult {
             mode,
             label,
@@ -729,6 +751,14 @@ async fn pool_counts(topo: &Topology, route: &str) -> [f64; 4] {
     };
     let opened = sum("edgewarm_pool_opened_total");
     [sum("edgewarm_pool_hits_total"), sum("edgewarm_pool_misses_total"), opened - sum("edgewarm_pool_ready"), opened]
+}
+
+/// A peer's pool counters from its stats URL in the edge namespace (see
+/// [`crate::peers::ats_pool_counts`]).
+async fn peer_pool_counts(topo: &Topology, url: &str) -> Option<[f64; 3]> {
+    let cmd = topo.command(&topo.edge, &["curl", "-sf", "--max-time", "2", url]);
+    let out = Command::from(cmd).output().await.ok()?;
+    out.status.success().then(|| crate::peers::ats_pool_counts(&String::from_utf8_lossy(&out.stdout)))?
 }
 
 async fn pool_sample(topo: &Topology, t_s: f64) -> PoolSample {
