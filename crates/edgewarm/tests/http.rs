@@ -673,16 +673,17 @@ async fn a_minute_of_requests_through_a_churning_origin() {
         failures.extend(t.await.unwrap());
     }
     // The one failure allowed: a POST sent on a connection at the instant the origin closed it
-    // for idleness (FIN, no GOAWAY), or in flight on the black-holed one when its PING went
-    // unanswered. The origin may have read it, so it is not sent twice: a 502, and only as
+    // for idleness (FIN, no GOAWAY), or in flight on a connection whose PING went unanswered. The origin may have read it, so it is not sent twice: a 502, and only as
     // many as those events. GETs are always sent again; streams a GOAWAY refused are sent
     // again whatever the method (small bodies are kept for that).
     let idle_closes = stats.idle_closes.load(Ordering::Relaxed);
+    // At least the black-holed one. On a loaded machine a live connection's PONG can also come
+    // later than the timeout: indistinguishable from a dead link, so it is replaced too.
     let frozen = edge.metric("edgewarm_upstream_replaced_total", &[("reason", "ping_timeout")]);
-    assert_eq!(frozen, 1.0, "the black-holed connection was found by its PING");
+    assert!(frozen >= 1.0, "the black-holed connection was found by its PING");
     assert!(
         failures.iter().all(|f| f.starts_with("POST") && f.ends_with("502 Bad Gateway"))
-            && failures.len() <= idle_closes + 1,
+            && failures.len() <= idle_closes + frozen as usize,
         "{} of 2000 failed ({idle_closes} idle closes): {failures:?}",
         failures.len()
     );
