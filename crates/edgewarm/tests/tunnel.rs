@@ -357,6 +357,9 @@ async fn a_thousand_slowloris_connections_cost_nothing_lasting() {
     let (origin, _) = recording_origin(b"served".to_vec()).await;
     // Long enough that opening them all (slow on a busy machine) ends before the first expires.
     let edge = edge(&route_to("a.test", origin), "timeouts: {client_hello: 5s}", "").await;
+    // One tunnel first: the relay keeps the pipes it has used for the next tunnels (a few per
+    // worker thread), and those are not what this test is about.
+    assert_eq!(exchange(&edge, &client_hello("a.test")).await, b"served");
     let baseline = open_fds();
     let n = slowloris_count();
     assert!(n >= 300, "descriptor limit too low for this test: {n}");
@@ -377,16 +380,19 @@ async fn a_thousand_slowloris_connections_cost_nothing_lasting() {
     drop(slow);
     edge.settle().await;
     assert_eq!(edge.metric(REJECTED, &[("reason", "hello_timeout")]), n as f64);
-    // Closed sockets leave the descriptor table at once; allow the runtime a moment.
+    // Closed sockets leave the descriptor table at once; allow the runtime a moment. The real
+    // client's tunnel may have run on the other worker thread and left that thread's two
+    // pipes (four descriptors) in its spare list: a thousand leaked sockets would be far more.
+    let slack = 4;
     let mut fds = open_fds();
     for _ in 0..200 {
-        if fds <= baseline {
+        if fds <= baseline + slack {
             break;
         }
         tokio::time::sleep(std::time::Duration::from_millis(10)).await;
         fds = open_fds();
     }
-    assert!(fds <= baseline, "descriptors: {fds} now, {baseline} before");
+    assert!(fds <= baseline + slack, "descriptors: {fds} now, {baseline} before");
     edge.stop().await;
 }
 

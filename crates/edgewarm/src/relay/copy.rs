@@ -18,19 +18,29 @@ pub(super) async fn pump(
     dst_side: Side,
     moved: &mut impl FnMut(usize),
 ) -> PumpResult {
-    let mut buf = vec![0u8; BUF];
     loop {
         src.tcp.readable().await.map_err(|e| (src_side, e))?;
+        // Held only while a chunk is in flight: an idle direction holds no buffer.
+        let mut buf = bufs::take();
         let read = if src.ktls {
             src.tcp.try_io(Interest::READABLE, || ktls::recv(src.tcp, &mut buf))
         } else {
             src.tcp.try_read(&mut buf).map(|n| if n == 0 { Record::Eof } else { Record::Data(n) })
         };
         let n = match read {
-            Ok(Record::Eof) => return Ok(()),
+            Ok(Record::Eof) => {
+                bufs::give_back(buf);
+                return Ok(());
+            }
             Ok(Record::Data(n)) => n,
-            Ok(Record::Skipped) => continue,
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
+            Ok(Record::Skipped) => {
+                bufs::give_back(buf);
+                continue;
+            }
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                bufs::give_back(buf);
+                continue;
+            }
             Err(e) => return Err((src_side, e)),
         };
         let mut off = 0;
@@ -42,6 +52,34 @@ pub(super) async fn pump(
                 Err(e) => return Err((dst_side, e)),
             }
         }
+        bufs::give_back(buf);
         moved(n);
+    }
+}
+
+/// Relay buffers, per thread: taken for a chunk, given back once it is written.
+mod bufs {
+    use std::cell::RefCell;
+
+    use super::BUF;
+
+    /// Spare buffers kept per thread (16 KiB each); beyond that, returned ones are freed.
+    const KEEP: usize = 32;
+
+    thread_local! {
+        static FREE: RefCell<Vec<Box<[u8]>>> = const { RefCell::new(Vec::new()) };
+    }
+
+    pub(super) fn take() -> Box<[u8]> {
+        FREE.with(|f| f.borrow_mut().pop()).unwrap_or_else(|| vec![0u8; BUF].into_boxed_slice())
+    }
+
+    pub(super) fn give_back(buf: Box<[u8]>) {
+        let _ = FREE.try_with(|f| {
+            let mut f = f.borrow_mut();
+            if f.len() < KEEP {
+                f.push(buf);
+            }
+        });
     }
 }

@@ -11,8 +11,11 @@
 //! enters user space ([`splice`]), or with [`copy`] when the config says `relay: copy` or the
 //! kernel refuses splice; anything with user-space state (a TLS session) goes through
 //! [`stream`]'s buffered pumps. A TLS session handed to the kernel is a socket again
-//! ([`Sock::ktls`]): spliced between two kTLS sockets, plaintext never enters user space. Both directions run inside the connection's one task (`join`), so a
-//! tunnel costs one task and, with splice, two pipes — no buffers of ours.
+//! ([`Sock::ktls`]): spliced between two kTLS sockets, plaintext never enters user space.
+//!
+//! Both directions run inside the connection's one task (`join`). Pipes (splice) and buffers
+//! (copy) are held only while a chunk is in flight and kept per thread for the next one, so an
+//! idle tunnel costs its task and its two sockets: no pipe, no buffer.
 
 mod copy;
 mod splice;
@@ -20,7 +23,9 @@ mod stream;
 
 pub use stream::Phase;
 
+use std::future::Future;
 use std::io;
+use std::pin::{pin, Pin};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
@@ -177,16 +182,19 @@ impl Relay<'_> {
                 f();
             }
         };
-        let up = self.pump(client, origin, Side::Client, Side::Origin, self.up, &activity, || {});
-        let down = self.pump(origin, client, Side::Origin, Side::Client, self.down, &activity, &mut notify_first);
+        // Pinned here and lent to `finish`: a future moved into another async fn (or async
+        // block) is stored in both, so passing the pumps by value doubled the relay's share of
+        // every tunnel's task.
+        let up = pin!(self.pump(client, origin, Side::Client, Side::Origin, self.up, &activity, || {}));
+        let down = pin!(self.pump(origin, client, Side::Origin, Side::Client, self.down, &activity, &mut notify_first));
         self.finish(up, down, &activity).await
     }
 
     /// Run both directions to their end, or until idle or shutdown.
     async fn finish(
         &self,
-        up: impl std::future::Future<Output = PumpResult>,
-        down: impl std::future::Future<Output = PumpResult>,
+        up: Pin<&mut impl Future<Output = PumpResult>>,
+        down: Pin<&mut impl Future<Output = PumpResult>>,
         activity: &Activity,
     ) -> End {
         let both = async {

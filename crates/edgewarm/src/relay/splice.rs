@@ -5,6 +5,12 @@
 //! is full), and readiness bookkeeping stays exact: `try_io` clears readiness exactly when the
 //! kernel says EAGAIN.
 //!
+//! Since the pipe is empty between chunks, a direction holds one only while a chunk is in
+//! flight: it takes one from a per-thread free list when the source has bytes and gives it back
+//! once drained ([`pipes`]). An idle tunnel holds no pipe (two descriptors, not six, and no
+//! pipe memory in the kernel), and a pipe that cannot be had (out of descriptors) sends this
+//! direction to the copy pump at a chunk boundary, where nothing is in flight.
+//!
 //! A kernel TLS source refuses splice (EINVAL) when its next record is not data: that record is
 //! then read with `recvmsg` ([`ktls::stream::recv`]): close_notify ends the direction, a ticket
 //! is skipped, anything else ends the relay.
@@ -21,7 +27,8 @@ use crate::transport::sockopt;
 /// Largest single splice: the pipe's capacity.
 const CHUNK: usize = 256 * 1024;
 
-/// Splice cannot be used for this pair (refused before any byte moved); use the copy pump.
+/// Splice cannot be used for this pair, or no pipe could be had; nothing is in flight, so the
+/// copy pump can carry on from here.
 pub(super) struct Fallback;
 
 pub(super) async fn pump(
@@ -31,33 +38,37 @@ pub(super) async fn pump(
     dst_side: Side,
     moved: &mut impl FnMut(usize),
 ) -> Result<PumpResult, Fallback> {
-    // Running out of descriptors for a pipe is a reason to degrade, not to drop the tunnel.
-    let pipe = sockopt::pipe().map_err(|_| Fallback)?;
     let mut first = true;
     loop {
-        let n = loop {
+        let (pipe, n) = loop {
             if let Err(e) = src.tcp.readable().await {
                 return Ok(Err((src_side, e)));
             }
+            // Running out of descriptors for a pipe is a reason to degrade, not to drop the tunnel.
+            let pipe = pipes::take().map_err(|_| Fallback)?;
             match src.tcp.try_io(Interest::READABLE, || sockopt::splice(src.tcp, &pipe.write, CHUNK)) {
-                Ok(n) => break n,
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
-                Err(e) if src.ktls && refused(&e) => match control(src.tcp, dst.tcp).await {
-                    Ok(Some(0)) => return Ok(Ok(())),
-                    Ok(Some(n)) => {
-                        moved(n);
-                        continue;
+                Ok(n) => break (pipe, n),
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => pipes::give_back(pipe),
+                Err(e) if src.ktls && refused(&e) => {
+                    pipes::give_back(pipe);
+                    match control(src.tcp, dst.tcp).await {
+                        Ok(Some(0)) => return Ok(Ok(())),
+                        Ok(Some(n)) => moved(n),
+                        Ok(None) => {}
+                        Err((true, e)) => return Ok(Err((src_side, e))),
+                        Err((false, e)) => return Ok(Err((dst_side, e))),
                     }
-                    Ok(None) => continue,
-                    Err((true, e)) => return Ok(Err((src_side, e))),
-                    Err((false, e)) => return Ok(Err((dst_side, e))),
-                },
-                Err(e) if first && refused(&e) => return Err(Fallback),
+                }
+                Err(e) if first && refused(&e) => {
+                    pipes::give_back(pipe);
+                    return Err(Fallback);
+                }
                 Err(e) => return Ok(Err((src_side, e))),
             }
         };
         first = false;
         if n == 0 {
+            pipes::give_back(pipe);
             return Ok(Ok(()));
         }
         let mut left = n;
@@ -68,10 +79,46 @@ pub(super) async fn pump(
             match dst.tcp.try_io(Interest::WRITABLE, || sockopt::splice(&pipe.read, dst.tcp, left)) {
                 Ok(m) => left -= m,
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
+                // The pipe still holds bytes: it is closed with them, never reused.
                 Err(e) => return Ok(Err((dst_side, e))),
             }
         }
+        pipes::give_back(pipe);
         moved(n);
+    }
+}
+
+/// Empty relay pipes, per thread. A pump takes one for a chunk and gives it back drained, so
+/// pipes live only while bytes are in flight, plus at most [`pipes::KEEP`] spare per thread.
+mod pipes {
+    use std::cell::RefCell;
+    use std::io;
+
+    use crate::transport::sockopt::{self, Pipe};
+
+    /// Spare pipes kept per thread: enough for the chunks one thread has in flight at once
+    /// without a pipe2 + fcntl per chunk; beyond that, returned pipes are closed.
+    pub(super) const KEEP: usize = 32;
+
+    thread_local! {
+        static FREE: RefCell<Vec<Pipe>> = const { RefCell::new(Vec::new()) };
+    }
+
+    pub(super) fn take() -> io::Result<Pipe> {
+        match FREE.with(|f| f.borrow_mut().pop()) {
+            Some(p) => Ok(p),
+            None => sockopt::pipe(),
+        }
+    }
+
+    /// `pipe` must be empty.
+    pub(super) fn give_back(pipe: Pipe) {
+        let _ = FREE.try_with(|f| {
+            let mut f = f.borrow_mut();
+            if f.len() < KEEP {
+                f.push(pipe);
+            }
+        });
     }
 }
 

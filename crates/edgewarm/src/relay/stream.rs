@@ -9,6 +9,7 @@
 //! finishes its write first: no byte is ever left half-written in a session being handed over.
 
 use std::io;
+use std::pin::pin;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
@@ -71,7 +72,9 @@ impl Relay<'_> {
                 f();
             }
         });
-        self.finish(async { up.await.map(drop) }, async { down.await.map(drop) }, &activity).await
+        let (up, down) = (pin!(async { up.await.map(drop) }), pin!(async { down.await.map(drop) }));
+        let end = self.finish(up, down, &activity).await;
+        end
     }
 
     /// Relay like [`Relay::run`] until `budget` bytes have moved (both directions together), then
@@ -138,7 +141,9 @@ impl Relay<'_> {
             (Stop::Paused, Stop::Eof) => {
                 let up =
                     pump(&mut client_r, &mut origin_w, Side::Client, Side::Origin, self.up, &activity, None, || {});
-                self.finish(async { up.await.map(drop) }, async { Ok(()) }, &activity).await
+                let (up, down) = (pin!(async { up.await.map(drop) }), pin!(async { Ok(()) }));
+                let end = self.finish(up, down, &activity).await;
+                end
             }
             (Stop::Eof, Stop::Paused) => {
                 let down = pump(
@@ -151,7 +156,9 @@ impl Relay<'_> {
                     None,
                     &mut on_down,
                 );
-                self.finish(async { Ok(()) }, async { down.await.map(drop) }, &activity).await
+                let (up, down) = (pin!(async { Ok(()) }), pin!(async { down.await.map(drop) }));
+                let end = self.finish(up, down, &activity).await;
+                end
             }
         };
         Phase::Ended(rest)

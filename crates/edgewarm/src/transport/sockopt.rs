@@ -85,8 +85,9 @@ pub struct Pipe {
 /// 4 KiB of size, and splice from TCP fills a slot per skb fragment, which on fast paths can be
 /// much smaller than a page: the 64 KiB default (16 slots) then fills after a few KiB and every
 /// splice moves little. 256 KiB (64 slots) measured 0.54 of direct loopback throughput against
-/// 0.27 with the default (docs/benchmarks.md). Pages are pinned only while in flight, so an idle
-/// tunnel costs the slot arrays, not the buffer size. Failure to resize only keeps the default.
+/// 0.27 with the default (docs/benchmarks.md). Pages are pinned only while in flight, and the
+/// relay holds a pipe only while a chunk is in flight (relay/splice.rs). Failure to resize only
+/// keeps the default.
 const PIPE_SIZE: libc::c_int = 256 * 1024;
 
 /// A non-blocking, close-on-exec pipe.
