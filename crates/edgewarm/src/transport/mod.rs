@@ -1,5 +1,7 @@
 //! Sockets and streams below TLS: what every action and the pool build on.
 //!
+//! - [`batch`]: a stream whose writes wait one scheduler turn, so HTTP/2 frames queued by
+//!   many tasks leave in one write.
 //! - [`sockopt`]: every setsockopt and raw syscall; the only module allowed `unsafe`.
 //! - [`resolve`]: origin name resolution off the worker threads, single-flight, cached.
 //! - [`dial`]: connect to an origin (every address, one deadline, optional Fast Open).
@@ -7,6 +9,7 @@
 //! - [`idle`]: a stream that fails after a while with no byte either way.
 //! - [`rewind`]: a stream that first returns bytes already read from it (the peeked hello).
 
+pub mod batch;
 pub mod dial;
 pub mod fastopen;
 pub mod idle;
@@ -14,6 +17,7 @@ pub mod resolve;
 pub mod rewind;
 pub mod sockopt;
 
+pub use batch::Batched;
 pub use fastopen::FastOpenStream;
 pub use resolve::Resolver;
 pub use rewind::Rewind;

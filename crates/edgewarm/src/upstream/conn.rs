@@ -78,7 +78,7 @@ impl Conn {
             .initial_connection_window_size(CONNECTION_WINDOW)
             // The origin does not push to a proxy.
             .enable_push(false)
-            .handshake::<_, Bytes>(tls)
+            .handshake::<_, Bytes>(crate::transport::Batched::new(tls))
             .await?;
         let conn = Arc::new(Self {
             id,
