@@ -18,18 +18,13 @@ pids=()
 cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; rm -rf "$dir"; }
 trap cleanup EXIT
 
-# One CA; origin.test for the origin, b.test for the proxies.
-openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 2 -subj /CN=bench-ca \
-  -keyout "$dir/ca.key" -out "$dir/ca.pem" 2>/dev/null
-for name in origin.test b.test; do
-  openssl req -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -subj "/CN=$name" \
-    -keyout "$dir/$name.key" -out "$dir/$name.csr" 2>/dev/null
-  openssl x509 -req -in "$dir/$name.csr" -CA "$dir/ca.pem" -CAkey "$dir/ca.key" -CAcreateserial -days 2 \
-    -extfile <(printf "subjectAltName=DNS:%s" "$name") -out "$dir/$name.pem" 2>/dev/null
-  cat "$dir/$name.pem" "$dir/$name.key" > "$dir/$name.bundle"
-done
+# shellcheck source=scripts/bench-lib.sh
+. "$root/scripts/bench-lib.sh"
+bench_ca
+bench_cert origin.test DNS:origin.test
+bench_cert b.test DNS:b.test
 mkdir -p "$dir/tmp"
-origin=18443 edge=19443 nginx_proxy=19444 haproxy_port=19445 admin=19900
+origin=18443 edge=19443 nginx_proxy=19444 haproxy_port=19445 admin=19900 nginx_fwd=19447 haproxy_fwd=19448
 temp="client_body_temp_path $dir/tmp; proxy_temp_path $dir/tmp; fastcgi_temp_path $dir/tmp; uwsgi_temp_path $dir/tmp; scgi_temp_path $dir/tmp;"
 
 cat > "$dir/origin.conf" <<CONF
@@ -45,6 +40,15 @@ http { access_log off; $temp
   server { listen 127.0.0.1:$nginx_proxy ssl http2; ssl_certificate $dir/b.test.pem; ssl_certificate_key $dir/b.test.key;
     location / { proxy_pass https://origin; proxy_http_version 1.1; proxy_set_header Connection "";
       proxy_ssl_server_name on; proxy_ssl_name origin.test; proxy_ssl_verify on;
+      proxy_ssl_trusted_certificate $dir/ca.pem; proxy_ssl_session_reuse on; } }
+  # The same, adding the forwarding headers edgewarm always adds (X-Forwarded-For,
+  # X-Forwarded-Proto, Forwarded, Via both ways): the same header work per request.
+  server { listen 127.0.0.1:$nginx_fwd ssl http2; ssl_certificate $dir/b.test.pem; ssl_certificate_key $dir/b.test.key;
+    location / { proxy_pass https://origin; proxy_http_version 1.1; proxy_set_header Connection "";
+      proxy_set_header X-Forwarded-For \$remote_addr; proxy_set_header X-Forwarded-Proto https;
+      proxy_set_header Forwarded "for=\$remote_addr;proto=https;host=\\"\$host\\"";
+      proxy_set_header Via "2 nginx"; add_header Via "2 nginx";
+      proxy_ssl_server_name on; proxy_ssl_name origin.test; proxy_ssl_verify on;
       proxy_ssl_trusted_certificate $dir/ca.pem; proxy_ssl_session_reuse on; } } }
 CONF
 cat > "$dir/haproxy.cfg" <<CONF
@@ -57,6 +61,15 @@ defaults
   timeout server 60s
 frontend fe
   bind 127.0.0.1:$haproxy_port ssl crt $dir/b.test.bundle alpn h2,http/1.1
+  default_backend be
+# The same, adding the forwarding headers edgewarm always adds: the same header work.
+frontend fe_fwd
+  bind 127.0.0.1:$haproxy_fwd ssl crt $dir/b.test.bundle alpn h2,http/1.1
+  option forwardfor
+  http-request set-header X-Forwarded-Proto https
+  http-request set-header Forwarded "for=%[src];proto=https;host=\\"%[req.hdr(host)]\\""
+  http-request add-header Via "2 haproxy"
+  http-response add-header Via "2 haproxy"
   default_backend be
 backend be
   http-reuse always
@@ -80,15 +93,14 @@ nginx -c "$dir/origin.conf" & pids+=($!)
 nginx -c "$dir/proxy.conf" & pids+=($!); pid[nginx]=$!
 haproxy -db -f "$dir/haproxy.cfg" & pids+=($!); pid[haproxy]=$!
 RUST_LOG=warn "$edgewarm" run --config "$dir/edge.yaml" 2>"$dir/edge.log" & pids+=($!); pid[edgewarm]=$!
-contenders=("edgewarm:$edge" "nginx:$nginx_proxy" "haproxy:$haproxy_port")
+contenders=("edgewarm:$edge" "nginx:$nginx_proxy" "haproxy:$haproxy_port" "nginx+fwd:$nginx_fwd" "haproxy+fwd:$haproxy_fwd")
+pid[nginx+fwd]=${pid[nginx]} pid[haproxy+fwd]=${pid[haproxy]}
 if [ -n "${BASELINE:-}" ]; then
   sed -e "s/127.0.0.1:$edge/127.0.0.1:19446/" -e "s/127.0.0.1:$admin/127.0.0.1:19901/" "$dir/edge.yaml" > "$dir/baseline.yaml"
   RUST_LOG=warn "$BASELINE" run --config "$dir/baseline.yaml" 2>"$dir/baseline.log" & pids+=($!); pid[baseline]=$!
   contenders+=("baseline:19446")
 fi
-for port in $origin $edge $nginx_proxy $haproxy_port ${BASELINE:+19446}; do
-  for _ in $(seq 100); do (exec 3<>/dev/tcp/127.0.0.1/$port) 2>/dev/null && break; sleep 0.1; done
-done
+wait_ports $origin $edge $nginx_proxy $haproxy_port $nginx_fwd $haproxy_fwd ${BASELINE:+19446}
 
 rps() { # port -> requests/s
   h2load -c 50 -m 10 -n "$requests" --connect-to="127.0.0.1:$1" "https://b.test:$1/" 2>/dev/null \
@@ -104,7 +116,7 @@ ticks() {
 }
 hz=$(getconf CLK_TCK)
 declare -A all cpu
-for name in edgewarm nginx haproxy baseline; do all[$name]=""; cpu[$name]=""; done
+for name in edgewarm nginx haproxy nginx+fwd haproxy+fwd baseline; do all[$name]=""; cpu[$name]=""; done
 for round in $(seq "$rounds"); do
   for pair in "${contenders[@]}"; do
     name=${pair%%:*} port=${pair##*:}
@@ -119,15 +131,18 @@ for round in $(seq "$rounds"); do
   done
 done
 median() { tr ' ' '\n' | grep -v '^$' | sort -n | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
-e=$(echo "${all[edgewarm]}" | median) n=$(echo "${all[nginx]}" | median) h=$(echo "${all[haproxy]}" | median)
-ce=$(echo "${cpu[edgewarm]}" | median) cn=$(echo "${cpu[nginx]}" | median) ch=$(echo "${cpu[haproxy]}" | median)
+e=$(echo "${all[edgewarm]}" | median) ce=$(echo "${cpu[edgewarm]}" | median)
+row() { # name label
+  local r c
+  r=$(echo "${all[$1]}" | median) c=$(echo "${cpu[$1]}" | median)
+  echo "| $2 | $r | $(awk "BEGIN {printf \"%.2f\", $e/$r}") | $c | $(awk "BEGIN {printf \"%.2f\", $c/$ce}") |"
+}
 echo
 echo "| proxy (h2load -c 50 -m 10 -n $requests, median of $rounds) | req/s | edgewarm / it | proxy CPU µs per request | its CPU / edgewarm's |"
 echo "|---|---|---|---|---|"
 echo "| edgewarm http route | $e | 1.00 | $ce | 1.00 |"
-echo "| nginx 1.22 (HTTPS/1.1 keep-alive upstream) | $n | $(awk "BEGIN {printf \"%.2f\", $e/$n}") | $cn | $(awk "BEGIN {printf \"%.2f\", $cn/$ce}") |"
-echo "| HAProxy 2.6 (h2 upstream, http-reuse always) | $h | $(awk "BEGIN {printf \"%.2f\", $e/$h}") | $ch | $(awk "BEGIN {printf \"%.2f\", $ch/$ce}") |"
-if [ -n "${BASELINE:-}" ]; then
-  b=$(echo "${all[baseline]}" | median) cb=$(echo "${cpu[baseline]}" | median)
-  echo "| edgewarm baseline ($BASELINE) | $b | $(awk "BEGIN {printf \"%.2f\", $e/$b}") | $cb | $(awk "BEGIN {printf \"%.2f\", $cb/$ce}") |"
-fi
+row nginx "nginx 1.22 (HTTPS/1.1 keep-alive upstream)"
+row nginx+fwd "nginx 1.22, adding edgewarm's forwarding headers"
+row haproxy "HAProxy 2.6 (h2 upstream, http-reuse always)"
+row haproxy+fwd "HAProxy 2.6, adding edgewarm's forwarding headers"
+if [ -n "${BASELINE:-}" ]; then row baseline "edgewarm baseline ($BASELINE)"; fi

@@ -21,7 +21,7 @@ use tokio::time::Instant;
 use tokio_rustls::client::TlsStream;
 use tokio_util::sync::CancellationToken;
 
-use super::{ConnStatus, H2Send, Upstream};
+use super::{ConnStatus, H2Send, Room, Upstream};
 use crate::metrics::{PoolEvent, UpstreamEnd};
 use crate::tls::ktls::Aligned;
 
@@ -43,7 +43,7 @@ pub(crate) struct Conn {
     /// Streams open now: counted by [`Slot`]s, since h2 does not expose its own count.
     active: Arc<AtomicUsize>,
     /// The upstream's "a connection has room" signal.
-    room: Arc<tokio::sync::Notify>,
+    room: Arc<Room>,
     /// `edgewarm_upstream_streams` for this origin.
     streams_gauge: prometheus_client::metrics::gauge::Gauge,
     /// Last PING round trip, in microseconds (0: none yet).
@@ -54,15 +54,16 @@ pub(crate) struct Conn {
 /// or the request failed) frees the place and wakes a request waiting for room.
 pub struct Slot {
     active: Arc<AtomicUsize>,
-    room: Arc<tokio::sync::Notify>,
+    room: Arc<Room>,
     gauge: prometheus_client::metrics::gauge::Gauge,
 }
 
 impl Drop for Slot {
     fn drop(&mut self) {
-        self.active.fetch_sub(1, Ordering::Relaxed);
+        // SeqCst, paired with `Room::wait`: see there.
+        self.active.fetch_sub(1, Ordering::SeqCst);
         self.gauge.dec();
-        self.room.notify_waiters();
+        self.room.freed();
     }
 }
 
@@ -190,7 +191,7 @@ impl Conn {
     }
 
     pub(crate) fn active_streams(&self) -> usize {
-        self.active.load(Ordering::Relaxed)
+        self.active.load(Ordering::SeqCst)
     }
 
     /// Not retiring, and below the origin's stream limit.

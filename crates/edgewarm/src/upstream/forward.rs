@@ -14,6 +14,9 @@
 use std::net::SocketAddr;
 
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
+use std::sync::OnceLock;
+
+use http::uri::{self, Authority, PathAndQuery, Scheme};
 use http::{Request, Uri, Version};
 
 /// Why a request cannot be forwarded: the client gets a 400.
@@ -80,6 +83,9 @@ pub(crate) struct ClientFacts {
     x_forwarded_for: HeaderValue,
     /// `for=…;proto=https;host=` (the host is the request's).
     forwarded_prefix: String,
+    /// The `Forwarded` value for the first host asked for: a connection's requests nearly
+    /// always name one host, and this spares each of them a format and an allocation.
+    forwarded_first: OnceLock<(String, HeaderValue)>,
 }
 
 impl ClientFacts {
@@ -96,38 +102,60 @@ impl ClientFacts {
             // An IP address is always a valid header value.
             x_forwarded_for: HeaderValue::from_str(&ip.to_string()).unwrap_or(HeaderValue::from_static("unknown")),
             forwarded_prefix: format!("for={node};proto=https;host="),
+            forwarded_first: OnceLock::new(),
         }
+    }
+
+    fn forwarded_text(&self, authority: &str) -> String {
+        format!("{}\"{authority}\"", self.forwarded_prefix)
+    }
+
+    /// Our `Forwarded` element for a request to `authority`.
+    fn forwarded(&self, authority: &str) -> Option<HeaderValue> {
+        if let Some((host, value)) = self.forwarded_first.get() {
+            if host == authority {
+                return Some(value.clone());
+            }
+        }
+        let value = HeaderValue::from_str(&self.forwarded_text(authority)).ok()?;
+        let _ = self.forwarded_first.set((authority.to_string(), value.clone()));
+        Some(value)
     }
 }
 
 /// The origin-bound request (without body) for a client's request head.
 pub(crate) fn request<B>(client_req: &Request<B>, client: &ClientFacts) -> Result<Request<()>, BadRequest> {
     let host_header = client_req.headers().get(header::HOST).and_then(|h| h.to_str().ok()).filter(|h| !h.is_empty());
+    // The client's own authority and path are reused as they are (shared bytes, no parse)
+    // whenever they can be.
     let authority = match client_req.uri().authority() {
         // Never userinfo (RFC 9113 §8.3.1): host and port only.
-        Some(a) if a.as_str().contains('@') => match a.port() {
-            Some(port) => format!("{}:{port}", a.host()),
-            None => a.host().to_string(),
-        },
-        Some(a) => a.as_str().to_string(),
-        None => host_header.ok_or(BadRequest::NoAuthority)?.to_string(),
+        Some(a) if a.as_str().contains('@') => {
+            let bare = match a.port() {
+                Some(port) => format!("{}:{port}", a.host()),
+                None => a.host().to_string(),
+            };
+            Authority::try_from(bare).map_err(|_| BadRequest::Target)?
+        }
+        Some(a) => a.clone(),
+        None => Authority::try_from(host_header.ok_or(BadRequest::NoAuthority)?).map_err(|_| BadRequest::Target)?,
     };
     if let (Some(_), Some(host)) = (client_req.uri().authority(), host_header) {
-        if !host.eq_ignore_ascii_case(&authority) {
+        if !host.eq_ignore_ascii_case(authority.as_str()) {
             return Err(BadRequest::HostMismatch);
         }
     }
-    let path = client_req.uri().path_and_query().map_or("/", |p| p.as_str());
-    let uri = Uri::builder()
-        .scheme("https")
-        .authority(authority.as_str())
-        .path_and_query(path)
-        .build()
-        .map_err(|_| BadRequest::Target)?;
+    let mut target = uri::Parts::default();
+    target.scheme = Some(Scheme::HTTPS);
+    target.path_and_query =
+        Some(client_req.uri().path_and_query().cloned().unwrap_or_else(|| PathAndQuery::from_static("/")));
+    target.authority = Some(authority.clone());
+    let uri = Uri::from_parts(target).map_err(|_| BadRequest::Target)?;
+    let authority = authority.as_str();
     let mut headers = client_req.headers().clone();
     strip_hop_by_hop(&mut headers);
-    let forwarded = format!("{}\"{authority}\"", client.forwarded_prefix);
     if client.trusted {
+        let forwarded = client.forwarded_text(authority);
         // Behind a trusted load balancer: its view of the client comes first, ours after
         // (RFC 7239 §4: a list, one element per hop).
         let joined = |headers: &HeaderMap, name: &HeaderName, ours: &str| {
@@ -149,7 +177,7 @@ pub(crate) fn request<B>(client_req: &Request<B>, client: &ClientFacts) -> Resul
         headers.insert(&X_FORWARDED_FOR, client.x_forwarded_for.clone());
         headers.insert(&X_FORWARDED_PROTO, HeaderValue::from_static("https"));
         headers.remove(header::FORWARDED);
-        if let Ok(v) = HeaderValue::from_str(&forwarded) {
+        if let Some(v) = client.forwarded(authority) {
             headers.insert(header::FORWARDED, v);
         }
     }

@@ -27,6 +27,7 @@ pub(crate) mod conn;
 pub(crate) mod forward;
 pub(crate) mod h1;
 pub(crate) mod registry;
+pub(crate) mod room;
 pub(crate) mod upgrade;
 
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -48,6 +49,7 @@ use crate::pool::dial::{Dial, TlsDial, WarmError};
 use crate::pool::sizing::Backoff;
 use crate::tls::origin::PoolKey;
 use conn::Conn;
+use room::Room;
 
 /// Why a request could not be placed on an origin connection.
 #[derive(Debug, thiserror::Error)]
@@ -118,7 +120,7 @@ pub struct Upstream {
     /// every connection full.
     wake: Notify,
     /// A connection became usable (opened, or streams finished).
-    room: Arc<Notify>,
+    room: Arc<Room>,
     retired: CancellationToken,
     next_id: AtomicU64,
     metrics: Arc<Metrics>,
@@ -152,7 +154,7 @@ impl Upstream {
                 calm: 0,
             }),
             wake: Notify::new(),
-            room: Arc::new(Notify::new()),
+            room: Arc::default(),
             retired: CancellationToken::new(),
             next_id: AtomicU64::new(0),
             metrics,
@@ -190,7 +192,7 @@ impl Upstream {
         for c in conns {
             c.retire();
         }
-        self.room.notify_waiters();
+        self.room.changed();
     }
 
     /// Whether WebSockets can ride the standing connections as RFC 8441 extended CONNECT
@@ -276,7 +278,7 @@ impl Upstream {
                 let m = &self.metrics.pool;
                 m.opened.get_or_create(&self.labels).inc();
                 m.handshake_seconds.get_or_create(&self.labels).observe(started.elapsed().as_secs_f64());
-                self.room.notify_waiters();
+                self.room.changed();
                 Ok(conn)
             }
             Err(e) => {
@@ -285,7 +287,7 @@ impl Upstream {
                 drop(st);
                 tracing::warn!(route = %self.labels.route, origin = %self.labels.origin, error = %e, "opening an HTTP/2 origin connection failed");
                 self.metrics.upstream.connect_errors.get_or_create(&self.labels).inc();
-                self.room.notify_waiters();
+                self.room.changed();
                 Err(e)
             }
         }
@@ -303,7 +305,7 @@ impl Upstream {
         }
         self.metrics.upstream.replaced.get_or_create(&self.reason(why)).inc();
         self.wake.notify_one();
-        self.room.notify_waiters();
+        self.room.changed();
     }
 
     pub(crate) fn conn_label(&self) -> crate::metrics::UpstreamConn {
@@ -319,23 +321,27 @@ impl Upstream {
     /// on a new connection (up to `max_connections`); else wait for room.
     pub async fn send(self: &Arc<Self>, request: &Request<()>, end_of_stream: bool) -> Result<Sent, UpstreamError> {
         // Waiting for room is bounded like a connect: a busy origin gets a 503, not a hang.
-        let deadline = Instant::now() + self.state().connect_timeout;
+        let mut deadline = None;
+        // Registered only once a look found no room (see `Room`): the common case, a free
+        // place on the first look, touches no waiter list.
+        let mut waiter = None;
         loop {
             if self.retired.is_cancelled() {
                 return Err(UpstreamError::Retired);
             }
-            let room = self.room.notified();
-            tokio::pin!(room);
-            room.as_mut().enable();
             let (best, open) = {
                 let mut st = self.state();
                 // Least loaded first; the reservation is taken under the lock.
-                let best = st
-                    .conns
-                    .iter()
-                    .filter(|c| c.has_room())
-                    .min_by_key(|c| c.active_streams())
-                    .and_then(|c| Some((c.clone(), c.try_reserve()?)));
+                // The least loaded live connection usually has room: try it alone first (each
+                // look at a connection's stream limit takes h2's lock), then any with room.
+                let least = |cs: &mut dyn Iterator<Item = &Arc<Conn>>| cs.min_by_key(|c| c.active_streams()).cloned();
+                let best = least(&mut st.conns.iter().filter(|c| !c.retiring()))
+                    .and_then(|c| Some((c.try_reserve()?, c)))
+                    .or_else(|| {
+                        let c = least(&mut st.conns.iter().filter(|c| c.has_room()))?;
+                        Some((c.try_reserve()?, c))
+                    })
+                    .map(|(slot, c)| (c, slot));
                 let total = st.conns.iter().filter(|c| !c.retiring()).count() + st.opening;
                 // Open another connection only if none is being opened (it will have room:
                 // at start-up every early request would otherwise open its own), the origin is
@@ -371,9 +377,18 @@ impl Upstream {
                     _ => {}
                 }
             }
-            self.wake.notify_one();
-            if tokio::time::timeout_at(deadline, room).await.is_err() {
-                return Err(UpstreamError::Connect(WarmError::HandshakeTimeout));
+            let deadline = *deadline.get_or_insert_with(|| Instant::now() + self.state().connect_timeout);
+            match waiter.as_mut() {
+                // First time full: register, then look again before sleeping.
+                None => waiter = Some(self.room.wait()),
+                Some(w) => {
+                    self.wake.notify_one();
+                    if tokio::time::timeout_at(deadline, w.notified.as_mut()).await.is_err() {
+                        return Err(UpstreamError::Connect(WarmError::HandshakeTimeout));
+                    }
+                    // Woken: register afresh for the next round (a `Notified` fires once).
+                    waiter = Some(self.room.wait());
+                }
             }
         }
     }
