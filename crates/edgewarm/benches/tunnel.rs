@@ -76,11 +76,12 @@ async fn plain_forwarder(origin: SocketAddr) -> SocketAddr {
     let addr = listener.local_addr().unwrap();
     let origin = OriginAddr { host: origin.ip().to_string(), port: origin.port() };
     let origin = Arc::new(origin);
+    let route_metrics = Arc::new(edgewarm::metrics::Metrics::new().route(&edgewarm::metrics::RouteName::new("plain")));
     tokio::spawn(async move {
         let cancel = CancellationToken::new();
         loop {
             let (client, _) = listener.accept().await.unwrap();
-            let (origin, cancel) = (origin.clone(), cancel.clone());
+            let (origin, cancel, route_metrics) = (origin.clone(), cancel.clone(), route_metrics.clone());
             tokio::spawn(async move {
                 edgewarm::transport::sockopt::set_nodelay(&client).unwrap();
                 let (upstream, _) = edgewarm::transport::dial::connect(
@@ -95,6 +96,7 @@ async fn plain_forwarder(origin: SocketAddr) -> SocketAddr {
                 let up = edgewarm::relay::Direction::new(Default::default());
                 let down = edgewarm::relay::Direction::new(Default::default());
                 let relay = edgewarm::relay::Relay {
+                    metrics: &route_metrics,
                     mode: edgewarm::relay::Mode::Splice,
                     idle: Duration::from_secs(60),
                     up: &up,

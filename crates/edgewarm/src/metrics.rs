@@ -2,6 +2,7 @@
 //! servers in one process and read each one's numbers.
 
 use std::fmt;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use prometheus_client::encoding::{EncodeLabelSet, EncodeLabelValue, LabelValueEncoder};
@@ -409,6 +410,21 @@ label_enum! {
 }
 
 label_enum! {
+    /// Why a relay direction moved from splice to the user-space copy: no pipe could be made
+    /// (descriptors or pipe memory ran out), or the kernel refused splice on these sockets.
+    RelayFallback {
+        NoPipe => "no_pipe",
+        SpliceRefused => "splice_refused",
+    }
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RouteFallback {
+    pub route: RouteName,
+    pub reason: RelayFallback,
+}
+
+label_enum! {
     /// Which of a connection's two TLS sessions.
     TlsSide {
         Client => "client",
@@ -445,6 +461,7 @@ pub struct Metrics {
     pub upstream: UpstreamMetrics,
     pub early: EarlyMetrics,
     pub ktls: Family<KtlsLabels, Counter>,
+    pub relay_fallbacks: Family<RouteFallback, Counter>,
     registry: Registry,
 }
 
@@ -459,9 +476,19 @@ pub struct RouteMetrics {
     pub first_byte: Histogram,
     /// `connections_closed{reason="done"}`, the common ending.
     pub done: Counter,
+    relay_fallbacks: Family<RouteFallback, Counter>,
+    /// Whether a fallback of each reason was logged yet on this route.
+    fallback_logged: Arc<[AtomicBool; 2]>,
 }
 
 impl RouteMetrics {
+    /// Count a relay direction falling back to copy; `true` the first time for this reason on
+    /// this route (the one time it is worth a log line).
+    pub fn relay_fallback(&self, reason: RelayFallback) -> bool {
+        self.relay_fallbacks.get_or_create(&RouteFallback { route: self.route.clone(), reason }).inc();
+        !self.fallback_logged[reason as usize].swap(true, Ordering::Relaxed)
+    }
+
     /// Count this route's connection closed for `reason`. The label is a reference count and
     /// an enum: no allocation per connection.
     pub fn closed(&self, reason: CloseReason) {
@@ -557,6 +584,7 @@ impl Metrics {
             upstream: UpstreamMetrics::new(),
             early: EarlyMetrics::default(),
             ktls: Family::default(),
+            relay_fallbacks: Family::default(),
             registry: Registry::default(),
         };
         registry.register("connections_accepted", "Client connections accepted", m.accepted.clone());
@@ -595,6 +623,11 @@ impl Metrics {
             "Terminated TLS sessions on routes with ktls, by side and by where their records were encrypted",
             m.ktls.clone(),
         );
+        registry.register(
+            "relay_copy_fallbacks",
+            "Relay directions that fell back from splice to copying through user space, by reason",
+            m.relay_fallbacks.clone(),
+        );
         Self { registry, ..m }
     }
 
@@ -611,6 +644,8 @@ impl Metrics {
             connect: self.origin_connect_seconds.get_or_create(&label).clone(),
             first_byte: self.first_origin_byte_seconds.get_or_create(&label).clone(),
             done: self.closed.get_or_create(&RouteReason { route: route.clone(), reason: CloseReason::Done }).clone(),
+            relay_fallbacks: self.relay_fallbacks.clone(),
+            fallback_logged: Arc::default(),
         }
     }
 

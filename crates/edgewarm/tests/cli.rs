@@ -297,3 +297,103 @@ fn out_of_descriptors_backs_off_and_recovers() {
     assert!(served, "a client was served once the descriptors were free");
     assert!(metric(&s, "edgewarm_accept_errors_total", &[("reason", "resources")]) >= 1.0, "the back-off was counted");
 }
+
+/// Open descriptors of a process: how many, and the highest number.
+fn descriptors(pid: u32) -> (usize, usize) {
+    let fds: Vec<usize> = std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .unwrap()
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
+        .collect();
+    (fds.len(), fds.into_iter().max().unwrap_or(0))
+}
+
+/// A tunnel whose relay cannot get a pipe (the process is out of descriptors) moves its bytes
+/// by copying instead: nothing is lost, and the fallback is counted by reason. Until this
+/// counter existed, the fallback happened unseen in a benchmark (see docs/benchmarks.md).
+#[test]
+#[cfg_attr(not(feature = "system-tests"), ignore = "system test (prlimit, the binary): scripts/test.sh runs it")]
+fn a_relay_without_a_pipe_falls_back_to_copy_loses_nothing_and_is_counted() {
+    let dir = tempfile::tempdir().unwrap();
+    let hello = common::client_hello("a.test");
+    // An origin that swallows the hello, says it has it, then echoes: no byte moves through
+    // a tunnel (so no pipe is taken) until the test sends one.
+    let origin = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let origin_port = origin.local_addr().unwrap().port();
+    let (got_hello, hellos) = std::sync::mpsc::channel();
+    let hello_len = hello.len();
+    std::thread::spawn(move || {
+        for c in origin.incoming().flatten() {
+            let got_hello = got_hello.clone();
+            std::thread::spawn(move || {
+                let mut c = c;
+                let mut skip = vec![0u8; hello_len];
+                if std::io::Read::read_exact(&mut c, &mut skip).is_ok() {
+                    let _ = got_hello.send(());
+                    let mut r = c.try_clone().unwrap();
+                    let _ = std::io::copy(&mut r, &mut c);
+                }
+            });
+        }
+    });
+    let s = Setup {
+        _dir: tempfile::tempdir().unwrap(),
+        dir: dir.path().into(),
+        edge_port: free_port(),
+        admin_port: free_port(),
+        origin_port,
+    };
+    let config = dir.path().join("edge.yaml");
+    std::fs::write(&config, format!("{}timeouts: {{client_hello: 60s}}\n", config_text(&s, "a.test"))).unwrap();
+    let child = Command::new(BIN).args(["run", "--config"]).arg(&config).stderr(Stdio::null()).spawn().unwrap();
+    let edge = ChildGuard(child);
+    wait_for_port(s.edge_port);
+    let pid = edge.0.id();
+    let open_tunnel = || {
+        let mut c = TcpStream::connect(("127.0.0.1", s.edge_port)).unwrap();
+        c.write_all(&hello).unwrap();
+        hellos.recv_timeout(Duration::from_secs(20)).expect("the origin got the hello");
+        c
+    };
+
+    // Tunnels until the process's descriptors are numbered without a gap: then a limit equal
+    // to their count leaves no number free, and the next pipe2 fails with EMFILE.
+    let mut tunnels = vec![open_tunnel()];
+    let mut count = 0;
+    for _ in 0..50 {
+        let (n, max) = descriptors(pid);
+        count = n;
+        if n == max + 1 {
+            break;
+        }
+        tunnels.push(open_tunnel());
+    }
+    let original = std::fs::read_to_string(format!("/proc/{pid}/limits"))
+        .unwrap()
+        .lines()
+        .find(|l| l.starts_with("Max open files"))
+        .and_then(|l| l.split_whitespace().nth(3).map(str::to_string))
+        .expect("the soft limit on open files");
+    let limit = |soft: &str| {
+        let st = Command::new("prlimit").args(["--pid", &pid.to_string(), &format!("--nofile={soft}:")]).status();
+        assert!(st.expect("prlimit (util-linux) is installed").success());
+    };
+    limit(&count.to_string());
+
+    // 256 KiB each way through the first tunnel, with no pipe to be had.
+    let data: Vec<u8> = (0..256 * 1024u32).map(|i| (i % 253) as u8).collect();
+    let mut c = tunnels[0].try_clone().unwrap();
+    c.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    let sent = data.clone();
+    let mut w = c.try_clone().unwrap();
+    let writer = std::thread::spawn(move || w.write_all(&sent).unwrap());
+    let mut back = vec![0u8; data.len()];
+    std::io::Read::read_exact(&mut c, &mut back).expect("every byte came back");
+    writer.join().unwrap();
+    assert!(back == data, "the bytes came back intact");
+
+    // Descriptors again, so the admin listener can answer.
+    limit(&original);
+    let no_pipe = metric(&s, "edgewarm_relay_copy_fallbacks_total", &[("route", "a.test"), ("reason", "no_pipe")]);
+    assert!(no_pipe >= 1.0, "the fallback was counted ({no_pipe})");
+    drop(tunnels);
+}

@@ -80,6 +80,7 @@ pub(crate) async fn serve(
         down.add(warm.early.len());
     }
     let relay = relay::Relay {
+        metrics: m,
         mode: ctx.snapshot.relay,
         idle: ctx.snapshot.timeouts.idle,
         up: &up,

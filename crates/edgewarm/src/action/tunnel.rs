@@ -61,7 +61,14 @@ pub(crate) async fn serve(
     drop(first);
     drop(hello);
     let mut first_byte = None;
-    let relay = relay::Relay { mode: ctx.snapshot.relay, idle: timeouts.idle, up: &up, down: &down, cancel: ctx.cut };
+    let relay = relay::Relay {
+        metrics: m,
+        mode: ctx.snapshot.relay,
+        idle: timeouts.idle,
+        up: &up,
+        down: &down,
+        cancel: ctx.cut,
+    };
     let end = relay.run(client, origin, || first_byte = Some(ctx.accepted.elapsed())).await;
     if let Some(t) = first_byte {
         m.first_byte.observe(t.as_secs_f64());

@@ -149,6 +149,8 @@ impl Activity {
 }
 
 pub struct Relay<'a> {
+    /// Where a fallback from splice to copy is counted.
+    pub metrics: &'a crate::metrics::RouteMetrics,
     pub mode: Mode,
     pub idle: Duration,
     pub up: &'a Direction,
@@ -211,6 +213,20 @@ impl Relay<'_> {
         }
     }
 
+    fn fell_back(&self, fallback: &splice::Fallback) {
+        use crate::metrics::RelayFallback;
+        let (reason, e) = match fallback {
+            splice::Fallback::NoPipe(e) => (RelayFallback::NoPipe, e),
+            splice::Fallback::Refused(e) => (RelayFallback::SpliceRefused, e),
+        };
+        // One line per route and reason, then only the counter: when descriptors run out this
+        // happens for every chunk of every tunnel.
+        if self.metrics.relay_fallback(reason) {
+            tracing::warn!(route = %self.metrics.route, reason = reason.label(), error = %e,
+                "relay fell back from splice to copy (counted in edgewarm_relay_copy_fallbacks_total; further ones on this route are not logged)");
+        }
+    }
+
     /// How a relay that failed on `side` ended.
     fn failed(side: Side, e: &io::Error) -> End {
         if crate::tls::ktls::stream::is_key_update(e) {
@@ -239,8 +255,13 @@ impl Relay<'_> {
         match self.mode {
             Mode::Splice => match splice::pump(src, dst, src_side, dst_side, &mut moved).await {
                 Ok(result) => result?,
-                // Refused before any byte moved: the same bytes go the portable way.
-                Err(splice::Fallback) => copy::pump(src, dst, src_side, dst_side, &mut moved).await?,
+                // Refused before any byte moved, or no pipe for the next chunk: the same bytes
+                // go the portable way. Counted and logged, since it costs a 16 KiB buffer per
+                // chunk and two copies (it once happened unseen when descriptors ran out).
+                Err(fallback) => {
+                    self.fell_back(&fallback);
+                    copy::pump(src, dst, src_side, dst_side, &mut moved).await?
+                }
             },
             Mode::Copy => copy::pump(src, dst, src_side, dst_side, &mut moved).await?,
         }

@@ -29,7 +29,12 @@ const CHUNK: usize = 256 * 1024;
 
 /// Splice cannot be used for this pair, or no pipe could be had; nothing is in flight, so the
 /// copy pump can carry on from here.
-pub(super) struct Fallback;
+pub(super) enum Fallback {
+    /// `pipe2` failed (out of descriptors, or the system's pipe memory).
+    NoPipe(io::Error),
+    /// The kernel refused splice on these sockets (EINVAL / ENOSYS / EOPNOTSUPP).
+    Refused(io::Error),
+}
 
 pub(super) async fn pump(
     src: Sock<'_>,
@@ -45,7 +50,7 @@ pub(super) async fn pump(
                 return Ok(Err((src_side, e)));
             }
             // Running out of descriptors for a pipe is a reason to degrade, not to drop the tunnel.
-            let pipe = pipes::take().map_err(|_| Fallback)?;
+            let pipe = pipes::take().map_err(Fallback::NoPipe)?;
             match src.tcp.try_io(Interest::READABLE, || sockopt::splice(src.tcp, &pipe.write, CHUNK)) {
                 Ok(n) => break (pipe, n),
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => pipes::give_back(pipe),
@@ -61,7 +66,7 @@ pub(super) async fn pump(
                 }
                 Err(e) if first && refused(&e) => {
                     pipes::give_back(pipe);
-                    return Err(Fallback);
+                    return Err(Fallback::Refused(e));
                 }
                 Err(e) => return Ok(Err((src_side, e))),
             }
