@@ -68,7 +68,7 @@ const MAX_REPLAY_BODY: u64 = 64 * 1024;
 
 pub(crate) async fn serve(
     client: TcpStream,
-    hello: Hello,
+    hello: Box<Hello>,
     route: &HttpRoute,
     ctx: &ConnCtx<'_>,
     log: &mut AccessLog,

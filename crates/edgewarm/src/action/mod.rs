@@ -51,7 +51,7 @@ pub(crate) struct ConnCtx<'a> {
 }
 
 /// Hand the connection to its route's action.
-pub(crate) async fn serve(client: TcpStream, hello: Hello, ctx: &ConnCtx<'_>, log: &mut AccessLog) -> CloseReason {
+pub(crate) async fn serve(client: TcpStream, hello: Box<Hello>, ctx: &ConnCtx<'_>, log: &mut AccessLog) -> CloseReason {
     match &ctx.route.action {
         RouteAction::Reject => reject::serve(client, hello, ctx, log).await,
         RouteAction::Tunnel(route) => tunnel::serve(client, hello, route, ctx, log).await,
@@ -128,7 +128,7 @@ impl crate::relay::Relayable for ClientIo {}
 /// [`ClientIo::pending_handshake`]). Fills in the access log's TLS fields.
 pub(crate) async fn terminate_tls(
     client: TcpStream,
-    hello: Hello,
+    hello: Box<Hello>,
     tls: &crate::tls::client::ClientTls,
     alpn: Option<&[u8]>,
     ctx: &ConnCtx<'_>,

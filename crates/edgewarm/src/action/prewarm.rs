@@ -25,7 +25,7 @@ use crate::tls::ktls::{self, Aligned, Handoff, Offloaded};
 
 pub(crate) async fn serve(
     mut client: TcpStream,
-    hello: Hello,
+    hello: Box<Hello>,
     route: &PrewarmRoute,
     ctx: &ConnCtx<'_>,
     log: &mut AccessLog,
@@ -93,24 +93,34 @@ pub(crate) async fn serve(
             first_byte = Some(ctx.accepted.elapsed());
         }
     };
+    // The kTLS arms are boxed: their hand-off futures are large, and inline they would size
+    // every connection's task for them, routes without `ktls` included (3 KiB each).
     let end = match route.client.ktls {
         Ktls::Off => relay.run(client_tls, warm.stream, on_first).await,
-        Ktls::On => match to_kernel(client_tls, warm.stream, (&up, &down), ctx, log).await {
-            Ok((client, origin)) => relay.run(client, origin, on_first).await,
-            Err(reason) => return reason,
-        },
-        Ktls::Auto => match relay.run_until(client_tls, warm.stream, route.client.ktls_after, &mut on_first).await {
-            Phase::Ended(end) => {
-                for side in [TlsSide::Client, TlsSide::Origin] {
-                    count(ctx, side, KtlsResult::Short);
-                }
-                end
-            }
-            Phase::Spent(client, origin) => match to_kernel(client, origin, (&up, &down), ctx, log).await {
-                Ok((client, origin)) => relay.run(client, origin, on_first).await,
+        Ktls::On => {
+            let to = Box::pin(to_kernel(client_tls, warm.stream, (&up, &down), ctx, log)).await;
+            match to {
+                Ok((client, origin)) => Box::pin(relay.run(client, origin, on_first)).await,
                 Err(reason) => return reason,
-            },
-        },
+            }
+        }
+        Ktls::Auto => {
+            let until = Box::pin(relay.run_until(client_tls, warm.stream, route.client.ktls_after, &mut on_first));
+            match until.await {
+                Phase::Ended(end) => {
+                    for side in [TlsSide::Client, TlsSide::Origin] {
+                        count(ctx, side, KtlsResult::Short);
+                    }
+                    end
+                }
+                Phase::Spent(client, origin) => {
+                    match Box::pin(to_kernel(client, origin, (&up, &down), ctx, log)).await {
+                        Ok((client, origin)) => Box::pin(relay.run(client, origin, on_first)).await,
+                        Err(reason) => return reason,
+                    }
+                }
+            }
+        }
     };
     log.first_byte = first_byte;
     log.bytes_up = up.bytes();

@@ -10,7 +10,7 @@ use crate::peek::{self, Hello};
 
 pub(crate) async fn serve(
     mut client: TcpStream,
-    _hello: Hello,
+    _hello: Box<Hello>,
     _ctx: &ConnCtx<'_>,
     _log: &mut AccessLog,
 ) -> CloseReason {

@@ -20,7 +20,7 @@ use crate::transport::dial;
 
 pub(crate) async fn serve(
     mut client: TcpStream,
-    hello: Hello,
+    hello: Box<Hello>,
     route: &TunnelRoute,
     ctx: &ConnCtx<'_>,
     log: &mut AccessLog,

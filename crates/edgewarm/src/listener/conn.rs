@@ -66,7 +66,10 @@ pub(crate) async fn handle(
                 log.detail = Some(e.to_string());
                 break 'conn CloseReason::from(&e);
             }
-            Ok(Ok(h)) => h,
+            // Boxed: the hello is handed down through every layer of the connection's future,
+            // and each layer would otherwise keep its own 112-byte slot for it for as long as
+            // the connection lives.
+            Ok(Ok(h)) => Box::new(h),
         };
         metrics.hello_parsed.inc();
         log.hello_time = Some(accepted.elapsed());

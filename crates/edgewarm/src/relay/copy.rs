@@ -19,7 +19,7 @@ pub(super) async fn pump(
     moved: &mut impl FnMut(usize),
 ) -> PumpResult {
     loop {
-        src.tcp.readable().await.map_err(|e| (src_side, e))?;
+        super::readable(src.tcp).await.map_err(|e| (src_side, e))?;
         // Held only while a chunk is in flight: an idle direction holds no buffer.
         let mut buf = bufs::take();
         let read = if src.ktls {
@@ -45,7 +45,7 @@ pub(super) async fn pump(
         };
         let mut off = 0;
         while off < n {
-            dst.tcp.writable().await.map_err(|e| (dst_side, e))?;
+            super::writable(dst.tcp).await.map_err(|e| (dst_side, e))?;
             match dst.tcp.try_write(&buf[off..n]) {
                 Ok(m) => off += m,
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,

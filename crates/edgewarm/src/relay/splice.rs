@@ -46,7 +46,7 @@ pub(super) async fn pump(
     let mut first = true;
     loop {
         let (pipe, n) = loop {
-            if let Err(e) = src.tcp.readable().await {
+            if let Err(e) = super::readable(src.tcp).await {
                 return Ok(Err((src_side, e)));
             }
             // Running out of descriptors for a pipe is a reason to degrade, not to drop the tunnel.
@@ -56,7 +56,8 @@ pub(super) async fn pump(
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => pipes::give_back(pipe),
                 Err(e) if src.ktls && refused(&e) => {
                     pipes::give_back(pipe);
-                    match control(src.tcp, dst.tcp).await {
+                    // Boxed: rare (kTLS control records), and inline it would double an idle pump's size.
+                    match Box::pin(control(src.tcp, dst.tcp)).await {
                         Ok(Some(0)) => return Ok(Ok(())),
                         Ok(Some(n)) => moved(n),
                         Ok(None) => {}
@@ -78,7 +79,7 @@ pub(super) async fn pump(
         }
         let mut left = n;
         while left > 0 {
-            if let Err(e) = dst.tcp.writable().await {
+            if let Err(e) = super::writable(dst.tcp).await {
                 return Ok(Err((dst_side, e)));
             }
             match dst.tcp.try_io(Interest::WRITABLE, || sockopt::splice(&pipe.read, dst.tcp, left)) {
