@@ -224,6 +224,21 @@ fn cpu_ticks(pid: u32) -> u64 {
         + f.get(12).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0)
 }
 
+/// An edge config in `dir` with one tunnel route (a.test) to `origin_port` and a long hello
+/// timeout: its ports and the file.
+fn tunnel_to(dir: &Path, origin_port: u16) -> (Setup, std::path::PathBuf) {
+    let s = Setup {
+        _dir: tempfile::tempdir().unwrap(),
+        dir: dir.into(),
+        edge_port: free_port(),
+        admin_port: free_port(),
+        origin_port,
+    };
+    let config = dir.join("edge.yaml");
+    std::fs::write(&config, format!("{}timeouts: {{client_hello: 60s}}\n", config_text(&s, "a.test"))).unwrap();
+    (s, config)
+}
+
 /// Out of descriptors: the binary under `ulimit -n 256` gets 400 connections at once. It does
 /// not crash, does not spin on a listener it cannot accept from (CPU sampled while it is stuck),
 /// counts the failed accepts, and serves a new client as soon as the others have gone.
@@ -243,15 +258,7 @@ fn out_of_descriptors_backs_off_and_recovers() {
             });
         }
     });
-    let s = Setup {
-        _dir: tempfile::tempdir().unwrap(),
-        dir: dir.path().into(),
-        edge_port: free_port(),
-        admin_port: free_port(),
-        origin_port,
-    };
-    let config = dir.path().join("edge.yaml");
-    std::fs::write(&config, format!("{}timeouts: {{client_hello: 60s}}\n", config_text(&s, "a.test"))).unwrap();
+    let (s, config) = tunnel_to(dir.path(), origin_port);
     let child = Command::new("sh")
         .arg("-c")
         .arg(format!("ulimit -n 256 && exec {BIN} run --config {}", config.display()))
@@ -335,15 +342,7 @@ fn a_relay_without_a_pipe_falls_back_to_copy_loses_nothing_and_is_counted() {
             });
         }
     });
-    let s = Setup {
-        _dir: tempfile::tempdir().unwrap(),
-        dir: dir.path().into(),
-        edge_port: free_port(),
-        admin_port: free_port(),
-        origin_port,
-    };
-    let config = dir.path().join("edge.yaml");
-    std::fs::write(&config, format!("{}timeouts: {{client_hello: 60s}}\n", config_text(&s, "a.test"))).unwrap();
+    let (s, config) = tunnel_to(dir.path(), origin_port);
     let child = Command::new(BIN).args(["run", "--config"]).arg(&config).stderr(Stdio::null()).spawn().unwrap();
     let edge = ChildGuard(child);
     wait_for_port(s.edge_port);
