@@ -1,5 +1,6 @@
-//! The `edgewarm-lab` command: `lab` (the WAN lab), `load` (the load generator) and `origin`
-//! (the lab's HTTPS origin). Argument parsing, logging and exit codes; the work is in the library.
+//! The `edgewarm-lab` command: `lab` (the WAN lab), `load` (the load generator), `origin`
+//! (the lab's HTTPS origin) and `forward` (a plain forwarder, the peek's baseline). Argument
+//! parsing, logging and exit codes; the work is in the library.
 
 use std::process::ExitCode;
 
@@ -25,6 +26,19 @@ enum Command {
     Load(edgewarm_lab::load::LoadOpts),
     /// The lab's HTTPS origin (HTTP/1.1 and HTTP/2).
     Origin(edgewarm_lab::origin::OriginOpts),
+    /// A plain TCP forwarder from edgewarm's own connect and relay code, without the peek:
+    /// the baseline that prices edgewarm's peek (scripts/bench-peek.sh).
+    Forward(ForwardOpts),
+}
+
+#[derive(clap::Args)]
+struct ForwardOpts {
+    /// Address to listen on.
+    #[arg(long)]
+    listen: std::net::SocketAddr,
+    /// Where every connection goes.
+    #[arg(long)]
+    origin: std::net::SocketAddr,
 }
 
 fn main() -> ExitCode {
@@ -42,6 +56,7 @@ fn main() -> ExitCode {
             Command::Lab(opts) => lab(opts).await,
             Command::Load(opts) => load(opts).await,
             Command::Origin(opts) => origin(opts).await,
+            Command::Forward(opts) => forward(opts).await,
         }
     })
 }
@@ -109,6 +124,23 @@ async fn origin(opts: edgewarm_lab::origin::OriginOpts) -> ExitCode {
         let _ = tokio::signal::ctrl_c().await;
     })
     .await;
+    ExitCode::SUCCESS
+}
+
+async fn forward(opts: ForwardOpts) -> ExitCode {
+    let listener = match edgewarm::transport::sockopt::bind_listener(opts.listen, 1024)
+        .and_then(tokio::net::TcpListener::from_std)
+    {
+        Ok(l) => l,
+        Err(e) => {
+            eprintln!("edgewarm-lab forward: {}: {e}", opts.listen);
+            return ExitCode::from(EXIT_BIND);
+        }
+    };
+    tokio::select! {
+        () = edgewarm_test_support::plain_forward(listener, opts.origin) => {}
+        _ = tokio::signal::ctrl_c() => {}
+    }
     ExitCode::SUCCESS
 }
 

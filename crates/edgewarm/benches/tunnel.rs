@@ -11,13 +11,12 @@
 
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
-use edgewarm::config::{Config, OriginAddr};
+use edgewarm::config::Config;
 use edgewarm::server::{Bound, Server};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
-use tokio_util::sync::CancellationToken;
 
 fn hello() -> Vec<u8> {
     let mut config =
@@ -74,39 +73,7 @@ async fn edgewarm(origin: SocketAddr, relay: &str) -> SocketAddr {
 async fn plain_forwarder(origin: SocketAddr) -> SocketAddr {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
-    let origin = OriginAddr { host: origin.ip().to_string(), port: origin.port() };
-    let origin = Arc::new(origin);
-    let route_metrics = Arc::new(edgewarm::metrics::Metrics::new().route(&edgewarm::metrics::RouteName::new("plain")));
-    tokio::spawn(async move {
-        let cancel = CancellationToken::new();
-        loop {
-            let (client, _) = listener.accept().await.unwrap();
-            let (origin, cancel, route_metrics) = (origin.clone(), cancel.clone(), route_metrics.clone());
-            tokio::spawn(async move {
-                edgewarm::transport::sockopt::set_nodelay(&client).unwrap();
-                let (upstream, _) = edgewarm::transport::dial::connect(
-                    &Default::default(),
-                    &origin,
-                    false,
-                    Duration::from_secs(5),
-                    &[],
-                )
-                .await
-                .unwrap();
-                let up = edgewarm::relay::Direction::new(Default::default());
-                let down = edgewarm::relay::Direction::new(Default::default());
-                let relay = edgewarm::relay::Relay {
-                    metrics: &route_metrics,
-                    mode: edgewarm::relay::Mode::Splice,
-                    idle: Duration::from_secs(60),
-                    up: &up,
-                    down: &down,
-                    cancel: &cancel,
-                };
-                relay.run(client, upstream, || {}).await;
-            });
-        }
-    });
+    tokio::spawn(edgewarm_test_support::plain_forward(listener, origin));
     addr
 }
 
