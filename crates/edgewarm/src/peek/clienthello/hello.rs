@@ -105,20 +105,32 @@ impl<'a> ClientHello<'a> {
             return Err(HelloError::Malformed("bytes after the extensions"));
         }
         let mut e = Reader { bytes: &b[..exts.end], pos: exts.start };
-        // Extension types seen, to refuse repeats (RFC 8446 §4.2). Hellos carry ~10-25.
-        let mut seen: [u16; 64] = [0; 64];
-        let mut n_seen = 0;
+        // Extension types seen, to refuse repeats (RFC 8446 §4.2). Hellos carry ~10-25, nearly
+        // all numbered below 64: those are a bit each; the few others (GREASE, ALPS, ECH,
+        // renegotiation_info) a short list searched in full. A linear search over all of them
+        // was a fifth of the parse.
+        let mut low: u64 = 0;
+        let mut high: [u16; 32] = [0; 32];
+        let mut n_high = 0;
         while !e.done() {
             let ty = e.u16("extension type")?;
             let data = e.vec16("extension length")?;
-            if seen[..n_seen].contains(&ty) {
-                return Err(HelloError::Malformed("repeated extension"));
+            if ty < 64 {
+                let bit = 1u64 << ty;
+                if low & bit != 0 {
+                    return Err(HelloError::Malformed("repeated extension"));
+                }
+                low |= bit;
+            } else {
+                if high[..n_high].contains(&ty) {
+                    return Err(HelloError::Malformed("repeated extension"));
+                }
+                if n_high == high.len() {
+                    return Err(HelloError::Malformed("too many extensions"));
+                }
+                high[n_high] = ty;
+                n_high += 1;
             }
-            if n_seen == seen.len() {
-                return Err(HelloError::Malformed("too many extensions"));
-            }
-            seen[n_seen] = ty;
-            n_seen += 1;
             match ty {
                 EXT_SERVER_NAME => hello.sni = server_name(b, data)?,
                 EXT_ALPN => hello.alpn = Some(alpn(b, data)?),

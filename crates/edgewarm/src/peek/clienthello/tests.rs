@@ -159,6 +159,13 @@ fn malformed_structure() {
     assert_eq!(err(&with_extension(&hello, 16, &[0, 3, 2, b'h', b'2'])), HelloError::Malformed("repeated extension"));
     let bad_sni = with_extension(&capture("openssl-s_client-tls12.bin"), 0xff00, &[]);
     assert!(matches!(parse(&bad_sni), Ok(Parsed::Complete(_))), "unknown extensions are skipped");
+    // A repeat among the types numbered 64 and up (kept in a list, not the bitset).
+    let twice = with_extension(&with_extension(&hello, 0xff00, &[]), 0xff00, &[]);
+    assert_eq!(err(&twice), HelloError::Malformed("repeated extension"));
+    // Up to 32 distinct such types are fine (real hellos carry about five); more are refused.
+    let many = |n: u16| (0..n).fold(hello.clone(), |h, i| with_extension(&h, 0xa000 + i, &[]));
+    assert!(matches!(parse(&many(20)), Ok(Parsed::Complete(_))));
+    assert_eq!(err(&many(40)), HelloError::Malformed("too many extensions"));
 }
 
 #[test]
