@@ -17,6 +17,8 @@
 # itself adds.
 #
 #   scripts/bench-peek.sh [N1] [N2]       # default 50 and 250
+# Needs valgrind (callgrind_control) and nginx (the origin); nginx's stream module and HAProxy
+# (both from scripts/deps.sh) are measured when installed, skipped otherwise.
 set -euo pipefail
 n1=${1:-50}
 n2=${2:-250}
@@ -124,8 +126,10 @@ if [ -e /usr/lib/nginx/modules/ngx_stream_module.so ]; then
   run_one nginx-peek $peek nginx -c "$dir/nginx.conf"
   run_one nginx-plain $plain nginx -c "$dir/nginx.conf"
 fi
-run_one haproxy-peek $peek haproxy -db -f "$dir/haproxy.cfg"
-run_one haproxy-plain $plain haproxy -db -f "$dir/haproxy.cfg"
+if command -v haproxy >/dev/null; then
+  run_one haproxy-peek $peek haproxy -db -f "$dir/haproxy.cfg"
+  run_one haproxy-plain $plain haproxy -db -f "$dir/haproxy.cfg"
+fi
 
 echo "| proxy | user-space instructions per connection, peeking | without the peek | added by the peek | peek cost (user space) |"
 echo "|---|---|---|---|---|"

@@ -43,7 +43,9 @@ cat > "$dir/origin.conf" <<CONF
 daemon off; worker_processes 2; pid $dir/origin.pid; error_log $dir/origin.err;
 events { worker_connections 20000; }
 http { access_log off; $temp keepalive_requests 100000;
-  server { listen 127.0.0.1:$origin ssl http2; ssl_certificate $dir/origin.pem; ssl_certificate_key $dir/origin.key; ssl_protocols TLSv1.2 TLSv1.3;
+  # backlog 4096: with nginx's default (511) the origin drops SYNs while (d) opens 5000 tunnels,
+  # and each dropped SYN costs a second, during which every proxy holds the waiting client's state.
+  server { listen 127.0.0.1:$origin ssl http2 backlog=4096; ssl_certificate $dir/origin.pem; ssl_certificate_key $dir/origin.key; ssl_protocols TLSv1.2 TLSv1.3;
     ssl_session_tickets on; root $dir/www; } }
 CONF
 cat > "$dir/nginx-stream.conf" <<CONF
@@ -51,7 +53,7 @@ load_module /usr/lib/nginx/modules/ngx_stream_module.so;
 daemon off; worker_processes 2; pid $dir/ns.pid; error_log $dir/ns.err;
 events { worker_connections 20000; }
 stream { map \$ssl_preread_server_name \$backend { a.test 127.0.0.1:$origin; default 127.0.0.1:1; }
-  server { listen 127.0.0.1:$ns; ssl_preread on; proxy_pass \$backend; tcp_nodelay on; }
+  server { listen 127.0.0.1:$ns backlog=4096; ssl_preread on; proxy_pass \$backend; tcp_nodelay on; }
   # Plain forwarding, no peek: the baseline for nginx's own peek cost in (a).
   server { listen 127.0.0.1:$np; proxy_pass 127.0.0.1:$origin; tcp_nodelay on; } }
 CONF
@@ -60,7 +62,7 @@ daemon off; worker_processes 2; pid $dir/nh.pid; error_log $dir/nh.err;
 events { worker_connections 20000; }
 http { access_log off; $temp
   upstream origin { server 127.0.0.1:$origin; keepalive 64; }
-  server { listen 127.0.0.1:$nh ssl http2; ssl_certificate $dir/edge.pem; ssl_certificate_key $dir/edge.key; ssl_protocols TLSv1.2 TLSv1.3;
+  server { listen 127.0.0.1:$nh ssl http2 backlog=4096; ssl_certificate $dir/edge.pem; ssl_certificate_key $dir/edge.key; ssl_protocols TLSv1.2 TLSv1.3;
     location / { proxy_pass https://origin; proxy_http_version 1.1; proxy_set_header Connection "";
       proxy_ssl_server_name on; proxy_ssl_name origin.test; proxy_ssl_verify on;
       proxy_ssl_trusted_certificate $dir/ca.pem; proxy_ssl_session_reuse on; } } }
@@ -118,11 +120,28 @@ CONF
 
 declare -A pid
 nginx -c "$dir/origin.conf" & pids+=($!)
-nginx -c "$dir/nginx-stream.conf" & pids+=($!); pid[nginx]=$!
-nginx -c "$dir/nginx-https.conf" & pids+=($!); pid[nginx-https]=$!
-haproxy -db -f "$dir/haproxy.cfg" & pids+=($!); pid[haproxy]=$!
-# Two worker threads, like the others.
-TOKIO_WORKER_THREADS=2 RUST_LOG=warn "$edgewarm" run --config "$dir/edge.yaml" 2>"$dir/edge.log" & pids+=($!); pid[edgewarm]=$!
+# start NAME: (re)start one proxy; its pid goes in pid[NAME].
+start() {
+  case $1 in
+    nginx) nginx -c "$dir/nginx-stream.conf" & ;;
+    nginx-https) nginx -c "$dir/nginx-https.conf" & ;;
+    haproxy) haproxy -db -f "$dir/haproxy.cfg" & ;;
+    # Two worker threads, like the others.
+    edgewarm) TOKIO_WORKER_THREADS=2 RUST_LOG=warn "$edgewarm" run --config "$dir/edge.yaml" 2>>"$dir/edge.log" & ;;
+  esac
+  pids+=($!); pid[$1]=$!
+}
+# restart NAME PORT...: a fresh process, so memory one measurement freed into its pools or
+# allocator is not reused by the next one (HAProxy's pools did that: its tunnels measured 0).
+restart() {
+  local name=$1; shift
+  kill "${pid[$name]}" 2>/dev/null || true; wait "${pid[$name]}" 2>/dev/null || true
+  start "$name"; wait_ports "$@"; sleep 1
+}
+start nginx
+start nginx-https
+start haproxy
+start edgewarm
 wait_ports $origin $ew $ns $ht $nh $hh $np $hp
 sleep 1
 
@@ -282,10 +301,12 @@ hold() { # proxy-pid port count sni tls(0|1) expected-fds -> "KiB per connection
 }
 for row in "edgewarm:edgewarm:$ew:$ew" "nginx:nginx:$ns:$nh" "HAProxy:haproxy:$ht:$hh"; do
   IFS=: read -r label name tport hport <<<"$row"
-  tp=${pid[$name]} hp=${pid[$name]}
-  [ "$name" = nginx ] && hp=${pid[nginx-https]}
-  term=$(hold "$hp" "$hport" 2000 h.test 1 1)
-  tun=$(hold "$tp" "$tport" 5000 a.test 0 2)
+  hname=$name
+  [ "$name" = nginx ] && hname=nginx-https
+  restart "$hname" "$hport"
+  term=$(hold "${pid[$hname]}" "$hport" 2000 h.test 1 1)
+  restart "$name" "$tport"
+  tun=$(hold "${pid[$name]}" "$tport" 5000 a.test 0 2)
   echo "| $label | $tun | $term |"
 done
 fi

@@ -97,6 +97,31 @@ macro_rules! access_event {
 }
 
 impl AccessLog {
+    /// The record of a connection just accepted from `client` on `listener`.
+    pub(crate) fn new(client: std::net::SocketAddr, listener: std::net::SocketAddr) -> Self {
+        Self {
+            client,
+            listener,
+            sni: None,
+            alpn: Vec::new(),
+            route: None,
+            alpn_selected: None,
+            tls_version: None,
+            early_data: false,
+            pool: None,
+            origin: None,
+            origin_addr: None,
+            bytes_up: 0,
+            bytes_down: 0,
+            hello_time: None,
+            connect_time: None,
+            first_byte: None,
+            duration: Default::default(),
+            reason: CloseReason::Done,
+            detail: None,
+        }
+    }
+
     pub(crate) fn emit(&self) {
         // `event!` needs its level at compile time; one arm per level.
         match self.reason.level() {

@@ -5,11 +5,13 @@
 //! happens after routing is the action's ([`crate::action`]); this module does not know which
 //! actions exist.
 
-use std::net::SocketAddr;
+use std::future::Future;
+use std::sync::Arc;
 use std::time::Instant;
 
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
+use tokio::sync::OwnedSemaphorePermit;
 
 use super::Context;
 use crate::accesslog::AccessLog;
@@ -21,95 +23,85 @@ use crate::peek::clienthello::HelloError;
 use crate::peek::{self, PeekError};
 use crate::transport::sockopt;
 
-pub(crate) async fn handle(
+/// `log` is the connection's record, opened by the listener with the peer's and its own
+/// address ([`AccessLog::new`]): carried once, not as separate addresses beside it.
+///
+/// Spawned as it is, with everything it needs owned (the listener's limit permit included),
+/// and written as a function returning an `async` block rather than an `async fn`: an async
+/// fn's arguments are copied into locals and both copies live in the task for the
+/// connection's whole life (a wrapping block would add a third). The task's size decides its
+/// allocator bin, and an idle tunnel is little more than this task.
+// Not an `async fn` on purpose: see above (its arguments would be stored twice).
+#[allow(clippy::manual_async_fn)]
+pub(crate) fn handle(
     mut client: TcpStream,
-    peer: SocketAddr,
-    local: SocketAddr,
-    config: &ListenerConfig,
-    cx: &Context,
-) {
-    let accepted = Instant::now();
-    let metrics = &*cx.metrics;
-    metrics.active.inc();
-    let snapshot = cx.snapshot.borrow().clone();
-    let mut log = AccessLog {
-        client: peer,
-        listener: local,
-        sni: None,
-        alpn: Vec::new(),
-        route: None,
-        alpn_selected: None,
-        tls_version: None,
-        early_data: false,
-        pool: None,
-        origin: None,
-        origin_addr: None,
-        bytes_up: 0,
-        bytes_down: 0,
-        hello_time: None,
-        connect_time: None,
-        first_byte: None,
-        duration: Default::default(),
-        reason: CloseReason::Done,
-        detail: None,
-    };
-    // Without NODELAY the TLS flights we relay can wait on Nagle for an ACK: a lost round trip.
-    let _ = sockopt::set_nodelay(&client);
+    mut log: AccessLog,
+    config: Arc<ListenerConfig>,
+    cx: Arc<Context>,
+    permit: OwnedSemaphorePermit,
+) -> impl Future<Output = ()> + Send {
+    async move {
+        let (config, cx) = (&*config, &*cx);
+        let accepted = Instant::now();
+        let metrics = &*cx.metrics;
+        metrics.active.inc();
+        let snapshot = cx.snapshot.borrow().clone();
+        // Without NODELAY the TLS flights we relay can wait on Nagle for an ACK: a lost round trip.
+        let _ = sockopt::set_nodelay(&client);
 
-    let mut route_metrics = None;
-    let reason = 'conn: {
-        let read = peek::read_hello(&mut client, config.proxy_protocol);
-        let hello = match tokio::time::timeout(snapshot.timeouts.client_hello, read).await {
-            Err(_) => break 'conn CloseReason::HelloTimeout,
-            Ok(Err(e)) => {
-                refuse_bad_hello(&mut client, &e).await;
-                log.detail = Some(e.to_string());
-                break 'conn CloseReason::from(&e);
+        let mut route_metrics = None;
+        let reason = 'conn: {
+            let read = peek::read_hello(&mut client, config.proxy_protocol);
+            let hello = match tokio::time::timeout(snapshot.timeouts.client_hello, read).await {
+                Err(_) => break 'conn CloseReason::HelloTimeout,
+                Ok(Err(e)) => {
+                    refuse_bad_hello(&mut client, &e).await;
+                    log.detail = Some(e.to_string());
+                    break 'conn CloseReason::from(&e);
+                }
+                Ok(Ok(h)) => h,
+            };
+            metrics.hello_parsed.inc();
+            log.hello_time = Some(accepted.elapsed());
+            if let Some(src) = hello.proxied_source {
+                log.client = src;
             }
-            // Boxed: the hello is handed down through every layer of the connection's future,
-            // and each layer would otherwise keep its own 112-byte slot for it for as long as
-            // the connection lives.
-            Ok(Ok(h)) => Box::new(h),
+            log.sni = hello.sni.clone();
+            log.alpn = hello.alpn.clone();
+
+            let Some(route) = snapshot.routes.lookup(hello.sni.as_deref()) else {
+                let _ = client.write_all(&peek::alert(peek::ALERT_UNRECOGNIZED_NAME)).await;
+                break 'conn CloseReason::UnknownSni;
+            };
+            log.route = Some(route.name.clone());
+            let rm = route.metrics(metrics);
+            route_metrics = Some(rm);
+            let ctx = ConnCtx {
+                snapshot: &snapshot,
+                route,
+                route_metrics: rm,
+                metrics,
+                trust_forwarded: config.trust_forwarded,
+                stop: &cx.stop,
+                cut: &cx.cut,
+                accepted,
+            };
+            action::serve(client, hello, &ctx, &mut log).await
         };
-        metrics.hello_parsed.inc();
-        log.hello_time = Some(accepted.elapsed());
-        if let Some(src) = hello.proxied_source {
-            log.client = src;
+
+        log.reason = reason;
+        log.duration = accepted.elapsed();
+        if reason.is_hello_rejection() {
+            metrics.hello_rejected.get_or_create(&ReasonLabel { reason }).inc();
         }
-        log.sni = hello.sni.clone();
-        log.alpn = hello.alpn.clone();
-
-        let Some(route) = snapshot.routes.lookup(hello.sni.as_deref()) else {
-            let _ = client.write_all(&peek::alert(peek::ALERT_UNRECOGNIZED_NAME)).await;
-            break 'conn CloseReason::UnknownSni;
-        };
-        log.route = Some(route.name.clone());
-        let rm = route.metrics(metrics);
-        route_metrics = Some(rm);
-        let ctx = ConnCtx {
-            snapshot: &snapshot,
-            route,
-            route_metrics: rm,
-            metrics,
-            trust_forwarded: config.trust_forwarded,
-            stop: &cx.stop,
-            cut: &cx.cut,
-            accepted,
-        };
-        action::serve(client, hello, &ctx, &mut log).await
-    };
-
-    log.reason = reason;
-    log.duration = accepted.elapsed();
-    if reason.is_hello_rejection() {
-        metrics.hello_rejected.get_or_create(&ReasonLabel { reason }).inc();
+        match route_metrics {
+            Some(m) => m.closed(reason),
+            None => metrics.closed_unrouted(reason),
+        }
+        metrics.active.dec();
+        log.emit();
+        drop(permit);
     }
-    match route_metrics {
-        Some(m) => m.closed(reason),
-        None => metrics.closed_unrouted(reason),
-    }
-    metrics.active.dec();
-    log.emit();
 }
 
 /// Tell the client why, in the protocol it spoke: an HTTP 400 to plain HTTP, a TLS alert to a

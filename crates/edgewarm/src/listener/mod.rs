@@ -57,11 +57,8 @@ pub(crate) async fn accept_loop(listener: TcpListener, config: ListenerConfig, c
             Ok((stream, peer)) => {
                 backoff = BACKOFF_MIN;
                 accepted.inc();
-                let (cx2, config) = (cx.clone(), config.clone());
-                cx.tracker.spawn(async move {
-                    conn::handle(stream, peer, local, &config, &cx2).await;
-                    drop(permit);
-                });
+                let log = crate::accesslog::AccessLog::new(peer, local);
+                cx.tracker.spawn(conn::handle(stream, log, config.clone(), cx.clone(), permit));
             }
             Err(e) if is_resource_exhaustion(&e) => {
                 cx.metrics.accept_errors.get_or_create(&AcceptErrorLabel { reason: AcceptError::Resources }).inc();
