@@ -44,6 +44,7 @@ use crate::route::RouteAction;
 use crate::snapshot::Snapshot;
 use crate::tls::early::Handshake;
 use crate::transport::idle::IdleTimeout;
+use crate::transport::Batched;
 use crate::upstream::body as upstream_body;
 use crate::upstream::body::{self, Capped, OriginBody};
 use crate::upstream::conn::Slot;
@@ -136,7 +137,10 @@ pub(crate) async fn serve(
     // A client that moves no byte for `timeouts.idle` (silent between requests, or no longer
     // reading a response) is closed, releasing every origin stream it held.
     let tls = IdleTimeout::new(tls, ctx.snapshot.timeouts.idle);
-    let conn = builder.serve_connection_with_upgrades(TokioIo::new(crate::transport::Batched::new(tls)), service);
+    // HTTP/2 writes are gathered (many streams' tasks queue frames for one connection);
+    // HTTP/1.1 has one response at a time and nothing to gather.
+    let tls = if alpn.as_deref() == Some(b"h2".as_slice()) { Batched::new(tls) } else { Batched::pass_through(tls) };
+    let conn = builder.serve_connection_with_upgrades(TokioIo::new(tls), service);
     tokio::pin!(conn);
     // Shutdown, or a reload that retired this route's origin connections: first ask the
     // connection to finish gracefully (HTTP/2 GOAWAY, HTTP/1.1 close after the current

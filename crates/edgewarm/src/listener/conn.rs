@@ -53,10 +53,17 @@ pub(crate) fn handle(
         let reason = 'conn: {
             let read = peek::read_hello(&mut client, config.proxy_protocol);
             let hello = match tokio::time::timeout(snapshot.timeouts.client_hello, read).await {
-                Err(_) => break 'conn CloseReason::HelloTimeout,
+                // The socket is closed here, before the permit at the end: a connection that
+                // ends early must not hold its place in `max_connections` past its socket, nor
+                // its socket past its place.
+                Err(_) => {
+                    drop(client);
+                    break 'conn CloseReason::HelloTimeout;
+                }
                 Ok(Err(e)) => {
                     refuse_bad_hello(&mut client, &e).await;
                     log.detail = Some(e.to_string());
+                    drop(client);
                     break 'conn CloseReason::from(&e);
                 }
                 Ok(Ok(h)) => h,
@@ -71,6 +78,7 @@ pub(crate) fn handle(
 
             let Some(route) = snapshot.routes.lookup(hello.sni.as_deref()) else {
                 let _ = client.write_all(&peek::alert(peek::ALERT_UNRECOGNIZED_NAME)).await;
+                drop(client);
                 break 'conn CloseReason::UnknownSni;
             };
             log.route = Some(route.name.clone());

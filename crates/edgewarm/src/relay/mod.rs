@@ -222,8 +222,8 @@ impl Relay<'_> {
             splice::Fallback::NoPipe(e) => (RelayFallback::NoPipe, e),
             splice::Fallback::Refused(e) => (RelayFallback::SpliceRefused, e),
         };
-        // One line per route and reason, then only the counter: when descriptors run out this
-        // happens for every chunk of every tunnel.
+        // One line per route and reason (per configuration loaded), then only the counter:
+        // when descriptors run out this happens to every relay direction that needs a pipe.
         if self.metrics.relay_fallback(reason) {
             tracing::warn!(route = %self.metrics.route, reason = reason.label(), error = %e,
                 "relay fell back from splice to copy (counted in edgewarm_relay_copy_fallbacks_total; further ones on this route are not logged)");

@@ -28,11 +28,19 @@ pub struct Batched<S> {
     /// Between a batch's first write (after its turn of the scheduler) and the flush that
     /// ends the batch: writes go straight through.
     open: bool,
+    /// Off: every write goes straight through (a protocol with one writer, such as an
+    /// HTTP/1.1 connection, has nothing to gather and would only pay the extra poll).
+    batching: bool,
 }
 
 impl<S> Batched<S> {
     pub fn new(inner: S) -> Self {
-        Self { inner, open: false }
+        Self { inner, open: false, batching: true }
+    }
+
+    /// The same type, never waiting: for streams that may or may not carry HTTP/2.
+    pub fn pass_through(inner: S) -> Self {
+        Self { inner, open: true, batching: false }
     }
 
     pub fn get_ref(&self) -> &S {
@@ -81,7 +89,7 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for Batched<S> {
 
     fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         let flushed = Pin::new(&mut self.inner).poll_flush(cx);
-        if flushed.is_ready() {
+        if flushed.is_ready() && self.batching {
             self.open = false;
         }
         flushed
@@ -132,6 +140,19 @@ mod tests {
         let mut got = [0u8; 6];
         b.read_exact(&mut got).await.unwrap();
         assert_eq!(&got, b"onetwo");
+    }
+
+    #[tokio::test]
+    async fn pass_through_never_waits() {
+        let (a, _b) = tokio::io::duplex(1024);
+        let mut w = Batched::pass_through(a);
+        let waker = Waker::from(Arc::new(Count(AtomicUsize::new(0))));
+        let mut cx = Context::from_waker(&waker);
+        let mut w = Pin::new(&mut w);
+        for _ in 0..2 {
+            assert!(matches!(w.as_mut().poll_write(&mut cx, b"x"), Poll::Ready(Ok(1))));
+            assert!(w.as_mut().poll_flush(&mut cx).is_ready());
+        }
     }
 
     #[tokio::test]

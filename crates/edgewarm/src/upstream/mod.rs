@@ -320,7 +320,9 @@ impl Upstream {
     /// Start a request: on the least loaded connection with a free stream; if all are full,
     /// on a new connection (up to `max_connections`); else wait for room.
     pub async fn send(self: &Arc<Self>, request: &Request<()>, end_of_stream: bool) -> Result<Sent, UpstreamError> {
-        // Waiting for room is bounded like a connect: a busy origin gets a 503, not a hang.
+        // Waiting for room is bounded like a connect, from the moment the request came (a
+        // connect it spilled into counts too): a busy origin gets a 503, not a hang.
+        let entered = Instant::now();
         let mut deadline = None;
         // Registered only once a look found no room (see `Room`): the common case, a free
         // place on the first look, touches no waiter list.
@@ -377,7 +379,7 @@ impl Upstream {
                     _ => {}
                 }
             }
-            let deadline = *deadline.get_or_insert_with(|| Instant::now() + self.state().connect_timeout);
+            let deadline = *deadline.get_or_insert_with(|| entered + self.state().connect_timeout);
             match waiter.as_mut() {
                 // First time full: register, then look again before sleeping.
                 None => waiter = Some(self.room.wait()),

@@ -111,10 +111,14 @@ impl<'a> ClientHello<'a> {
         // was a fifth of the parse.
         let mut low: u64 = 0;
         let mut high: [u16; 32] = [0; 32];
-        let mut n_high = 0;
+        let (mut n_high, mut n_all) = (0, 0);
         while !e.done() {
             let ty = e.u16("extension type")?;
             let data = e.vec16("extension length")?;
+            if n_all == 64 {
+                return Err(HelloError::Malformed("too many extensions"));
+            }
+            n_all += 1;
             if ty < 64 {
                 let bit = 1u64 << ty;
                 if low & bit != 0 {
