@@ -13,13 +13,10 @@ requests=${2:-40000}
 root=$(cd "$(dirname "$0")/.." && pwd)
 cargo build --release -q -p edgewarm --manifest-path "$root/Cargo.toml"
 edgewarm="$root/target/release/edgewarm"
-dir=$(mktemp -d)
-pids=()
-cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; rm -rf "$dir"; }
-trap cleanup EXIT
-
 # shellcheck source=scripts/bench-lib.sh
 . "$root/scripts/bench-lib.sh"
+bench_workdir
+
 bench_ca
 bench_cert origin.test DNS:origin.test
 bench_cert b.test DNS:b.test

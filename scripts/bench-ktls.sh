@@ -38,12 +38,10 @@ if [ -z "${EDGEWARM_PREBUILT:-}" ]; then
   cargo build --release -q -p edgewarm -p edgewarm-lab --manifest-path "$root/Cargo.toml"
 fi
 edgewarm="$root/target/release/edgewarm" lab="$root/target/release/edgewarm-lab"
-dir=$(mktemp -d)
-pids=()
-cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; rm -rf "$dir"; }
-trap cleanup EXIT
-
+# shellcheck source=scripts/bench-lib.sh
 . "$root/scripts/bench-lib.sh"
+bench_workdir
+
 bench_ca
 bench_cert origin "DNS:origin.test"
 bench_cert edge "DNS:u.test,DNS:k.test,DNS:a.test"

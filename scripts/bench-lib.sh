@@ -1,5 +1,13 @@
-# Shared by the bench scripts (sourced): a throwaway PKI in $dir, and waiting for ports.
+# Shared by the bench scripts (sourced): a throwaway folder and its cleanup, a PKI in it, and
+# waiting for ports.
 # shellcheck shell=bash
+
+# $dir: a new folder, removed on exit (kept with KEEP=1) after every pid in $pids is killed.
+bench_workdir() {
+  dir=$(mktemp -d)
+  pids=()
+  trap 'for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; [ -n "${KEEP:-}" ] || rm -rf "$dir"' EXIT
+}
 
 # $dir/ca.pem and ca.key: a P-256 CA valid for two days.
 bench_ca() {

@@ -25,12 +25,9 @@ n2=${2:-250}
 root=$(cd "$(dirname "$0")/.." && pwd)
 cargo build --release -q -p edgewarm -p edgewarm-lab --manifest-path "$root/Cargo.toml"
 edgewarm="$root/target/release/edgewarm" lab="$root/target/release/edgewarm-lab"
-dir=$(mktemp -d)
-pids=()
-cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; rm -rf "$dir"; }
-trap cleanup EXIT
 # shellcheck source=scripts/bench-lib.sh
 . "$root/scripts/bench-lib.sh"
+bench_workdir
 bench_ca
 bench_cert origin "DNS:origin.test,DNS:a.test"
 mkdir -p "$dir/tmp" "$dir/www"

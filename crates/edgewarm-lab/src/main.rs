@@ -111,14 +111,9 @@ async fn origin(opts: edgewarm_lab::origin::OriginOpts) -> ExitCode {
             return ExitCode::from(EXIT_USAGE);
         }
     };
-    let listener = match edgewarm::transport::sockopt::bind_listener(opts.listen, 256)
-        .and_then(tokio::net::TcpListener::from_std)
-    {
+    let listener = match bind("origin", opts.listen, 256) {
         Ok(l) => l,
-        Err(e) => {
-            eprintln!("edgewarm-lab origin: {}: {e}", opts.listen);
-            return ExitCode::from(EXIT_BIND);
-        }
+        Err(code) => return code,
     };
     edgewarm_lab::origin::serve(listener, tls, &opts, async {
         let _ = tokio::signal::ctrl_c().await;
@@ -128,20 +123,26 @@ async fn origin(opts: edgewarm_lab::origin::OriginOpts) -> ExitCode {
 }
 
 async fn forward(opts: ForwardOpts) -> ExitCode {
-    let listener = match edgewarm::transport::sockopt::bind_listener(opts.listen, 1024)
-        .and_then(tokio::net::TcpListener::from_std)
-    {
+    let listener = match bind("forward", opts.listen, 0) {
         Ok(l) => l,
-        Err(e) => {
-            eprintln!("edgewarm-lab forward: {}: {e}", opts.listen);
-            return ExitCode::from(EXIT_BIND);
-        }
+        Err(code) => return code,
     };
     tokio::select! {
         () = edgewarm_test_support::plain_forward(listener, opts.origin) => {}
         _ = tokio::signal::ctrl_c() => {}
     }
     ExitCode::SUCCESS
+}
+
+/// A listener for `command` (with a Fast Open queue of `fastopen`, 0 for none), or its
+/// one-line error and EX_UNAVAILABLE.
+fn bind(command: &str, addr: std::net::SocketAddr, fastopen: u32) -> Result<tokio::net::TcpListener, ExitCode> {
+    edgewarm::transport::sockopt::bind_listener(addr, fastopen).and_then(tokio::net::TcpListener::from_std).map_err(
+        |e| {
+            eprintln!("edgewarm-lab {command}: {addr}: {e}");
+            ExitCode::from(EXIT_BIND)
+        },
+    )
 }
 
 fn init_logging() {

@@ -43,10 +43,6 @@ impl<S> Batched<S> {
         Self { inner, open: true, batching: false }
     }
 
-    pub fn get_ref(&self) -> &S {
-        &self.inner
-    }
-
     /// Start a batch: the first write waits for one turn of the scheduler.
     fn wait_turn(&mut self, cx: &mut Context<'_>) -> bool {
         if self.open {
