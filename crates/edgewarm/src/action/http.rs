@@ -19,7 +19,7 @@
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -340,25 +340,33 @@ impl Shared {
         response
     }
 
-    /// The request as the origin should get it, or the answer to give the client instead: 400
-    /// for a request that cannot be forwarded; 421 for a name this route does not serve (an
-    /// HTTP/2 client reusing the connection for another name its certificate covers), so the
-    /// client opens a connection for that name and is routed afresh.
-    // The error is the response to send, used at once: boxing it would only add an allocation.
+    /// The request as the origin should get it, or the answer to give the client instead (see
+    /// [`Self::origin_target`]).
     #[allow(clippy::result_large_err)]
     fn origin_request<B>(&self, req: &Request<B>, rlog: &mut RequestLog) -> Result<Request<()>, Response<Body>> {
-        let head = forward::request(req, &self.facts).map_err(|e| {
+        let target = self.origin_target(req, rlog)?;
+        Ok(forward::head(req, target, &self.facts))
+    }
+
+    /// Where the request goes at the origin, or the answer to give the client instead: 400 for
+    /// a request that cannot be forwarded; 421 for a name this route does not serve (an HTTP/2
+    /// client reusing the connection for another name its certificate covers), so the client
+    /// opens a connection for that name and is routed afresh.
+    // The error is the response to send, used at once: boxing it would only add an allocation.
+    #[allow(clippy::result_large_err)]
+    fn origin_target<B>(&self, req: &Request<B>, rlog: &mut RequestLog) -> Result<http::Uri, Response<Body>> {
+        let target = forward::target(req).map_err(|e| {
             rlog.detail = Some(e.to_string());
             error_response(StatusCode::BAD_REQUEST, "bad request\n")
         })?;
-        let host = head.uri().host().unwrap_or_default();
+        let host = target.host().unwrap_or_default();
         // A connection without SNI (by address) was routed by that; it serves any name.
         let routed = self.snapshot.routes.lookup(Some(host));
         if &*self.route != crate::route::NO_SNI && routed.is_none_or(|r| r.name != self.route) {
             rlog.detail = Some(format!("{host} is not served by route {}", self.route));
             return Err(error_response(StatusCode::MISDIRECTED_REQUEST, "misdirected request\n"));
         }
-        Ok(head)
+        Ok(target)
     }
 
     /// A protocol upgrade (WebSocket): an RFC 8441 stream on the standing connections when the
@@ -488,7 +496,7 @@ impl Shared {
     async fn forward(
         &self,
         req: Request<Capped<Incoming>>,
-        mut early: bool,
+        early: bool,
         rlog: &mut RequestLog,
         started: Instant,
     ) -> Result<(http::response::Parts, h2::RecvStream, Slot, Option<Upload>), Response<Body>> {
@@ -496,11 +504,19 @@ impl Shared {
             rlog.detail = Some("CONNECT is not proxied".into());
             return Err(error_response(StatusCode::METHOD_NOT_ALLOWED, "CONNECT is not allowed\n"));
         }
-        let mut head = self.origin_request(&req, rlog)?;
-        if early {
-            head.headers_mut().insert(EARLY_DATA, http::HeaderValue::from_static("1"));
-        }
-        let body = req.into_body();
+        let target = self.origin_target(&req, rlog)?;
+        let (parts, body) = req.into_parts();
+        let client_head = Request::from_parts(parts, ());
+        // The origin request is built from the client's head each time it is placed on a
+        // stream (h2 takes it whole), so the common case copies the client's headers once.
+        let early = AtomicBool::new(early);
+        let mut build = || {
+            let mut head = forward::head(&client_head, target.clone(), &self.facts);
+            if early.load(Ordering::Relaxed) {
+                head.headers_mut().insert(EARLY_DATA, http::HeaderValue::from_static("1"));
+            }
+            head
+        };
         let end_of_stream = hyper::body::Body::is_end_stream(&body);
         // A small body of known length is read first and kept, so the request can be sent
         // again when the origin provably never took it (a large one streams and cannot be).
@@ -522,7 +538,7 @@ impl Shared {
         let (response, slot, upload) = loop {
             attempt += 1;
             let Origin::H2(upstream) = &self.origin else { unreachable!("HTTP/1.1 origins are served by forward_h1") };
-            let sent = upstream.send(&head, end_of_stream).await.map_err(|e| {
+            let sent = upstream.send(&mut build, end_of_stream).await.map_err(|e| {
                 rlog.detail = Some(e.to_string());
                 self.metrics.error(&self.route, HttpError::NoConnection);
                 error_response(StatusCode::SERVICE_UNAVAILABLE, "origin unavailable\n")
@@ -568,7 +584,7 @@ impl Shared {
                 Ok(Err(e))
                     if resendable
                         && attempt < MAX_ATTEMPTS
-                        && idempotent(head.method())
+                        && idempotent(client_head.method())
                         && (e.is_io() || e.is_go_away()) =>
                 {
                     // The connection died before any response header: the origin may or may not
@@ -583,10 +599,11 @@ impl Shared {
                     rlog.detail = Some(e.to_string());
                     return Err(error_response(StatusCode::BAD_GATEWAY, "origin failed\n"));
                 }
-                Ok(Ok(resp)) if early && resp.status() == StatusCode::TOO_EARLY && resendable => {
+                Ok(Ok(resp))
+                    if early.load(Ordering::Relaxed) && resp.status() == StatusCode::TOO_EARLY && resendable =>
+                {
                     // Sent again once the handshake is complete, no longer early.
-                    early = false;
-                    head.headers_mut().remove(EARLY_DATA);
+                    early.store(false, Ordering::Relaxed);
                     attempt -= 1;
                     if !self.after_too_early(rlog).await {
                         return Err(error_response(StatusCode::BAD_REQUEST, "TLS handshake failed\n"));

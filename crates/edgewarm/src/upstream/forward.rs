@@ -45,6 +45,11 @@ static X_FORWARDED_PROTO: HeaderName = HeaderName::from_static("x-forwarded-prot
 
 /// Remove hop-by-hop headers, including those the `Connection` header names.
 fn strip_hop_by_hop(headers: &mut HeaderMap) {
+    // Most messages carry none (HTTP/2 forbids them): one pass over the few names present
+    // finds that out for less than a hashed lookup per hop-by-hop name.
+    if !headers.keys().any(|k| HOP_BY_HOP.contains(k)) {
+        return;
+    }
     let named: Vec<HeaderName> = headers
         .get_all(header::CONNECTION)
         .iter()
@@ -124,7 +129,15 @@ impl ClientFacts {
 }
 
 /// The origin-bound request (without body) for a client's request head.
-pub(crate) fn request<B>(client_req: &Request<B>, client: &ClientFacts) -> Result<Request<()>, BadRequest> {
+#[cfg(test)]
+fn request<B>(client_req: &Request<B>, client: &ClientFacts) -> Result<Request<()>, BadRequest> {
+    Ok(head(client_req, target(client_req)?, client))
+}
+
+/// The origin-bound target (`https://authority/path`) for a client's request, or why it cannot
+/// be forwarded. Checked once per request; [`head`] then builds the request from it as often as
+/// it is sent.
+pub(crate) fn target<B>(client_req: &Request<B>) -> Result<Uri, BadRequest> {
     let host_header = client_req.headers().get(header::HOST).and_then(|h| h.to_str().ok()).filter(|h| !h.is_empty());
     // The client's own authority and path are reused as they are (shared bytes, no parse)
     // whenever they can be.
@@ -149,11 +162,16 @@ pub(crate) fn request<B>(client_req: &Request<B>, client: &ClientFacts) -> Resul
     target.scheme = Some(Scheme::HTTPS);
     target.path_and_query =
         Some(client_req.uri().path_and_query().cloned().unwrap_or_else(|| PathAndQuery::from_static("/")));
-    target.authority = Some(authority.clone());
-    let uri = Uri::from_parts(target).map_err(|_| BadRequest::Target)?;
-    let authority = authority.as_str();
+    target.authority = Some(authority);
+    Uri::from_parts(target).map_err(|_| BadRequest::Target)
+}
+
+/// The origin-bound request for a client's request head and its checked [`target`]: the
+/// client's headers (one copy) less the hop-by-hop ones, with the forwarding headers set.
+pub(crate) fn head<B>(client_req: &Request<B>, target: Uri, client: &ClientFacts) -> Request<()> {
     let mut headers = client_req.headers().clone();
     strip_hop_by_hop(&mut headers);
+    let authority = target.authority().map_or("", |a| a.as_str());
     if client.trusted {
         let forwarded = client.forwarded_text(authority);
         // Behind a trusted load balancer: its view of the client comes first, ours after
@@ -182,11 +200,12 @@ pub(crate) fn request<B>(client_req: &Request<B>, client: &ClientFacts) -> Resul
         }
     }
     headers.append(header::VIA, HeaderValue::from_static(via(client_req.version())));
-    let mut out = Request::builder().method(client_req.method().clone()).uri(uri).version(Version::HTTP_2);
-    if let Some(h) = out.headers_mut() {
-        *h = headers;
-    }
-    out.body(()).map_err(|_| BadRequest::Target)
+    let mut out = Request::new(());
+    *out.method_mut() = client_req.method().clone();
+    *out.uri_mut() = target;
+    *out.version_mut() = Version::HTTP_2;
+    *out.headers_mut() = headers;
+    out
 }
 
 /// The client-bound response headers for an origin's response.

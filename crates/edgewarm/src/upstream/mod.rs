@@ -319,7 +319,14 @@ impl Upstream {
 
     /// Start a request: on the least loaded connection with a free stream; if all are full,
     /// on a new connection (up to `max_connections`); else wait for room.
-    pub async fn send(self: &Arc<Self>, request: &Request<()>, end_of_stream: bool) -> Result<Sent, UpstreamError> {
+    ///
+    /// `build` makes the request each time it is placed on a stream: h2 takes it whole, and a
+    /// connection found going away at that moment means placing it again elsewhere.
+    pub async fn send(
+        self: &Arc<Self>,
+        build: &mut (dyn FnMut() -> Request<()> + Send),
+        end_of_stream: bool,
+    ) -> Result<Sent, UpstreamError> {
         // Waiting for room is bounded like a connect, from the moment the request came (a
         // connect it spilled into counts too): a busy origin gets a 503, not a hang.
         let entered = Instant::now();
@@ -357,7 +364,7 @@ impl Upstream {
                 (best, open)
             };
             if let Some((conn, slot)) = best {
-                match conn.send(request.clone(), end_of_stream) {
+                match conn.send(build(), end_of_stream) {
                     Ok((response, body, reused)) => return Ok(Sent { response, body, slot, conn_id: conn.id, reused }),
                     // The connection is going away (GOAWAY seen) or broken: the request was
                     // never sent, so it may go on another connection.

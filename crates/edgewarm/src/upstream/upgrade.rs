@@ -156,7 +156,7 @@ pub(crate) async fn websocket_h2(
     h.remove(header::HOST);
     h.remove(header::SEC_WEBSOCKET_KEY);
     connect.extensions_mut().insert(h2::ext::Protocol::from_static("websocket"));
-    let sent = upstream.send(&connect, false).await?;
+    let sent = upstream.send(&mut || connect.clone(), false).await?;
     let response = tokio::time::timeout(timeout, sent.response).await.map_err(|_| UpgradeError::Timeout)??;
     let (mut parts, recv) = response.into_parts();
     forward::response_headers(&mut parts.headers);
