@@ -399,6 +399,62 @@ async fn a_client_that_stops_reading_is_closed_and_its_stream_released() {
     edge.stop().await;
 }
 
+/// An HTTP/2 client's streams end with it: one it resets mid-response frees its origin stream
+/// at once while the connection goes on serving, and one it stops reading holds the origin to
+/// the client's window until the idle timeout closes the connection, which frees that origin
+/// stream too.
+#[tokio::test]
+async fn an_http2_client_that_resets_or_stops_reading_frees_its_origin_streams() {
+    let fx = fixture();
+    let (origin, _) = h2_origin(&fx.origin, H2Opts::default()).await;
+    let edge = edge(&fx.route(origin, "    upstream: {connections: 1}\n"), "timeouts:\n  idle: 500ms\n", "").await;
+    let (tls, alpn) = tls_client(&fx.edge, edge.addr, "b.test", &["h2"]).await.unwrap();
+    assert_eq!(alpn.as_deref(), Some("h2"));
+    let (mut send, conn) = h2::client::handshake(tls).await.unwrap();
+    let driver = tokio::spawn(conn);
+    let get = |path: &str| http::Request::get(format!("https://b.test{path}")).body(()).unwrap();
+    let origin_streams = || async { admin_get(edge.admin, "/origins").await.1 };
+    let released = || async {
+        for _ in 0..400 {
+            if origin_streams().await.contains("\"streams\":0") {
+                return true;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        false
+    };
+
+    // 100 MiB asked for; the first chunk read, then the stream reset (dropping it sends
+    // RST_STREAM).
+    let (response, _) = send.send_request(get("/source/104857600"), true).unwrap();
+    let mut body = response.await.unwrap().into_body();
+    assert!(!body.data().await.unwrap().unwrap().is_empty());
+    drop(body);
+    assert!(released().await, "the reset stream's origin stream stays open: {}", origin_streams().await);
+
+    // The connection serves on.
+    send = send.ready().await.unwrap();
+    let (response, _) = send.send_request(get("/after"), true).unwrap();
+    let response = response.await.unwrap();
+    assert_eq!(response.status(), 200);
+    let mut body = response.into_body();
+    let mut text = Vec::new();
+    while let Some(chunk) = body.data().await {
+        text.extend_from_slice(&chunk.unwrap());
+    }
+    assert_eq!(text, b"hello /after");
+
+    // 100 MiB asked for and never read: the client's window fills, the edge stops reading the
+    // origin, and the idle timeout ends the connection and the origin stream with it.
+    let (response, _) = send.send_request(get("/source/104857600"), true).unwrap();
+    let held = response.await.unwrap();
+    let closed = tokio::time::timeout(Duration::from_secs(10), driver).await;
+    assert!(closed.is_ok(), "the idle timeout did not close the stalled connection");
+    assert!(released().await, "the stalled stream's origin stream stays open: {}", origin_streams().await);
+    drop(held);
+    edge.stop().await;
+}
+
 /// Bad requests are answered, not forwarded: a request head over 64 KiB gets 431, garbage gets
 /// 400; the origin sees neither.
 #[tokio::test]
@@ -422,8 +478,8 @@ async fn oversized_and_malformed_requests_get_431_and_400() {
 }
 
 /// Large transfers through a real client, checked by hash at both ends: curl uploads a stream
-/// the origin hashes as it arrives, and downloads one the origin generates, hashed as it
-/// arrives; nothing touches the disk. 1 GiB each way (EDGEWARM_BIG_TRANSFER=bytes to change).
+/// the origin hashes as it arrives (HTTP/2), and downloads one the origin generates, hashed as
+/// it arrives (HTTP/1.1, then HTTP/2); nothing touches the disk. 1 GiB each way (EDGEWARM_BIG_TRANSFER=bytes to change).
 #[tokio::test(flavor = "multi_thread")]
 #[cfg_attr(not(feature = "system-tests"), ignore = "system test (real clients): scripts/test.sh runs it")]
 async fn a_gibibyte_up_and_down_hashed_at_both_ends() {
@@ -442,7 +498,8 @@ async fn a_gibibyte_up_and_down_hashed_at_both_ends() {
     let want = pattern_sha256(size);
     let mut up = curl(&["--http2", "-T", "-", &format!("https://b.test:{port}/sink")]);
     let mut down = curl(&["--http1.1", &format!("https://b.test:{port}/source/{size}")]);
-    let (sent, received) = tokio::task::spawn_blocking(move || {
+    let mut down_h2 = curl(&["--http2", &format!("https://b.test:{port}/source/{size}")]);
+    let (sent, received, received_h2) = tokio::task::spawn_blocking(move || {
         use std::io::Write;
         let mut up = up.stdin(Stdio::piped()).stdout(Stdio::piped()).spawn().unwrap();
         let mut stdin = up.stdin.take().unwrap();
@@ -458,12 +515,16 @@ async fn a_gibibyte_up_and_down_hashed_at_both_ends() {
         let mut down = down.stdout(Stdio::piped()).spawn().unwrap();
         let received = sha256_of(down.stdout.take().unwrap()).unwrap();
         assert!(down.wait().unwrap().success(), "download failed");
-        (String::from_utf8(out.stdout).unwrap(), received)
+        let mut down = down_h2.stdout(Stdio::piped()).spawn().unwrap();
+        let received_h2 = sha256_of(down.stdout.take().unwrap()).unwrap();
+        assert!(down.wait().unwrap().success(), "HTTP/2 download failed");
+        (String::from_utf8(out.stdout).unwrap(), received, received_h2)
     })
     .await
     .unwrap();
     assert_eq!(sent, want, "the origin received the upload intact");
     assert_eq!(received, want, "the client received the download intact");
+    assert_eq!(received_h2, want, "the HTTP/2 client received the download intact");
     edge.settle().await;
     edge.stop().await;
 }

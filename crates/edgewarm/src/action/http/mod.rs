@@ -1,7 +1,8 @@
 //! `action: http`: terminate TLS and HTTP at the edge; carry each request as a stream on the
 //! route's standing HTTP/2 origin connections ([`crate::upstream`]).
 //!
-//! The client side is hyper's server (HTTP/1.1 keep-alive and HTTP/2, by ALPN), with limits
+//! The client side is hyper's server for HTTP/1.1 keep-alive, and the `h2` crate's for HTTP/2
+//! (by ALPN), every stream run in its connection's task ([`streams`]), with limits
 //! that answer abuse instead of absorbing it: header size (431), slow headers (the connection is
 //! closed), HTTP/2 concurrent streams, and h2's rapid-reset and CONTINUATION-flood guards.
 //! Every request gets one access-log line; the connection gets its own when it closes.
@@ -33,6 +34,8 @@ use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
 use tokio::net::TcpStream;
 
+mod streams;
+
 use super::{terminate_tls, ConnCtx};
 use crate::accesslog::{AccessLog, RequestLog};
 use crate::error::CloseReason;
@@ -56,6 +59,10 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 type Body = BoxBody<Bytes, Box<dyn std::error::Error + Send + Sync>>;
+
+/// A client's request body: hyper's (HTTP/1.1) or h2's ([`h2`]).
+trait ClientBody: hyper::body::Body<Data = Bytes> + Send + Sync + Unpin + 'static {}
+impl<B: hyper::body::Body<Data = Bytes> + Send + Sync + Unpin + 'static> ClientBody for B {}
 
 /// Largest request head accepted (HTTP/1.1 buffer, HTTP/2 header list): 431 beyond.
 const MAX_HEADER_BYTES: usize = 64 * 1024;
@@ -109,15 +116,42 @@ pub(crate) async fn serve(
         handshake,
         early_metrics: ctx.metrics.early.requests.clone(),
     });
+    // Shutdown, or a reload that retired this route's origin connections: first ask the
+    // connection to finish gracefully (HTTP/2 GOAWAY, HTTP/1.1 close after the current
+    // response) so the client's next request comes in afresh; at the end of the grace period
+    // of a shutdown, cut it.
+    // An HTTP/1.1 pool belongs to its snapshot and is never retired while in use.
+    let retired = match &shared.origin {
+        Origin::H2(u) => u.retired().clone(),
+        Origin::H1(_) => CancellationToken::new(),
+    };
+    // A client that moves no byte for `timeouts.idle` (silent between requests, or no longer
+    // reading a response) is closed, releasing every origin stream it held.
+    let tls = IdleTimeout::new(tls, ctx.snapshot.timeouts.idle);
+    if alpn.as_deref() == Some(b"h2".as_slice()) {
+        // HTTP/2 writes are gathered (many streams' responses leave in one write).
+        let ended = streams::serve(Batched::new(tls), shared.clone(), ctx.stop, &retired, ctx.cut).await;
+        log.bytes_up = shared.up.load(Ordering::Relaxed);
+        log.bytes_down = shared.down.load(Ordering::Relaxed);
+        return match ended {
+            streams::Ended::Done => CloseReason::Done,
+            streams::Ended::Cut => CloseReason::Shutdown,
+            streams::Ended::Failed(e) => {
+                log.detail = Some(e.to_string());
+                CloseReason::ClientReset
+            }
+        };
+    }
     let service = {
         let shared = shared.clone();
         service_fn(move |req| {
             let shared = shared.clone();
-            // Boxed: the request's future is large, and hyper spawns a task per HTTP/2 stream
+            // Boxed: the request's future is large, and hyper spawns a task per request
             // around it; a small task allocates from the allocator's fast path.
-            Box::pin(async move { Ok::<_, Infallible>(shared.handle(req).await) })
+            Box::pin(async move { Ok::<_, Infallible>(shared.handle_hyper(req).await) })
         })
     };
+    // HTTP/1.1 (or HTTP/2 with prior knowledge, which hyper detects) on hyper's server.
     let mut builder = auto::Builder::new(TokioExecutor::new());
     builder
         .http1()
@@ -130,27 +164,11 @@ pub(crate) async fn serve(
         .timer(TokioTimer::new())
         .max_concurrent_streams(MAX_CLIENT_STREAMS)
         .max_header_list_size(u32::try_from(MAX_HEADER_BYTES).unwrap_or(u32::MAX))
-        // Rapid reset (CVE-2023-44487): h2 refuses a client that resets streams faster than
-        // this before we accept them, and one that makes us reset too many.
         .max_pending_accept_reset_streams(Some(64))
         .max_local_error_reset_streams(Some(256));
-    // A client that moves no byte for `timeouts.idle` (silent between requests, or no longer
-    // reading a response) is closed, releasing every origin stream it held.
-    let tls = IdleTimeout::new(tls, ctx.snapshot.timeouts.idle);
-    // HTTP/2 writes are gathered (many streams' tasks queue frames for one connection);
     // HTTP/1.1 has one response at a time and nothing to gather.
-    let tls = if alpn.as_deref() == Some(b"h2".as_slice()) { Batched::new(tls) } else { Batched::pass_through(tls) };
-    let conn = builder.serve_connection_with_upgrades(TokioIo::new(tls), service);
+    let conn = builder.serve_connection_with_upgrades(TokioIo::new(Batched::pass_through(tls)), service);
     tokio::pin!(conn);
-    // Shutdown, or a reload that retired this route's origin connections: first ask the
-    // connection to finish gracefully (HTTP/2 GOAWAY, HTTP/1.1 close after the current
-    // response) so the client's next request comes in afresh; at the end of the grace period
-    // of a shutdown, cut it.
-    // An HTTP/1.1 pool belongs to its snapshot and is never retired while in use.
-    let retired = match &shared.origin {
-        Origin::H2(u) => u.retired().clone(),
-        Origin::H1(_) => CancellationToken::new(),
-    };
     let result = tokio::select! {
         r = conn.as_mut() => r,
         () = async { tokio::select! { () = ctx.stop.cancelled() => {}, () = retired.cancelled() => {} } } => {
@@ -263,22 +281,39 @@ impl Shared {
         self.handshake_done().await
     }
 
+    /// A request read by hyper (HTTP/1.1): a protocol upgrade, which only hyper can hand over,
+    /// or any other request ([`Self::handle`]).
+    async fn handle_hyper(&self, req: Request<Incoming>) -> Response<Body> {
+        if !upgrade::is_upgrade(&req) {
+            return self.handle(req).await;
+        }
+        // Boxed: its future is several KiB, and inline it would make every request's future
+        // (allocated and moved per request) that large.
+        Box::pin(async move {
+            let started = Instant::now();
+            let mut rlog = RequestLog::new(&req, self.client, &self.route);
+            if let Err(response) = self.early_gate(&req).await {
+                return self.answered(rlog, started, response);
+            }
+            let response = self.upgrade(req, &mut rlog).await;
+            self.answered(rlog, started, response)
+        })
+        .await
+    }
+
     /// One request, start to end. Its log line and metrics are written when its response
     /// body ends (or at once for an error answered here), so they carry real sizes and times.
-    async fn handle(&self, req: Request<Incoming>) -> Response<Body> {
+    async fn handle<B>(&self, req: Request<B>) -> Response<Body>
+    where
+        B: ClientBody,
+        B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+    {
         let started = Instant::now();
         let mut rlog = RequestLog::new(&req, self.client, &self.route);
         let early = match self.early_gate(&req).await {
             Ok(early) => early,
             Err(response) => return self.answered(rlog, started, response),
         };
-        // The upgrade and HTTP/1.1-origin paths are boxed: their futures are several KiB, and
-        // inline they would make every request's future (allocated and moved per request)
-        // that large, where the HTTP/2 path needs about 1.5 KiB.
-        if upgrade::is_upgrade(&req) {
-            let response = Box::pin(self.upgrade(req, &mut rlog)).await;
-            return self.answered(rlog, started, response);
-        }
         // A body declared larger than allowed is refused before any of it is read; one that
         // grows past the limit (chunked, or HTTP/2 without content-length) is cut off there.
         let declared = hyper::body::Body::size_hint(req.body()).exact();
@@ -287,6 +322,7 @@ impl Shared {
         }
         let req = req.map(|b| Capped::new(b, self.max_body));
         let tripped = req.body().tripped();
+        // The HTTP/1.1-origin path is boxed like the upgrade: only its requests pay its size.
         if let Origin::H1(h1) = &self.origin {
             return match Box::pin(self.forward_h1(h1, req, early, &mut rlog, started)).await {
                 Ok((response, lease)) => {
@@ -426,14 +462,18 @@ impl Shared {
     /// to the pool when the response body has ended (the lease is held until then).
     // The error is the response to send (or a 413 in its place), used at once.
     #[allow(clippy::result_large_err)]
-    async fn forward_h1(
+    async fn forward_h1<B>(
         &self,
         h1: &Arc<H1Upstream>,
-        req: Request<Capped<Incoming>>,
+        req: Request<Capped<B>>,
         mut early: bool,
         rlog: &mut RequestLog,
         started: Instant,
-    ) -> Result<(Response<Incoming>, Lease), Response<Body>> {
+    ) -> Result<(Response<Incoming>, Lease), Response<Body>>
+    where
+        B: ClientBody,
+        B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+    {
         let head = self.origin_request(&req, rlog)?;
         let authority = head.uri().authority().map(|a| a.as_str().to_string()).unwrap_or_default();
         let path: http::Uri = head
@@ -493,13 +533,17 @@ impl Shared {
 
     /// Send the request to the origin and return its response head and body stream, or the
     /// error response to give the client.
-    async fn forward(
+    async fn forward<B>(
         &self,
-        req: Request<Capped<Incoming>>,
+        req: Request<Capped<B>>,
         early: bool,
         rlog: &mut RequestLog,
         started: Instant,
-    ) -> Result<(http::response::Parts, h2::RecvStream, Slot, Option<Upload>), Response<Body>> {
+    ) -> Result<(http::response::Parts, h2::RecvStream, Slot, Option<Upload>), Response<Body>>
+    where
+        B: ClientBody,
+        B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+    {
         if req.method() == http::Method::CONNECT {
             rlog.detail = Some("CONNECT is not proxied".into());
             return Err(error_response(StatusCode::METHOD_NOT_ALLOWED, "CONNECT is not allowed\n"));

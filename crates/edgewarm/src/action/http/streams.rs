@@ -1,0 +1,261 @@
+//! HTTP/2 clients, served on the `h2` crate directly: every stream of a connection is run
+//! inside that connection's own task.
+//!
+//! Why not hyper's server here (it still serves HTTP/1.1): hyper spawns a task per HTTP/2
+//! stream, so each request was two task polls on top of the connection's, and each response
+//! woke the connection from another task, which then wrote once per wake-up. Here the
+//! connection's task first runs every stream that is ready, then drives the connection once:
+//! the responses that became ready together leave in one write, and a request costs no task
+//! of its own. The price is that one client's streams share one thread, as in an event-loop
+//! proxy; different clients still spread over the runtime's threads.
+//!
+//! What hyper did for us and is done here instead: the window and frame settings (hyper's
+//! defaults), the request body as an [`http_body::Body`] whose window is given back as it is
+//! read, a `Date` on the responses edgewarm writes itself, `Content-Length` from a body of known
+//! size, and the response body piped under the client's flow control: a chunk is handed to h2
+//! only when the stream has window for it, so a slow client slows the origin instead of
+//! growing our buffers. A client's RST_STREAM drops the stream's work (and so resets its origin
+//! stream).
+
+use std::future::poll_fn;
+use std::pin::{pin, Pin};
+use std::sync::Arc;
+use std::task::{ready, Context, Poll};
+
+use bytes::Bytes;
+use futures_util::stream::{FuturesUnordered, StreamExt};
+use h2::server::SendResponse;
+use h2::{RecvStream, SendStream};
+use http::{header, HeaderValue, Request, Response};
+use http_body::{Body as _, Frame, SizeHint};
+use http_body_util::BodyExt;
+use tokio::io::{AsyncRead, AsyncWrite};
+use tokio_util::sync::CancellationToken;
+
+use super::{Body, Shared, MAX_CLIENT_STREAMS, MAX_HEADER_BYTES};
+
+/// hyper's HTTP/2 server defaults, kept: windows large enough for a fast client over a long
+/// path, frames of the protocol's default size, and a bounded send buffer.
+const STREAM_WINDOW: u32 = 1024 * 1024;
+const CONN_WINDOW: u32 = 1024 * 1024;
+const MAX_FRAME: u32 = 16 * 1024;
+const MAX_SEND_BUFFER: usize = 400 * 1024;
+
+/// How a client connection ended.
+pub(super) enum Ended {
+    /// The client closed it, or it closed after a graceful shutdown.
+    Done,
+    /// The shutdown's grace period ran out.
+    Cut,
+    Failed(h2::Error),
+}
+
+/// Serve one HTTP/2 client connection until it ends. `stop` (shutdown, or a reload retiring
+/// the route's origin connections) sends GOAWAY and lets the streams in flight finish; `cut`
+/// then ends whatever is left.
+pub(super) async fn serve<T>(
+    io: T,
+    shared: Arc<Shared>,
+    stop: &CancellationToken,
+    retired: &CancellationToken,
+    cut: &CancellationToken,
+) -> Ended
+where
+    T: AsyncRead + AsyncWrite + Unpin,
+{
+    let mut builder = h2::server::Builder::new();
+    builder
+        .initial_window_size(STREAM_WINDOW)
+        .initial_connection_window_size(CONN_WINDOW)
+        .max_frame_size(MAX_FRAME)
+        .max_send_buffer_size(MAX_SEND_BUFFER)
+        .max_concurrent_streams(MAX_CLIENT_STREAMS)
+        .max_header_list_size(u32::try_from(MAX_HEADER_BYTES).unwrap_or(u32::MAX))
+        // Rapid reset (CVE-2023-44487): h2 refuses a client that resets streams faster than
+        // this before we accept them, and one that makes us reset too many.
+        .max_pending_accept_reset_streams(64)
+        .max_local_error_reset_streams(Some(256));
+    let mut cut_wait = pin!(cut.cancelled());
+    let mut conn = tokio::select! {
+        r = builder.handshake::<_, Bytes>(io) => match r {
+            Ok(conn) => conn,
+            Err(e) => return Ended::Failed(e),
+        },
+        () = &mut cut_wait => return Ended::Cut,
+    };
+    // Pinned once: a cancellation future registers with its token when first polled, which
+    // should not be redone on every turn of the loop.
+    let mut stop_wait = pin!(async {
+        tokio::select! {
+            () = stop.cancelled() => {}
+            () = retired.cancelled() => {}
+        }
+    });
+    let mut streams = FuturesUnordered::new();
+    let mut closing = false;
+    loop {
+        tokio::select! {
+            biased;
+            () = &mut cut_wait, if closing => return Ended::Cut,
+            () = &mut stop_wait, if !closing => {
+                conn.graceful_shutdown();
+                closing = true;
+            }
+            // Every ready stream runs before the connection is driven (below), so responses
+            // that became ready together are written together.
+            Some(()) = streams.next(), if !streams.is_empty() => {}
+            next = conn.accept() => match next {
+                Some(Ok((req, respond))) => streams.push(stream(shared.clone(), req, respond)),
+                Some(Err(e)) => return Ended::Failed(e),
+                // Closed (by the client, or after GOAWAY once every stream was done).
+                None => return Ended::Done,
+            },
+        }
+    }
+}
+
+/// One stream: the request handled, its response sent (head, then body under flow control).
+async fn stream(shared: Arc<Shared>, req: Request<RecvStream>, mut respond: SendResponse<Bytes>) {
+    let length = content_length(req.headers());
+    let req = req.map(|recv| H2Body::new(recv, length));
+    let response = {
+        let handled = pin!(shared.handle(req));
+        tokio::select! {
+            biased;
+            response = handled => response,
+            // The client reset the stream: dropping the request's work resets its origin
+            // stream too.
+            _ = poll_fn(|cx| respond.poll_reset(cx)) => return,
+        }
+    };
+    let (mut head, body) = response.into_parts();
+    if !head.headers.contains_key(header::DATE) {
+        // Only the answers edgewarm writes itself lack one (origins send theirs).
+        if let Ok(date) = HeaderValue::from_str(&httpdate::fmt_http_date(std::time::SystemTime::now())) {
+            head.headers.insert(header::DATE, date);
+        }
+    }
+    let end = body.is_end_stream();
+    if !end && !head.headers.contains_key(header::CONTENT_LENGTH) {
+        if let Some(n) = body.size_hint().exact() {
+            head.headers.insert(header::CONTENT_LENGTH, HeaderValue::from(n));
+        }
+    }
+    match respond.send_response(Response::from_parts(head, ()), end) {
+        Ok(tx) if !end => pipe(body, tx).await,
+        Ok(_) => {}
+        Err(e) => {
+            tracing::debug!(error = %e, "HTTP/2 response head not sent");
+            respond.send_reset(h2::Reason::INTERNAL_ERROR);
+        }
+    }
+}
+
+/// Copy a response body to the client's stream, a chunk at a time, each once the stream has
+/// window for it. Ends early (resetting the stream) if the body fails or the client resets.
+async fn pipe(mut body: Body, mut tx: SendStream<Bytes>) {
+    loop {
+        let frame = {
+            let next = body.frame();
+            tokio::select! {
+                biased;
+                _ = poll_fn(|cx| tx.poll_reset(cx)) => return,
+                frame = next => frame,
+            }
+        };
+        let frame = match frame {
+            None => {
+                let _ = tx.send_data(Bytes::new(), true);
+                return;
+            }
+            Some(Ok(frame)) => frame,
+            Some(Err(e)) => {
+                // The origin's stream failed: the client's gets the origin's reason when it
+                // had one (CANCEL, REFUSED_STREAM...), else INTERNAL_ERROR.
+                let reason = e.downcast_ref::<h2::Error>().and_then(h2::Error::reason);
+                tracing::debug!(error = %e, "response body failed; resetting the client's stream");
+                tx.send_reset(reason.unwrap_or(h2::Reason::INTERNAL_ERROR));
+                return;
+            }
+        };
+        match frame.into_data() {
+            Ok(data) => {
+                let end = body.is_end_stream();
+                // A claim of one byte, raised by h2 to the chunk's size as it sends: claiming
+                // the whole chunk would pin connection window that other streams could use.
+                if !data.is_empty() {
+                    tx.reserve_capacity(1);
+                    while tx.capacity() == 0 {
+                        match poll_fn(|cx| tx.poll_capacity(cx)).await {
+                            Some(Ok(_)) => {}
+                            // Reset or closed meanwhile.
+                            _ => return,
+                        }
+                    }
+                }
+                if tx.send_data(data, end).is_err() || end {
+                    return;
+                }
+            }
+            Err(frame) => {
+                if let Ok(trailers) = frame.into_trailers() {
+                    tx.reserve_capacity(0);
+                    let _ = tx.send_trailers(trailers);
+                    return;
+                }
+            }
+        }
+    }
+}
+
+fn content_length(headers: &http::HeaderMap) -> Option<u64> {
+    headers.get(header::CONTENT_LENGTH)?.to_str().ok()?.trim().parse().ok()
+}
+
+/// A client's request body on HTTP/2. Its window is given back as each chunk is read; the
+/// reader (the upload to the origin) reads the next only once the origin has room, so a slow
+/// origin slows the client.
+pub(super) struct H2Body {
+    recv: RecvStream,
+    /// Declared `Content-Length` (h2 checks the data against it); 0 once the stream has ended.
+    length: Option<u64>,
+    data_done: bool,
+}
+
+impl H2Body {
+    fn new(recv: RecvStream, length: Option<u64>) -> Self {
+        let length = if recv.is_end_stream() { Some(0) } else { length };
+        Self { recv, length, data_done: false }
+    }
+}
+
+impl http_body::Body for H2Body {
+    type Data = Bytes;
+    type Error = h2::Error;
+
+    fn poll_frame(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, h2::Error>>> {
+        if !self.data_done {
+            match ready!(self.recv.poll_data(cx)) {
+                Some(Ok(data)) => {
+                    let _ = self.recv.flow_control().release_capacity(data.len());
+                    return Poll::Ready(Some(Ok(Frame::data(data))));
+                }
+                Some(Err(e)) => return Poll::Ready(Some(Err(e))),
+                None => self.data_done = true,
+            }
+        }
+        match ready!(self.recv.poll_trailers(cx)) {
+            Ok(Some(trailers)) => Poll::Ready(Some(Ok(Frame::trailers(trailers)))),
+            Ok(None) => Poll::Ready(None),
+            Err(e) => Poll::Ready(Some(Err(e))),
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.recv.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.length.map_or_else(SizeHint::default, SizeHint::with_exact)
+    }
+}
