@@ -51,7 +51,8 @@ async fn requests_ride_the_standing_connections() {
 }
 
 /// What the origin is told, and what it is not: hop-by-hop headers go, client-supplied
-/// forwarding headers are replaced by what the edge saw.
+/// forwarding headers are replaced by what the edge saw (all four by default, or the ones
+/// `forward_headers` lists).
 #[tokio::test]
 async fn headers_are_rewritten_for_the_origin() {
     let fx = fixture();
@@ -76,6 +77,20 @@ async fn headers_are_rewritten_for_the_origin() {
     assert_eq!(seen["x-kept"], "yes");
     assert!(!seen.contains_key("x-hop") && !seen.contains_key("connection"), "{seen:?}");
     edge.stop().await;
+
+    // `forward_headers: [x-forwarded-for]`: only that one is added, and the client's others
+    // are still dropped; no Via either way.
+    let only_xff = self::edge(&fx.route(origin, "    forward_headers: [x-forwarded-for]\n"), "", "").await;
+    let mut client = HttpClient::connect(&fx.edge, only_xff.addr, "b.test", true).await.unwrap();
+    let (head, _) = client.send("GET", "b.test", "/h", &headers[2..], vec![]).await.unwrap();
+    assert_eq!(head.status, 200);
+    assert!(!head.headers.contains_key("via"), "{:?}", head.headers);
+    let seen = stats.seen.lock().unwrap().last().cloned().unwrap();
+    assert_eq!(seen["x-forwarded-for"], "127.0.0.1");
+    for gone in ["forwarded", "x-forwarded-proto", "via"] {
+        assert!(!seen.contains_key(gone), "{gone}: {seen:?}");
+    }
+    only_xff.stop().await;
 }
 
 /// Bodies are streamed both ways, intact, over both client protocols.

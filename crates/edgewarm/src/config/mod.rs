@@ -18,8 +18,8 @@ use std::time::Duration;
 use serde::Deserialize;
 
 pub use route::{
-    ActionConfig, EarlyData, HttpConfig, Ktls, PrewarmConfig, ProxyVersion, RouteConfig, TerminateConfig, TunnelConfig,
-    UpstreamConfig, UpstreamProtocol,
+    ActionConfig, EarlyData, ForwardHeader, ForwardHeaders, HttpConfig, Ktls, PrewarmConfig, ProxyVersion, RouteConfig,
+    TerminateConfig, TunnelConfig, UpstreamConfig, UpstreamProtocol,
 };
 pub(crate) use validate::sni_pattern;
 pub use validate::OriginAddr;

@@ -135,6 +135,48 @@ pub struct HttpConfig {
     /// Request bodies larger than this are refused with 413 (none by default, like HAProxy;
     /// nginx's default is 1 MiB).
     pub max_request_body: Option<u64>,
+    /// Which forwarding headers edgewarm adds (all four by default).
+    pub forward_headers: ForwardHeaders,
+}
+
+/// One forwarding header an `http` route can add (`routes[].forward_headers`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ForwardHeader {
+    XForwardedFor,
+    XForwardedProto,
+    Forwarded,
+    Via,
+}
+
+/// The forwarding headers an `http` route adds. Whatever is left out, a client's own
+/// `X-Forwarded-For`, `X-Forwarded-Proto` and `Forwarded` are still removed unless its listener
+/// is trusted (`trust_forwarded`): leaving ours out never lets a client's through.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ForwardHeaders {
+    pub x_forwarded_for: bool,
+    pub x_forwarded_proto: bool,
+    pub forwarded: bool,
+    /// `Via` on requests and responses (RFC 9110 §7.6.3).
+    pub via: bool,
+}
+
+impl Default for ForwardHeaders {
+    fn default() -> Self {
+        Self { x_forwarded_for: true, x_forwarded_proto: true, forwarded: true, via: true }
+    }
+}
+
+impl From<&[ForwardHeader]> for ForwardHeaders {
+    fn from(list: &[ForwardHeader]) -> Self {
+        let has = |h| list.contains(&h);
+        Self {
+            x_forwarded_for: has(ForwardHeader::XForwardedFor),
+            x_forwarded_proto: has(ForwardHeader::XForwardedProto),
+            forwarded: has(ForwardHeader::Forwarded),
+            via: has(ForwardHeader::Via),
+        }
+    }
 }
 
 /// The standing origin connections of an `http` route.
@@ -232,6 +274,8 @@ struct RouteFile {
     #[serde(default, deserialize_with = "size::deserialize_opt")]
     max_request_body: Option<u64>,
     #[serde(default)]
+    forward_headers: Option<Vec<ForwardHeader>>,
+    #[serde(default)]
     early_data: Option<EarlyData>,
     #[serde(default, deserialize_with = "size::deserialize_opt")]
     max_early_data_size: Option<u64>,
@@ -257,10 +301,18 @@ impl From<RouteFile> for RouteConfig {
         let first_terminating =
             terminating.iter().find(|(_, set)| *set).map(|(k, _)| (*k, "only for actions prewarm and http"));
         let pool = r.pool.is_some().then_some(("pool", "only for action prewarm"));
-        let upstream = r.upstream.is_some().then_some(("upstream", "only for action http")).or(r
-            .max_request_body
+        let upstream = r
+            .upstream
             .is_some()
-            .then_some(("max_request_body", "only for action http: other actions do not see requests")));
+            .then_some(("upstream", "only for action http"))
+            .or(r
+                .max_request_body
+                .is_some()
+                .then_some(("max_request_body", "only for action http: other actions do not see requests")))
+            .or(r
+                .forward_headers
+                .is_some()
+                .then_some(("forward_headers", "only for action http: other actions do not see requests")));
         let proxy_protocol = r.origin_proxy_protocol.is_some().then_some((
             "origin_proxy_protocol",
             "only for action tunnel: prewarm and http origin connections exist before the client \
@@ -323,6 +375,7 @@ impl From<RouteFile> for RouteConfig {
                     origin_tls: r.origin_tls.clone().unwrap_or_default(),
                     upstream: r.upstream.clone().unwrap_or_default(),
                     max_request_body: r.max_request_body,
+                    forward_headers: r.forward_headers.as_deref().map(ForwardHeaders::from).unwrap_or_default(),
                 };
                 (ActionConfig::Http(Box::new(http)), fastopen_prewarm.or(pool).or(proxy_protocol))
             }

@@ -388,6 +388,30 @@ routes:
         assert_eq!(e, "routes[0].origin: required for actions tunnel, prewarm and http");
         let e = err(&GOOD.replace("action: tunnel", "action: tunnel\n    upstream: {connections: 3}"));
         assert_eq!(e, "routes[0].upstream: only for action http");
+        let e = err(&GOOD.replace("action: tunnel", "action: tunnel\n    forward_headers: [via]"));
+        assert_eq!(e, "routes[0].forward_headers: only for action http: other actions do not see requests");
+    }
+
+    #[test]
+    fn forward_headers_are_chosen_by_name() {
+        let http = |list: &str| {
+            GOOD.replace(
+                "action: tunnel",
+                &format!("action: http\n    cert: c.pem\n    key: k.pem\n    forward_headers: {list}"),
+            )
+        };
+        let headers = |yaml: &str| match &Config::parse(yaml).unwrap().routes[0].action {
+            ActionConfig::Http(h) => h.forward_headers,
+            _ => unreachable!("an http route"),
+        };
+        let all = headers(&GOOD.replace("action: tunnel", "action: http\n    cert: c.pem\n    key: k.pem"));
+        assert!(all.x_forwarded_for && all.x_forwarded_proto && all.forwarded && all.via, "all four by default");
+        let none = headers(&http("[]"));
+        assert!(!none.x_forwarded_for && !none.x_forwarded_proto && !none.forwarded && !none.via);
+        let two = headers(&http("[x-forwarded-for, via]"));
+        assert!(two.x_forwarded_for && two.via && !two.forwarded && !two.x_forwarded_proto);
+        let e = err(&http("[x-real-ip]"));
+        assert!(e.contains("routes[0].forward_headers") && e.contains("x-real-ip"), "{e}");
     }
 
     #[test]

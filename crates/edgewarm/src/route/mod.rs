@@ -38,6 +38,8 @@ pub struct HttpRoute {
     pub upstream: UpstreamConfig,
     /// Request bodies beyond this many bytes get a 413.
     pub max_request_body: Option<u64>,
+    /// The forwarding headers added to requests (and `Via` to responses).
+    pub forward_headers: crate::config::ForwardHeaders,
     /// Attached by the server before the snapshot is published, like a prewarm route's pools.
     origins: OnceLock<Arc<Upstream>>,
     /// The keep-alive pool instead, for `upstream.protocol: http/1.1`.
@@ -189,6 +191,7 @@ impl RouteTable {
                         origin,
                         upstream: h.upstream.clone(),
                         max_request_body: h.max_request_body,
+                        forward_headers: h.forward_headers,
                         origins: OnceLock::new(),
                         h1: OnceLock::new(),
                     }))

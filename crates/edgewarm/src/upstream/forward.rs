@@ -19,6 +19,8 @@ use std::sync::OnceLock;
 use http::uri::{self, Authority, PathAndQuery, Scheme};
 use http::{Request, Uri, Version};
 
+use crate::config::ForwardHeaders;
+
 /// Why a request cannot be forwarded: the client gets a 400.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub(crate) enum BadRequest {
@@ -85,6 +87,8 @@ pub(crate) struct ClientFacts {
     /// The peer is a load balancer the operator trusts (`listeners[].trust_forwarded`): its
     /// forwarding headers are kept and ours appended.
     trusted: bool,
+    /// Which of ours to add (`routes[].forward_headers`).
+    add: ForwardHeaders,
     x_forwarded_for: HeaderValue,
     /// `for=…;proto=https;host=` (the host is the request's).
     forwarded_prefix: String,
@@ -96,14 +100,15 @@ pub(crate) struct ClientFacts {
 impl ClientFacts {
     #[cfg(test)]
     pub(crate) fn new(client: SocketAddr) -> Self {
-        Self::with_trust(client, false)
+        Self::with_trust(client, false, ForwardHeaders::default())
     }
 
-    pub(crate) fn with_trust(client: SocketAddr, trusted: bool) -> Self {
+    pub(crate) fn with_trust(client: SocketAddr, trusted: bool, add: ForwardHeaders) -> Self {
         let ip = client.ip().to_canonical();
         let node = if ip.is_ipv6() { format!("\"[{ip}]\"") } else { ip.to_string() };
         Self {
             trusted,
+            add,
             // An IP address is always a valid header value.
             x_forwarded_for: HeaderValue::from_str(&ip.to_string()).unwrap_or(HeaderValue::from_static("unknown")),
             forwarded_prefix: format!("for={node};proto=https;host="),
@@ -113,6 +118,11 @@ impl ClientFacts {
 
     fn forwarded_text(&self, authority: &str) -> String {
         format!("{}\"{authority}\"", self.forwarded_prefix)
+    }
+
+    /// Whether responses get our `Via`.
+    pub(crate) fn via(&self) -> bool {
+        self.add.via
     }
 
     /// Our `Forwarded` element for a request to `authority`.
@@ -172,34 +182,52 @@ pub(crate) fn head<B>(client_req: &Request<B>, target: Uri, client: &ClientFacts
     let mut headers = client_req.headers().clone();
     strip_hop_by_hop(&mut headers);
     let authority = target.authority().map_or("", |a| a.as_str());
+    let add = client.add;
     if client.trusted {
-        let forwarded = client.forwarded_text(authority);
         // Behind a trusted load balancer: its view of the client comes first, ours after
-        // (RFC 7239 §4: a list, one element per hop).
+        // (RFC 7239 §4: a list, one element per hop). A header of ours left out passes theirs
+        // on as it came.
         let joined = |headers: &HeaderMap, name: &HeaderName, ours: &str| {
             let theirs: Vec<&str> = headers.get_all(name).iter().filter_map(|v| v.to_str().ok()).collect();
             let all = theirs.into_iter().chain([ours]).collect::<Vec<_>>().join(", ");
             HeaderValue::from_str(&all).ok()
         };
-        let xff = client.x_forwarded_for.to_str().unwrap_or_default().to_string();
-        if let Some(v) = joined(&headers, &X_FORWARDED_FOR, &xff) {
-            headers.insert(&X_FORWARDED_FOR, v);
+        if add.x_forwarded_for {
+            let xff = client.x_forwarded_for.to_str().unwrap_or_default().to_string();
+            if let Some(v) = joined(&headers, &X_FORWARDED_FOR, &xff) {
+                headers.insert(&X_FORWARDED_FOR, v);
+            }
         }
-        if let Some(v) = joined(&headers, &header::FORWARDED, &forwarded) {
-            headers.insert(header::FORWARDED, v);
+        if add.forwarded {
+            if let Some(v) = joined(&headers, &header::FORWARDED, &client.forwarded_text(authority)) {
+                headers.insert(header::FORWARDED, v);
+            }
         }
-        if !headers.contains_key(&X_FORWARDED_PROTO) {
+        if add.x_forwarded_proto && !headers.contains_key(&X_FORWARDED_PROTO) {
             headers.insert(&X_FORWARDED_PROTO, HeaderValue::from_static("https"));
         }
     } else {
-        headers.insert(&X_FORWARDED_FOR, client.x_forwarded_for.clone());
-        headers.insert(&X_FORWARDED_PROTO, HeaderValue::from_static("https"));
+        // A client's own claims go whether or not ours replace them.
+        if add.x_forwarded_for {
+            headers.insert(&X_FORWARDED_FOR, client.x_forwarded_for.clone());
+        } else {
+            headers.remove(&X_FORWARDED_FOR);
+        }
+        if add.x_forwarded_proto {
+            headers.insert(&X_FORWARDED_PROTO, HeaderValue::from_static("https"));
+        } else {
+            headers.remove(&X_FORWARDED_PROTO);
+        }
         headers.remove(header::FORWARDED);
-        if let Some(v) = client.forwarded(authority) {
-            headers.insert(header::FORWARDED, v);
+        if add.forwarded {
+            if let Some(v) = client.forwarded(authority) {
+                headers.insert(header::FORWARDED, v);
+            }
         }
     }
-    headers.append(header::VIA, HeaderValue::from_static(via(client_req.version())));
+    if add.via {
+        headers.append(header::VIA, HeaderValue::from_static(via(client_req.version())));
+    }
     let mut out = Request::new(());
     *out.method_mut() = client_req.method().clone();
     *out.uri_mut() = target;
@@ -208,10 +236,12 @@ pub(crate) fn head<B>(client_req: &Request<B>, target: Uri, client: &ClientFacts
     out
 }
 
-/// The client-bound response headers for an origin's response.
-pub(crate) fn response_headers(headers: &mut HeaderMap) {
+/// The client-bound response headers for an origin's response (`via`: add our hop).
+pub(crate) fn response_headers(headers: &mut HeaderMap, via: bool) {
     strip_hop_by_hop(headers);
-    headers.append(header::VIA, HeaderValue::from_static("2 edgewarm"));
+    if via {
+        headers.append(header::VIA, HeaderValue::from_static("2 edgewarm"));
+    }
 }
 
 #[cfg(test)]
@@ -269,7 +299,9 @@ mod tests {
             .header("forwarded", "for=198.51.100.9")
             .body(())
             .unwrap();
-        let out = request(&req, &ClientFacts::with_trust("192.0.2.7:1".parse().unwrap(), true)).unwrap();
+        let out =
+            request(&req, &ClientFacts::with_trust("192.0.2.7:1".parse().unwrap(), true, ForwardHeaders::default()))
+                .unwrap();
         let h = out.headers();
         assert_eq!(h["x-forwarded-for"], "198.51.100.9, 192.0.2.7");
         assert_eq!(h["x-forwarded-proto"], "http");
@@ -286,6 +318,39 @@ mod tests {
         assert_eq!(request(&req, &client()).unwrap().uri().to_string(), "https://b.test:8443/x");
         let req = Request::builder().uri("https://b.test/x").header("host", "evil.test").body(()).unwrap();
         assert_eq!(request(&req, &client()).unwrap_err(), BadRequest::HostMismatch);
+    }
+
+    #[test]
+    fn forwarding_headers_left_out_are_not_added_and_a_client_s_never_pass() {
+        let req = Request::builder()
+            .uri("/")
+            .header("host", "b.test")
+            .header("x-forwarded-for", "6.6.6.6")
+            .header("x-forwarded-proto", "http")
+            .header("forwarded", "for=6.6.6.6")
+            .header("via", "1.1 elsewhere")
+            .body(())
+            .unwrap();
+        let none = ForwardHeaders { x_forwarded_for: false, x_forwarded_proto: false, forwarded: false, via: false };
+        let client = ClientFacts::with_trust("192.0.2.7:1".parse().unwrap(), false, none);
+        let out = request(&req, &client).unwrap();
+        for gone in ["x-forwarded-for", "x-forwarded-proto", "forwarded"] {
+            assert!(!out.headers().contains_key(gone), "{gone} passed");
+        }
+        assert_eq!(out.headers().get_all("via").iter().count(), 1, "only the hop before ours");
+        let mut response = HeaderMap::new();
+        response_headers(&mut response, client.via());
+        assert!(response.is_empty());
+        // Only X-Forwarded-For: the others still go.
+        let only = ForwardHeaders { x_forwarded_for: true, ..none };
+        let out = request(&req, &ClientFacts::with_trust("192.0.2.7:1".parse().unwrap(), false, only)).unwrap();
+        assert_eq!(out.headers()["x-forwarded-for"], "192.0.2.7");
+        assert!(!out.headers().contains_key("forwarded") && !out.headers().contains_key("x-forwarded-proto"));
+        // Trusted, a header of ours left out passes the balancer's as it came.
+        let out = request(&req, &ClientFacts::with_trust("192.0.2.7:1".parse().unwrap(), true, only)).unwrap();
+        assert_eq!(out.headers()["x-forwarded-for"], "6.6.6.6, 192.0.2.7");
+        assert_eq!(out.headers()["forwarded"], "for=6.6.6.6");
+        assert_eq!(out.headers()["x-forwarded-proto"], "http");
     }
 
     #[test]

@@ -142,6 +142,7 @@ pub(crate) async fn websocket_h2(
     timeout: Duration,
     tasks: &TaskTracker,
     cut: CancellationToken,
+    via: bool,
 ) -> Result<(Response<BoxedBody>, u64), UpgradeError> {
     let key = client_req.headers().get(header::SEC_WEBSOCKET_KEY).cloned().ok_or(UpgradeError::Request)?;
     let mut connect = Request::builder()
@@ -159,7 +160,7 @@ pub(crate) async fn websocket_h2(
     let sent = upstream.send(&mut || connect.clone(), false).await?;
     let response = tokio::time::timeout(timeout, sent.response).await.map_err(|_| UpgradeError::Timeout)??;
     let (mut parts, recv) = response.into_parts();
-    forward::response_headers(&mut parts.headers);
+    forward::response_headers(&mut parts.headers, via);
     parts.version = http::Version::HTTP_11;
     if !parts.status.is_success() {
         // Refused: the origin's answer goes back as an ordinary response; the stream's place

@@ -106,7 +106,7 @@ pub(crate) async fn serve(
         route: ctx.route.name.clone(),
         metrics: ctx.metrics.http.clone(),
         route_metrics: Arc::new(ctx.metrics.http.for_route(&ctx.route.name)),
-        facts: forward::ClientFacts::with_trust(peer, ctx.trust_forwarded),
+        facts: forward::ClientFacts::with_trust(peer, ctx.trust_forwarded, route.forward_headers),
         origin_response: ctx.snapshot.timeouts.origin_response,
         max_body: route.max_request_body.unwrap_or(u64::MAX),
         up: Arc::default(),
@@ -416,8 +416,16 @@ impl Shared {
         let timeout = self.snapshot.timeouts.connect;
         if let Origin::H2(upstream) = &self.origin {
             if upgrade::is_websocket(&req) && upstream.extended_connect() {
-                let carried =
-                    upgrade::websocket_h2(req, &head, upstream, timeout, &self.upgrades, self.cut.clone()).await;
+                let carried = upgrade::websocket_h2(
+                    req,
+                    &head,
+                    upstream,
+                    timeout,
+                    &self.upgrades,
+                    self.cut.clone(),
+                    self.facts.via(),
+                )
+                .await;
                 return match carried {
                     Ok((response, conn)) => {
                         rlog.origin_conn = Some(conn);
@@ -444,7 +452,7 @@ impl Shared {
             Ok(response) => {
                 let mut response = upgrade::boxed(response);
                 if response.status() != StatusCode::SWITCHING_PROTOCOLS {
-                    forward::response_headers(response.headers_mut());
+                    forward::response_headers(response.headers_mut(), self.facts.via());
                 }
                 response
             }
@@ -527,7 +535,7 @@ impl Shared {
         rlog.ttfb = Some(started.elapsed());
         rlog.reused = lease.reused;
         rlog.status = response.status().as_u16();
-        forward::response_headers(response.headers_mut());
+        forward::response_headers(response.headers_mut(), self.facts.via());
         Ok((response, lease))
     }
 
@@ -659,7 +667,7 @@ impl Shared {
         };
         rlog.ttfb = Some(started.elapsed());
         let (mut parts, recv) = response.into_parts();
-        forward::response_headers(&mut parts.headers);
+        forward::response_headers(&mut parts.headers, self.facts.via());
         parts.version = http::Version::HTTP_11;
         Ok((parts, recv, slot, upload))
     }

@@ -1,0 +1,121 @@
+#!/usr/bin/env bash
+# User-space instructions per request through edgewarm's `http` route and HAProxy (plain, and
+# adding the forwarding headers edgewarm always adds), each run alone under callgrind with one
+# thread, in front of one nginx HTTP/2 origin. Wall-clock requests/s on this 2-core machine move
+# by ±10 % between rounds; instruction counts do not, so this shows where edgewarm stands on
+# CPU work alone (the kernel's share is not counted: see bench-http.sh for CPU time).
+# Per request is the slope between two windows of N1 and N2 requests in one process
+# (callgrind_control --zero/--dump), so start-up, handshakes and idle timers cancel.
+# Load: h2load -c 10 -m 10 (HTTP/2, ten streams in flight per connection).
+# Needs: valgrind, nginx, haproxy, h2load, openssl (scripts/deps.sh).
+#
+#   scripts/bench-http-ins.sh [N1] [N2]
+#   BASELINE=/path/to/older/edgewarm scripts/bench-http-ins.sh ...   # also count another build
+set -euo pipefail
+n1=${1:-1000}
+n2=${2:-3000}
+root=$(cd "$(dirname "$0")/.." && pwd)
+cargo build --release -q -p edgewarm --manifest-path "$root/Cargo.toml"
+edgewarm="$root/target/release/edgewarm"
+# shellcheck source=scripts/bench-lib.sh
+. "$root/scripts/bench-lib.sh"
+bench_workdir
+bench_ca
+bench_cert origin.test DNS:origin.test
+bench_cert b.test DNS:b.test
+mkdir -p "$dir/tmp"
+origin=18643 port=19643 admin=19960
+temp="client_body_temp_path $dir/tmp; proxy_temp_path $dir/tmp; fastcgi_temp_path $dir/tmp; uwsgi_temp_path $dir/tmp; scgi_temp_path $dir/tmp;"
+
+cat > "$dir/origin.conf" <<CONF
+daemon off; worker_processes 1; pid $dir/origin.pid; error_log $dir/origin.err; events { worker_connections 1024; }
+http { access_log off; $temp keepalive_requests 100000;
+  server { listen 127.0.0.1:$origin ssl http2; ssl_certificate $dir/origin.test.pem; ssl_certificate_key $dir/origin.test.key;
+    location / { return 200 "hello from the origin\n"; } } }
+CONF
+haproxy_cfg() { # extra frontend lines
+  cat <<CONF
+global
+  nbthread 1
+defaults
+  mode http
+  timeout connect 5s
+  timeout client 60s
+  timeout server 60s
+frontend fe
+  bind 127.0.0.1:$port ssl crt $dir/b.test.bundle alpn h2,http/1.1
+$1
+  default_backend be
+backend be
+  http-reuse always
+  server origin 127.0.0.1:$origin ssl verify required ca-file $dir/ca.pem sni str(origin.test) alpn h2
+CONF
+}
+haproxy_cfg "" > "$dir/haproxy.cfg"
+haproxy_cfg '  option forwardfor
+  http-request set-header X-Forwarded-Proto https
+  http-request set-header Forwarded "for=%[src];proto=https;host=\"%[req.hdr(host)]\""
+  http-request add-header Via "2 haproxy"
+  http-response add-header Via "2 haproxy"' > "$dir/haproxy-fwd.cfg"
+cat > "$dir/edge.yaml" <<CONF
+admin: {listen: "127.0.0.1:$admin"}
+listeners: [{listen: "127.0.0.1:$port"}]
+routes:
+  - sni: b.test
+    action: http
+    origin: "127.0.0.1:$origin"
+    cert: $dir/b.test.pem
+    key: $dir/b.test.key
+    origin_tls: {sni: origin.test, ca: $dir/ca.pem}
+    upstream: {connections: 2}
+CONF
+
+nginx -c "$dir/origin.conf" & pids+=($!)
+wait_ports $origin
+
+load() { # requests
+  h2load -c 10 -m 10 -n "$1" --connect-to="127.0.0.1:$port" "https://b.test:$port/" 2>/dev/null \
+    | awk '/succeeded,/ {if ($8 + 0 != '"$1"') {print "FAILED: " $0 > "/dev/stderr"; exit 1}}'
+}
+dumped() { # out-prefix
+  local f; f=$(ls -t "$1".* | head -1)
+  awk '/^(summary|totals):/ {print $2; exit}' "$f"
+}
+window() { # pid requests
+  callgrind_control --zero "$1" >/dev/null 2>&1
+  load "$2"
+  callgrind_control --dump "$1" >/dev/null 2>&1
+  sleep 0.5
+}
+declare -A per
+run_one() { # key command...
+  local key=$1; shift
+  local out="$dir/cg.$key" a b
+  valgrind --tool=callgrind --callgrind-out-file="$out.%p" --dump-instr=no "$@" >"$dir/$key.log" 2>&1 &
+  local p=$!; pids+=("$p")
+  wait_ports "$port"
+  sleep 2
+  load 200 # warm-up: connections, caches, pools
+  window "$p" "$n1"; a=$(dumped "$out")
+  window "$p" "$n2"; b=$(dumped "$out")
+  per[$key]=$(((b - a) / (n2 - n1)))
+  kill -KILL "$p" 2>/dev/null || true; wait "$p" 2>/dev/null || true
+  echo "$key: ${per[$key]} instructions per request" >&2
+}
+
+RUST_LOG=warn TOKIO_WORKER_THREADS=1 run_one edgewarm "$edgewarm" run --config "$dir/edge.yaml"
+if [ -n "${BASELINE:-}" ]; then
+  RUST_LOG=warn TOKIO_WORKER_THREADS=1 run_one baseline "$BASELINE" run --config "$dir/edge.yaml"
+fi
+run_one haproxy haproxy -db -f "$dir/haproxy.cfg"
+run_one haproxy-fwd haproxy -db -f "$dir/haproxy-fwd.cfg"
+
+e=${per[edgewarm]}
+echo
+echo "| proxy (callgrind, one thread; h2load -c 10 -m 10; slope $n1 → $n2 requests) | user-space instructions per request | edgewarm / it |"
+echo "|---|---|---|"
+row() { awk -v n="$2" -v k="$1" -v e="$e" 'BEGIN {printf "| %s | %d | %.2f |\n", n, k, e / k}'; }
+row "$e" "edgewarm http route"
+if [ -n "${BASELINE:-}" ]; then row "${per[baseline]}" "edgewarm baseline ($BASELINE)"; fi
+row "${per[haproxy]}" "HAProxy 2.6 (h2 upstream, http-reuse always)"
+row "${per[haproxy-fwd]}" "HAProxy 2.6, adding edgewarm's forwarding headers"
