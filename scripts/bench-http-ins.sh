@@ -70,6 +70,9 @@ routes:
     upstream: {connections: 2}
 CONF
 
+# The same route adding no forwarding headers: the same header work as plain HAProxy.
+sed -e '$a\    forward_headers: []' "$dir/edge.yaml" > "$dir/bare.yaml"
+
 nginx -c "$dir/origin.conf" & pids+=($!)
 wait_ports $origin
 
@@ -104,6 +107,7 @@ run_one() { # key command...
 }
 
 RUST_LOG=warn TOKIO_WORKER_THREADS=1 run_one edgewarm "$edgewarm" run --config "$dir/edge.yaml"
+RUST_LOG=warn TOKIO_WORKER_THREADS=1 run_one bare "$edgewarm" run --config "$dir/bare.yaml"
 if [ -n "${BASELINE:-}" ]; then
   RUST_LOG=warn TOKIO_WORKER_THREADS=1 run_one baseline "$BASELINE" run --config "$dir/edge.yaml"
 fi
@@ -112,10 +116,14 @@ run_one haproxy-fwd haproxy -db -f "$dir/haproxy-fwd.cfg"
 
 e=${per[edgewarm]}
 echo
-echo "| proxy (callgrind, one thread; h2load -c 10 -m 10; slope $n1 → $n2 requests) | user-space instructions per request | edgewarm / it |"
+echo "| proxy (callgrind, one thread; h2load -c 10 -m 10; slope $n1 → $n2 requests) | user-space instructions per request | edgewarm's / its |"
 echo "|---|---|---|"
 row() { awk -v n="$2" -v k="$1" -v e="$e" 'BEGIN {printf "| %s | %d | %.2f |\n", n, k, e / k}'; }
 row "$e" "edgewarm http route"
+row "${per[bare]}" "edgewarm http route, forward_headers: []"
 if [ -n "${BASELINE:-}" ]; then row "${per[baseline]}" "edgewarm baseline ($BASELINE)"; fi
 row "${per[haproxy]}" "HAProxy 2.6 (h2 upstream, http-reuse always)"
 row "${per[haproxy-fwd]}" "HAProxy 2.6, adding edgewarm's forwarding headers"
+echo
+awk -v a="${per[bare]}" -v b="${per[haproxy]}" 'BEGIN {printf "Same header work, none added: edgewarm (forward_headers: []) / HAProxy = %.2f\n", a / b}'
+awk -v a="$e" -v b="${per[haproxy-fwd]}" 'BEGIN {printf "Same header work, all four added: edgewarm / HAProxy adding them = %.2f\n", a / b}'

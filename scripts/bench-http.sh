@@ -22,6 +22,7 @@ bench_cert origin.test DNS:origin.test
 bench_cert b.test DNS:b.test
 mkdir -p "$dir/tmp"
 origin=18443 edge=19443 nginx_proxy=19444 haproxy_port=19445 admin=19900 nginx_fwd=19447 haproxy_fwd=19448
+edge_bare=19449 admin_bare=19902
 temp="client_body_temp_path $dir/tmp; proxy_temp_path $dir/tmp; fastcgi_temp_path $dir/tmp; uwsgi_temp_path $dir/tmp; scgi_temp_path $dir/tmp;"
 
 cat > "$dir/origin.conf" <<CONF
@@ -85,19 +86,24 @@ routes:
     upstream: {connections: 2}
 CONF
 
+# The same route adding no forwarding headers: the same header work as plain nginx and HAProxy.
+sed -e "s/127.0.0.1:$edge/127.0.0.1:$edge_bare/" -e "s/127.0.0.1:$admin/127.0.0.1:$admin_bare/" "$dir/edge.yaml" > "$dir/bare.yaml"
+echo "    forward_headers: []" >> "$dir/bare.yaml"
+
 declare -A pid
 nginx -c "$dir/origin.conf" & pids+=($!)
 nginx -c "$dir/proxy.conf" & pids+=($!); pid[nginx]=$!
 haproxy -db -f "$dir/haproxy.cfg" & pids+=($!); pid[haproxy]=$!
 RUST_LOG=warn "$edgewarm" run --config "$dir/edge.yaml" 2>"$dir/edge.log" & pids+=($!); pid[edgewarm]=$!
-contenders=("edgewarm:$edge" "nginx:$nginx_proxy" "haproxy:$haproxy_port" "nginx+fwd:$nginx_fwd" "haproxy+fwd:$haproxy_fwd")
+RUST_LOG=warn "$edgewarm" run --config "$dir/bare.yaml" 2>"$dir/bare.log" & pids+=($!); pid[bare]=$!
+contenders=("edgewarm:$edge" "bare:$edge_bare" "nginx:$nginx_proxy" "haproxy:$haproxy_port" "nginx+fwd:$nginx_fwd" "haproxy+fwd:$haproxy_fwd")
 pid[nginx+fwd]=${pid[nginx]} pid[haproxy+fwd]=${pid[haproxy]}
 if [ -n "${BASELINE:-}" ]; then
   sed -e "s/127.0.0.1:$edge/127.0.0.1:19446/" -e "s/127.0.0.1:$admin/127.0.0.1:19901/" "$dir/edge.yaml" > "$dir/baseline.yaml"
   RUST_LOG=warn "$BASELINE" run --config "$dir/baseline.yaml" 2>"$dir/baseline.log" & pids+=($!); pid[baseline]=$!
   contenders+=("baseline:19446")
 fi
-wait_ports $origin $edge $nginx_proxy $haproxy_port $nginx_fwd $haproxy_fwd ${BASELINE:+19446}
+wait_ports $origin $edge $edge_bare $nginx_proxy $haproxy_port $nginx_fwd $haproxy_fwd ${BASELINE:+19446}
 
 rps() { # port -> requests/s
   h2load -c 50 -m 10 -n "$requests" --connect-to="127.0.0.1:$1" "https://b.test:$1/" 2>/dev/null \
@@ -113,7 +119,7 @@ ticks() {
 }
 hz=$(getconf CLK_TCK)
 declare -A all cpu
-for name in edgewarm nginx haproxy nginx+fwd haproxy+fwd baseline; do all[$name]=""; cpu[$name]=""; done
+for name in edgewarm bare nginx haproxy nginx+fwd haproxy+fwd baseline; do all[$name]=""; cpu[$name]=""; done
 for round in $(seq "$rounds"); do
   for pair in "${contenders[@]}"; do
     name=${pair%%:*} port=${pair##*:}
@@ -138,8 +144,15 @@ echo
 echo "| proxy (h2load -c 50 -m 10 -n $requests, median of $rounds) | req/s | edgewarm / it | proxy CPU µs per request | its CPU / edgewarm's |"
 echo "|---|---|---|---|---|"
 echo "| edgewarm http route | $e | 1.00 | $ce | 1.00 |"
+row bare "edgewarm http route, forward_headers: []"
 row nginx "nginx 1.22 (HTTPS/1.1 keep-alive upstream)"
 row nginx+fwd "nginx 1.22, adding edgewarm's forwarding headers"
 row haproxy "HAProxy 2.6 (h2 upstream, http-reuse always)"
 row haproxy+fwd "HAProxy 2.6, adding edgewarm's forwarding headers"
 if [ -n "${BASELINE:-}" ]; then row baseline "edgewarm baseline ($BASELINE)"; fi
+# Like for like: each proxy doing the same header work.
+m() { echo "${all[$1]}" | median; }
+mc() { echo "${cpu[$1]}" | median; }
+echo
+awk -v a="$(m bare)" -v b="$(m haproxy)" -v ca="$(mc bare)" -v cb="$(mc haproxy)" 'BEGIN {printf "Same header work, none added: edgewarm (forward_headers: []) / HAProxy = %.2f in req/s, %.2f in CPU per request\n", a / b, ca / cb}'
+awk -v a="$e" -v b="$(m haproxy+fwd)" -v ca="$ce" -v cb="$(mc haproxy+fwd)" 'BEGIN {printf "Same header work, all four added: edgewarm / HAProxy adding them = %.2f in req/s, %.2f in CPU per request\n", a / b, ca / cb}'

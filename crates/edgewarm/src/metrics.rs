@@ -170,6 +170,9 @@ label_enum! {
         Timeout => "timeout",
         OriginError => "origin_error",
         BodyTooLarge => "body_too_large",
+        // edgewarm's own fault: a stream's handler panicked (the stream is reset; its
+        // connection and the connection's other streams go on).
+        Internal => "internal",
     }
 }
 

@@ -381,6 +381,27 @@ async fn misdirected_requests_are_refused() {
     edge.stop().await;
 }
 
+/// CONNECT is not proxied, whatever the origin speaks: an HTTP/2 client's CONNECT gets a 405
+/// from routes with an HTTP/2 and with an HTTP/1.1 origin, and neither origin sees it.
+#[tokio::test]
+async fn connect_gets_405_in_front_of_either_origin() {
+    let fx = fixture();
+    let (h2, h2_stats) = h2_origin(&fx.origin, H2Opts::default()).await;
+    let (h1, h1_stats) = h1_origin(&fx.origin).await;
+    for (origin, stats, extra) in [(h2, h2_stats, ""), (h1, h1_stats, "    upstream: {protocol: http/1.1}\n")] {
+        let edge = edge(&fx.route(origin, extra), "", "").await;
+        let (tls, _) = tls_client(&fx.edge, edge.addr, "b.test", &["h2"]).await.unwrap();
+        let (mut send, conn) = h2::client::handshake(tls).await.unwrap();
+        tokio::spawn(conn);
+        let connect = http::Request::builder().method("CONNECT").uri("b.test:443").body(()).unwrap();
+        let (response, _) = send.send_request(connect, true).unwrap();
+        assert_eq!(response.await.unwrap().status(), 405, "{extra}");
+        assert_eq!(stats.requests.load(Ordering::Relaxed), 0, "the origin saw the CONNECT ({extra})");
+        drop(send);
+        edge.stop().await;
+    }
+}
+
 /// A client that stops reading a large response is closed after `timeouts.idle`, and the origin
 /// stream it held is released.
 #[tokio::test]

@@ -16,19 +16,53 @@ use h2::{RecvStream, SendStream};
 use http_body::{Body, Frame};
 use http_body_util::BodyExt;
 
+/// An h2 receive stream read as body frames: its DATA, each chunk's window given back to the
+/// peer as it is taken (so the reader's pace is the peer's), then its trailers.
+pub(crate) struct Frames {
+    recv: RecvStream,
+    data_done: bool,
+}
+
+impl Frames {
+    pub(crate) fn new(recv: RecvStream) -> Self {
+        Self { recv, data_done: false }
+    }
+
+    pub(crate) fn poll_frame(&mut self, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, h2::Error>>> {
+        if !self.data_done {
+            match ready!(self.recv.poll_data(cx)) {
+                Some(Ok(data)) => {
+                    let _ = self.recv.flow_control().release_capacity(data.len());
+                    return Poll::Ready(Some(Ok(Frame::data(data))));
+                }
+                Some(Err(e)) => return Poll::Ready(Some(Err(e))),
+                None => self.data_done = true,
+            }
+        }
+        match ready!(self.recv.poll_trailers(cx)) {
+            Ok(Some(trailers)) => Poll::Ready(Some(Ok(Frame::trailers(trailers)))),
+            Ok(None) => Poll::Ready(None),
+            Err(e) => Poll::Ready(Some(Err(e))),
+        }
+    }
+
+    pub(crate) fn is_end_stream(&self) -> bool {
+        self.recv.is_end_stream()
+    }
+}
+
 /// The origin's response body, as a hyper body. `on_end` runs once, when the body is finished
 /// or dropped (the client went away), with the bytes passed on: the request's log line is
 /// written then, with its real size and duration.
 pub(crate) struct OriginBody<F: FnOnce(u64)> {
-    recv: RecvStream,
-    data_done: bool,
+    frames: Frames,
     sent: u64,
     on_end: Option<F>,
 }
 
 impl<F: FnOnce(u64)> OriginBody<F> {
     pub(crate) fn new(recv: RecvStream, on_end: F) -> Self {
-        Self { recv, data_done: false, sent: 0, on_end: Some(on_end) }
+        Self { frames: Frames::new(recv), sent: 0, on_end: Some(on_end) }
     }
 
     fn end(&mut self) {
@@ -52,32 +86,17 @@ impl<F: FnOnce(u64)> Body for OriginBody<F> {
     type Error = h2::Error;
 
     fn poll_frame(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, h2::Error>>> {
-        if !self.data_done {
-            match ready!(self.recv.poll_data(cx)) {
-                Some(Ok(data)) => {
-                    // hyper has the bytes now: the origin may send as many more.
-                    let _ = self.recv.flow_control().release_capacity(data.len());
-                    self.sent += data.len() as u64;
-                    return Poll::Ready(Some(Ok(Frame::data(data))));
-                }
-                Some(Err(e)) => {
-                    self.end();
-                    return Poll::Ready(Some(Err(e)));
-                }
-                None => self.data_done = true,
-            }
+        let frame = ready!(self.frames.poll_frame(cx));
+        match &frame {
+            // The client side has the bytes now: the origin may send as many more.
+            Some(Ok(f)) if f.is_data() => self.sent += f.data_ref().map_or(0, |d| d.len() as u64),
+            _ => self.end(),
         }
-        let result = ready!(self.recv.poll_trailers(cx));
-        self.end();
-        match result {
-            Ok(Some(trailers)) => Poll::Ready(Some(Ok(Frame::trailers(trailers)))),
-            Ok(None) => Poll::Ready(None),
-            Err(e) => Poll::Ready(Some(Err(e))),
-        }
+        Poll::Ready(frame)
     }
 
     fn is_end_stream(&self) -> bool {
-        self.recv.is_end_stream()
+        self.frames.is_end_stream()
     }
 }
 

@@ -310,6 +310,12 @@ impl Shared {
     {
         let started = Instant::now();
         let mut rlog = RequestLog::new(&req, self.client, &self.route);
+        if req.method() == http::Method::CONNECT {
+            // Not a tunnel for clients, whatever the origin speaks.
+            rlog.detail = Some("CONNECT is not proxied".into());
+            let response = error_response(StatusCode::METHOD_NOT_ALLOWED, "CONNECT is not allowed\n");
+            return self.answered(rlog, started, response);
+        }
         let early = match self.early_gate(&req).await {
             Ok(early) => early,
             Err(response) => return self.answered(rlog, started, response),
@@ -552,10 +558,6 @@ impl Shared {
         B: ClientBody,
         B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
     {
-        if req.method() == http::Method::CONNECT {
-            rlog.detail = Some("CONNECT is not proxied".into());
-            return Err(error_response(StatusCode::METHOD_NOT_ALLOWED, "CONNECT is not allowed\n"));
-        }
         let target = self.origin_target(&req, rlog)?;
         let (parts, body) = req.into_parts();
         let client_head = Request::from_parts(parts, ());

@@ -18,12 +18,14 @@
 //! stream).
 
 use std::future::poll_fn;
+use std::panic::AssertUnwindSafe;
 use std::pin::{pin, Pin};
 use std::sync::Arc;
 use std::task::{ready, Context, Poll};
 
 use bytes::Bytes;
 use futures_util::stream::{FuturesUnordered, StreamExt};
+use futures_util::FutureExt;
 use h2::server::SendResponse;
 use h2::{RecvStream, SendStream};
 use http::{header, HeaderValue, Request, Response};
@@ -33,6 +35,8 @@ use tokio::io::{AsyncRead, AsyncWrite};
 use tokio_util::sync::CancellationToken;
 
 use super::{Body, Shared, MAX_CLIENT_STREAMS, MAX_HEADER_BYTES};
+use crate::metrics::HttpError;
+use crate::upstream::body::Frames;
 
 /// hyper's HTTP/2 server defaults, kept: windows large enough for a fast client over a long
 /// path, frames of the protocol's default size, and a bounded send buffer.
@@ -103,9 +107,20 @@ where
             }
             // Every ready stream runs before the connection is driven (below), so responses
             // that became ready together are written together.
-            Some(()) = streams.next(), if !streams.is_empty() => {}
+            Some(done) = streams.next(), if !streams.is_empty() => {
+                let done: std::thread::Result<()> = done;
+                if done.is_err() {
+                    shared.metrics.error(&shared.route, HttpError::Internal);
+                    tracing::error!(route = %shared.route, client = %shared.client, "a request's handler panicked; its stream was reset");
+                }
+            }
             next = conn.accept() => match next {
-                Some(Ok((req, respond))) => streams.push(stream(shared.clone(), req, respond)),
+                // A panic is caught per stream: with every stream in this one task, it would
+                // otherwise end the client's whole connection (hyper's task per stream
+                // contained it; this keeps that).
+                Some(Ok((req, respond))) => {
+                    streams.push(AssertUnwindSafe(stream(shared.clone(), req, respond)).catch_unwind());
+                }
                 Some(Err(e)) => return Ended::Failed(e),
                 // Closed (by the client, or after GOAWAY once every stream was done).
                 None => return Ended::Done,
@@ -170,9 +185,14 @@ async fn pipe(mut body: Body, mut tx: SendStream<Bytes>) {
             }
             Some(Ok(frame)) => frame,
             Some(Err(e)) => {
-                // The origin's stream failed: the client's gets the origin's reason when it
-                // had one (CANCEL, REFUSED_STREAM...), else INTERNAL_ERROR.
-                let reason = e.downcast_ref::<h2::Error>().and_then(h2::Error::reason);
+                // The origin's stream failed after its response head: the client's gets the
+                // origin's reason (CANCEL...), but never one that says the request was not
+                // processed (REFUSED_STREAM) or that all is well (NO_ERROR): the head went out,
+                // and a client told otherwise might send a POST again.
+                let reason = e
+                    .downcast_ref::<h2::Error>()
+                    .and_then(h2::Error::reason)
+                    .filter(|r| *r != h2::Reason::REFUSED_STREAM && *r != h2::Reason::NO_ERROR);
                 tracing::debug!(error = %e, "response body failed; resetting the client's stream");
                 tx.send_reset(reason.unwrap_or(h2::Reason::INTERNAL_ERROR));
                 return;
@@ -216,16 +236,16 @@ fn content_length(headers: &http::HeaderMap) -> Option<u64> {
 /// reader (the upload to the origin) reads the next only once the origin has room, so a slow
 /// origin slows the client.
 pub(super) struct H2Body {
-    recv: RecvStream,
-    /// Declared `Content-Length` (h2 checks the data against it); 0 once the stream has ended.
+    frames: Frames,
+    /// What is left of the declared `Content-Length` (h2 checks the data against it); 0 once
+    /// the stream has ended.
     length: Option<u64>,
-    data_done: bool,
 }
 
 impl H2Body {
     fn new(recv: RecvStream, length: Option<u64>) -> Self {
         let length = if recv.is_end_stream() { Some(0) } else { length };
-        Self { recv, length, data_done: false }
+        Self { frames: Frames::new(recv), length }
     }
 }
 
@@ -234,25 +254,16 @@ impl http_body::Body for H2Body {
     type Error = h2::Error;
 
     fn poll_frame(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, h2::Error>>> {
-        if !self.data_done {
-            match ready!(self.recv.poll_data(cx)) {
-                Some(Ok(data)) => {
-                    let _ = self.recv.flow_control().release_capacity(data.len());
-                    return Poll::Ready(Some(Ok(Frame::data(data))));
-                }
-                Some(Err(e)) => return Poll::Ready(Some(Err(e))),
-                None => self.data_done = true,
-            }
+        let frame = ready!(self.frames.poll_frame(cx));
+        // What is left of the declared length (h2 refuses a body that runs past it).
+        if let (Some(Ok(f)), Some(left)) = (&frame, self.length.as_mut()) {
+            *left = left.saturating_sub(f.data_ref().map_or(0, |d| d.len() as u64));
         }
-        match ready!(self.recv.poll_trailers(cx)) {
-            Ok(Some(trailers)) => Poll::Ready(Some(Ok(Frame::trailers(trailers)))),
-            Ok(None) => Poll::Ready(None),
-            Err(e) => Poll::Ready(Some(Err(e))),
-        }
+        Poll::Ready(frame)
     }
 
     fn is_end_stream(&self) -> bool {
-        self.recv.is_end_stream()
+        self.frames.is_end_stream()
     }
 
     fn size_hint(&self) -> SizeHint {
