@@ -20,19 +20,9 @@ edgewarm="$root/target/release/edgewarm"
 # shellcheck source=scripts/bench-lib.sh
 . "$root/scripts/bench-lib.sh"
 bench_workdir
-bench_ca
-bench_cert origin.test DNS:origin.test
-bench_cert b.test DNS:b.test
-mkdir -p "$dir/tmp"
+bench_http_pki
 origin=18643 port=19643 admin=19960
-temp="client_body_temp_path $dir/tmp; proxy_temp_path $dir/tmp; fastcgi_temp_path $dir/tmp; uwsgi_temp_path $dir/tmp; scgi_temp_path $dir/tmp;"
-
-cat > "$dir/origin.conf" <<CONF
-daemon off; worker_processes 1; pid $dir/origin.pid; error_log $dir/origin.err; events { worker_connections 1024; }
-http { access_log off; $temp keepalive_requests 100000;
-  server { listen 127.0.0.1:$origin ssl http2; ssl_certificate $dir/origin.test.pem; ssl_certificate_key $dir/origin.test.key;
-    location / { return 200 "hello from the origin\n"; } } }
-CONF
+bench_h2_origin $origin 1
 haproxy_cfg() { # extra frontend lines
   cat <<CONF
 global
@@ -57,21 +47,9 @@ haproxy_cfg '  option forwardfor
   http-request set-header Forwarded "for=%[src];proto=https;host=\"%[req.hdr(host)]\""
   http-request add-header Via "2 haproxy"
   http-response add-header Via "2 haproxy"' > "$dir/haproxy-fwd.cfg"
-cat > "$dir/edge.yaml" <<CONF
-admin: {listen: "127.0.0.1:$admin"}
-listeners: [{listen: "127.0.0.1:$port"}]
-routes:
-  - sni: b.test
-    action: http
-    origin: "127.0.0.1:$origin"
-    cert: $dir/b.test.pem
-    key: $dir/b.test.key
-    origin_tls: {sni: origin.test, ca: $dir/ca.pem}
-    upstream: {connections: 2}
-CONF
-
+bench_http_edge $port $admin $origin > "$dir/edge.yaml"
 # The same route adding no forwarding headers: the same header work as plain HAProxy.
-sed -e '$a\    forward_headers: []' "$dir/edge.yaml" > "$dir/bare.yaml"
+bench_http_edge $port $admin $origin "    forward_headers: []" > "$dir/bare.yaml"
 
 nginx -c "$dir/origin.conf" & pids+=($!)
 wait_ports $origin

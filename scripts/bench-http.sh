@@ -17,20 +17,11 @@ edgewarm="$root/target/release/edgewarm"
 . "$root/scripts/bench-lib.sh"
 bench_workdir
 
-bench_ca
-bench_cert origin.test DNS:origin.test
-bench_cert b.test DNS:b.test
-mkdir -p "$dir/tmp"
+bench_http_pki
 origin=18443 edge=19443 nginx_proxy=19444 haproxy_port=19445 admin=19900 nginx_fwd=19447 haproxy_fwd=19448
 edge_bare=19449 admin_bare=19902
 temp="client_body_temp_path $dir/tmp; proxy_temp_path $dir/tmp; fastcgi_temp_path $dir/tmp; uwsgi_temp_path $dir/tmp; scgi_temp_path $dir/tmp;"
-
-cat > "$dir/origin.conf" <<CONF
-daemon off; worker_processes 2; pid $dir/origin.pid; error_log $dir/origin.err; events { worker_connections 4096; }
-http { access_log off; $temp keepalive_requests 100000;
-  server { listen 127.0.0.1:$origin ssl http2; ssl_certificate $dir/origin.test.pem; ssl_certificate_key $dir/origin.test.key;
-    location / { return 200 "hello from the origin\n"; } } }
-CONF
+bench_h2_origin $origin 2
 cat > "$dir/proxy.conf" <<CONF
 daemon off; worker_processes 2; pid $dir/proxy.pid; error_log $dir/proxy.err; events { worker_connections 4096; }
 http { access_log off; $temp
@@ -73,22 +64,9 @@ backend be
   http-reuse always
   server origin 127.0.0.1:$origin ssl verify required ca-file $dir/ca.pem sni str(origin.test) alpn h2
 CONF
-cat > "$dir/edge.yaml" <<CONF
-admin: {listen: "127.0.0.1:$admin"}
-listeners: [{listen: "127.0.0.1:$edge"}]
-routes:
-  - sni: b.test
-    action: http
-    origin: "127.0.0.1:$origin"
-    cert: $dir/b.test.pem
-    key: $dir/b.test.key
-    origin_tls: {sni: origin.test, ca: $dir/ca.pem}
-    upstream: {connections: 2}
-CONF
-
+bench_http_edge $edge $admin $origin > "$dir/edge.yaml"
 # The same route adding no forwarding headers: the same header work as plain nginx and HAProxy.
-sed -e "s/127.0.0.1:$edge/127.0.0.1:$edge_bare/" -e "s/127.0.0.1:$admin/127.0.0.1:$admin_bare/" "$dir/edge.yaml" > "$dir/bare.yaml"
-echo "    forward_headers: []" >> "$dir/bare.yaml"
+bench_http_edge $edge_bare $admin_bare $origin "    forward_headers: []" > "$dir/bare.yaml"
 
 declare -A pid
 nginx -c "$dir/origin.conf" & pids+=($!)

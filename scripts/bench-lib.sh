@@ -33,3 +33,42 @@ wait_ports() {
     for _ in $(seq 200); do (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null && break; sleep 0.1; done
   done
 }
+
+# bench_http_pki: the CA, origin.test (the origin's name) and b.test (the proxies' name), and
+# $dir/tmp for nginx's temporary files.
+bench_http_pki() {
+  bench_ca
+  bench_cert origin.test DNS:origin.test
+  bench_cert b.test DNS:b.test
+  mkdir -p "$dir/tmp"
+}
+
+# bench_h2_origin PORT WORKERS: $dir/origin.conf, an nginx HTTP/2 origin on 127.0.0.1:PORT that
+# answers every request with a short body.
+bench_h2_origin() {
+  local temp="client_body_temp_path $dir/tmp; proxy_temp_path $dir/tmp; fastcgi_temp_path $dir/tmp; uwsgi_temp_path $dir/tmp; scgi_temp_path $dir/tmp;"
+  cat > "$dir/origin.conf" <<CONF
+daemon off; worker_processes $2; pid $dir/origin.pid; error_log $dir/origin.err; events { worker_connections 4096; }
+http { access_log off; $temp keepalive_requests 100000;
+  server { listen 127.0.0.1:$1 ssl http2; ssl_certificate $dir/origin.test.pem; ssl_certificate_key $dir/origin.test.key;
+    location / { return 200 "hello from the origin\n"; } } }
+CONF
+}
+
+# bench_http_edge LISTEN_PORT ADMIN_PORT ORIGIN_PORT [EXTRA_ROUTE_LINE]: an edgewarm config (on
+# stdout) with one `http` route for b.test, two standing connections to the origin.
+bench_http_edge() {
+  cat <<CONF
+admin: {listen: "127.0.0.1:$2"}
+listeners: [{listen: "127.0.0.1:$1"}]
+routes:
+  - sni: b.test
+    action: http
+    origin: "127.0.0.1:$3"
+    cert: $dir/b.test.pem
+    key: $dir/b.test.key
+    origin_tls: {sni: origin.test, ca: $dir/ca.pem}
+    upstream: {connections: 2}
+${4:-}
+CONF
+}
