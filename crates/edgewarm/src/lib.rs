@@ -10,7 +10,8 @@
 //!   [`action::reject`]; [`action::tunnel`] (blind: connect the origin, replay the hello);
 //!   [`action::prewarm`] (terminate the client's TLS ([`tls`]) and attach it to a connection
 //!   from the route's [`pool`], handshaked before the client arrived); `http` (terminate TLS
-//!   and HTTP, carry each request as a stream on the route's standing HTTP/2 origin
+//!   and HTTP: hyper's server for HTTP/1.1, h2's for HTTP/2 with every stream in its
+//!   connection's task; each request carried as a stream on the route's standing HTTP/2 origin
 //!   connections: [`upstream`]).
 //! - [`relay`]: move bytes both ways (splice(2), userspace fallback, or between TLS sessions),
 //!   half-close, idle timeout. With `ktls`, both TLS sessions move to the kernel
