@@ -21,32 +21,9 @@ edgewarm="$root/target/release/edgewarm"
 . "$root/scripts/bench-lib.sh"
 bench_workdir
 bench_http_pki
-origin=18643 port=19643 admin=19960
+origin=18643 port=19643 port_fwd=19644 admin=19960
 bench_h2_origin $origin 1
-haproxy_cfg() { # extra frontend lines
-  cat <<CONF
-global
-  nbthread 1
-defaults
-  mode http
-  timeout connect 5s
-  timeout client 60s
-  timeout server 60s
-frontend fe
-  bind 127.0.0.1:$port ssl crt $dir/b.test.bundle alpn h2,http/1.1
-$1
-  default_backend be
-backend be
-  http-reuse always
-  server origin 127.0.0.1:$origin ssl verify required ca-file $dir/ca.pem sni str(origin.test) alpn h2
-CONF
-}
-haproxy_cfg "" > "$dir/haproxy.cfg"
-haproxy_cfg '  option forwardfor
-  http-request set-header X-Forwarded-Proto https
-  http-request set-header Forwarded "for=%[src];proto=https;host=\"%[req.hdr(host)]\""
-  http-request add-header Via "2 haproxy"
-  http-response add-header Via "2 haproxy"' > "$dir/haproxy-fwd.cfg"
+bench_haproxy_http 1 $port $port_fwd $origin > "$dir/haproxy.cfg"
 bench_http_edge $port $admin $origin > "$dir/edge.yaml"
 # The same route adding no forwarding headers: the same header work as plain HAProxy.
 bench_http_edge $port $admin $origin "    forward_headers: []" > "$dir/bare.yaml"
@@ -54,8 +31,8 @@ bench_http_edge $port $admin $origin "    forward_headers: []" > "$dir/bare.yaml
 nginx -c "$dir/origin.conf" & pids+=($!)
 wait_ports $origin
 
-load() { # requests
-  h2load -c 10 -m 10 -n "$1" --connect-to="127.0.0.1:$port" "https://b.test:$port/" 2>/dev/null \
+load() { # requests (to $target)
+  h2load -c 10 -m 10 -n "$1" --connect-to="127.0.0.1:$target" "https://b.test:$target/" 2>/dev/null \
     | awk '/succeeded,/ {if ($8 + 0 != '"$1"') {print "FAILED: " $0 > "/dev/stderr"; exit 1}}'
 }
 dumped() { # out-prefix
@@ -69,12 +46,12 @@ window() { # pid requests
   sleep 0.5
 }
 declare -A per
-run_one() { # key command...
-  local key=$1; shift
+run_one() { # key port command...
+  local key=$1; target=$2; shift 2
   local out="$dir/cg.$key" a b
   valgrind --tool=callgrind --callgrind-out-file="$out.%p" --dump-instr=no "$@" >"$dir/$key.log" 2>&1 &
   local p=$!; pids+=("$p")
-  wait_ports "$port"
+  wait_ports "$target"
   sleep 2
   load 200 # warm-up: connections, caches, pools
   window "$p" "$n1"; a=$(dumped "$out")
@@ -84,13 +61,13 @@ run_one() { # key command...
   echo "$key: ${per[$key]} instructions per request" >&2
 }
 
-RUST_LOG=warn TOKIO_WORKER_THREADS=1 run_one edgewarm "$edgewarm" run --config "$dir/edge.yaml"
-RUST_LOG=warn TOKIO_WORKER_THREADS=1 run_one bare "$edgewarm" run --config "$dir/bare.yaml"
+RUST_LOG=warn TOKIO_WORKER_THREADS=1 run_one edgewarm $port "$edgewarm" run --config "$dir/edge.yaml"
+RUST_LOG=warn TOKIO_WORKER_THREADS=1 run_one bare $port "$edgewarm" run --config "$dir/bare.yaml"
 if [ -n "${BASELINE:-}" ]; then
-  RUST_LOG=warn TOKIO_WORKER_THREADS=1 run_one baseline "$BASELINE" run --config "$dir/edge.yaml"
+  RUST_LOG=warn TOKIO_WORKER_THREADS=1 run_one baseline $port "$BASELINE" run --config "$dir/edge.yaml"
 fi
-run_one haproxy haproxy -db -f "$dir/haproxy.cfg"
-run_one haproxy-fwd haproxy -db -f "$dir/haproxy-fwd.cfg"
+run_one haproxy $port haproxy -db -f "$dir/haproxy.cfg"
+run_one haproxy-fwd $port_fwd haproxy -db -f "$dir/haproxy.cfg"
 
 e=${per[edgewarm]}
 echo

@@ -40,30 +40,7 @@ http { access_log off; $temp
       proxy_ssl_server_name on; proxy_ssl_name origin.test; proxy_ssl_verify on;
       proxy_ssl_trusted_certificate $dir/ca.pem; proxy_ssl_session_reuse on; } } }
 CONF
-cat > "$dir/haproxy.cfg" <<CONF
-global
-  nbthread 2
-defaults
-  mode http
-  timeout connect 5s
-  timeout client 60s
-  timeout server 60s
-frontend fe
-  bind 127.0.0.1:$haproxy_port ssl crt $dir/b.test.bundle alpn h2,http/1.1
-  default_backend be
-# The same, adding the forwarding headers edgewarm always adds: the same header work.
-frontend fe_fwd
-  bind 127.0.0.1:$haproxy_fwd ssl crt $dir/b.test.bundle alpn h2,http/1.1
-  option forwardfor
-  http-request set-header X-Forwarded-Proto https
-  http-request set-header Forwarded "for=%[src];proto=https;host=\\"%[req.hdr(host)]\\""
-  http-request add-header Via "2 haproxy"
-  http-response add-header Via "2 haproxy"
-  default_backend be
-backend be
-  http-reuse always
-  server origin 127.0.0.1:$origin ssl verify required ca-file $dir/ca.pem sni str(origin.test) alpn h2
-CONF
+bench_haproxy_http 2 $haproxy_port $haproxy_fwd $origin > "$dir/haproxy.cfg"
 bench_http_edge $edge $admin $origin > "$dir/edge.yaml"
 # The same route adding no forwarding headers: the same header work as plain nginx and HAProxy.
 bench_http_edge $edge_bare $admin_bare $origin "    forward_headers: []" > "$dir/bare.yaml"

@@ -72,3 +72,33 @@ routes:
 ${4:-}
 CONF
 }
+
+# bench_haproxy_http THREADS PORT FWD_PORT ORIGIN_PORT: an HAProxy config (on stdout) proxying
+# HTTPS (h2 or HTTP/1.1) to the origin over reused HTTP/2: on PORT as it comes, on FWD_PORT
+# adding the forwarding headers edgewarm adds by default (X-Forwarded-For, X-Forwarded-Proto,
+# Forwarded, Via both ways), so that frontend does the same header work.
+bench_haproxy_http() {
+  cat <<CONF
+global
+  nbthread $1
+defaults
+  mode http
+  timeout connect 5s
+  timeout client 60s
+  timeout server 60s
+frontend fe
+  bind 127.0.0.1:$2 ssl crt $dir/b.test.bundle alpn h2,http/1.1
+  default_backend be
+frontend fe_fwd
+  bind 127.0.0.1:$3 ssl crt $dir/b.test.bundle alpn h2,http/1.1
+  option forwardfor
+  http-request set-header X-Forwarded-Proto https
+  http-request set-header Forwarded "for=%[src];proto=https;host=\\"%[req.hdr(host)]\\""
+  http-request add-header Via "2 haproxy"
+  http-response add-header Via "2 haproxy"
+  default_backend be
+backend be
+  http-reuse always
+  server origin 127.0.0.1:$4 ssl verify required ca-file $dir/ca.pem sni str(origin.test) alpn h2
+CONF
+}
