@@ -155,9 +155,22 @@ impl Edge {
     }
 
     /// Wait until every accepted connection has been closed and logged, so metrics are final.
+    /// Counted, not just "none open": a connection is served on a worker thread, and one just
+    /// accepted may not have begun there yet.
     pub async fn settle(&self) {
+        let total = |text: &str, name: &str| -> f64 {
+            text.lines()
+                .filter(|l| l.starts_with(name) && l[name.len()..].starts_with(['{', ' ']))
+                .filter_map(|l| l.rsplit_once(' ')?.1.parse::<f64>().ok())
+                .sum()
+        };
         for _ in 0..2000 {
-            if self.server.open_connections() == 0 {
+            let text = self.server.metrics().encode();
+            let (accepted, closed) = (
+                total(&text, "edgewarm_connections_accepted_total"),
+                total(&text, "edgewarm_connections_closed_total"),
+            );
+            if self.server.open_connections() == 0 && accepted == closed {
                 return;
             }
             tokio::time::sleep(Duration::from_millis(5)).await;

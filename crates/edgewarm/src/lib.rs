@@ -24,6 +24,8 @@
 //! - [`config`]: YAML config, validated before any port is bound.
 //! - [`snapshot`]: what a connection sees of the config, fixed at accept.
 //! - [`server`]: ties the path together: bound listeners in, reload and drain.
+//! - [`workers`]: one single-threaded runtime per core; each accepted connection is served on
+//!   one of them, with origin connections of its own.
 //! - [`metrics`], [`admin`], [`accesslog`], [`error`]: what operators see.
 //!
 //! The WAN lab and the load generator are the `edgewarm-lab` crate; the proxy links none of it.
@@ -44,3 +46,4 @@ pub(crate) mod snapshot;
 pub mod tls;
 pub mod transport;
 pub(crate) mod upstream;
+pub mod workers;

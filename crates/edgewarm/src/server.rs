@@ -28,6 +28,7 @@ use crate::snapshot::Snapshot;
 use crate::tls::client::Resumption;
 use crate::transport::{sockopt, Resolver};
 use crate::upstream::registry::Upstreams;
+use crate::workers::Workers;
 
 /// Listening sockets, bound before the proxy starts so that tests can bind port 0 and so that a
 /// bad config never binds anything.
@@ -76,17 +77,21 @@ pub struct Server {
     /// The config as loaded, to refuse reloads that change what is bound.
     bound_config: std::sync::Mutex<Config>,
     ready: Arc<AtomicBool>,
+    /// Last: dropping the server ends the worker threads and what still runs on them.
+    _workers: Workers,
 }
 
 impl Server {
     /// Build the server for `config` and start its pools (so: inside the tokio runtime).
     pub fn new(config: &Config) -> Result<Arc<Self>, ConfigError> {
+        let workers = Workers::start(config.worker_count())
+            .map_err(|e| ConfigError::invalid("workers", format!("cannot start the worker threads: {e}")))?;
         let metrics = Arc::new(Metrics::new());
         let resumption = Resumption::new(metrics.early.clone());
         let resolver = Arc::new(Resolver::new(config.dns.cache_ttl));
         let snapshot = Arc::new(Snapshot::new(config, &resumption, resolver.clone())?);
         let pools = Arc::new(Pools::new(metrics.clone()));
-        let upstreams = Arc::new(Upstreams::new(metrics.clone()));
+        let upstreams = Arc::new(Upstreams::new(metrics.clone(), workers.placement()));
         snapshot.attach_pools(&pools, &upstreams);
         let (snapshot, receiver) = watch::channel(snapshot);
         let listeners = Arc::new(Context {
@@ -95,6 +100,7 @@ impl Server {
             stop: CancellationToken::new(),
             cut: CancellationToken::new(),
             tracker: TaskTracker::new(),
+            workers: workers.placement(),
         });
         Ok(Arc::new(Self {
             metrics,
@@ -106,6 +112,7 @@ impl Server {
             resolver,
             bound_config: std::sync::Mutex::new(config.clone()),
             ready: Arc::new(AtomicBool::new(false)),
+            _workers: workers,
         }))
     }
 
@@ -155,6 +162,9 @@ impl Server {
         }
         if bound.listeners != config.listeners {
             return Err(ConfigError::invalid("listeners", "cannot change on reload; restart edgewarm"));
+        }
+        if bound.workers != config.workers {
+            return Err(ConfigError::invalid("workers", "cannot change on reload; restart edgewarm"));
         }
         *bound = config.clone();
         self.resolver.set_ttl(config.dns.cache_ttl);

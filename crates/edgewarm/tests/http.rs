@@ -171,6 +171,53 @@ async fn full_connections_spill_to_new_ones() {
     edge.stop().await;
 }
 
+/// Worker threads (`workers: 2`): the standing connections are spread over them, one each. A
+/// worker whose own connection is full sends the request on another worker's connection with
+/// room (it waits for no handshake) and opens one more of its own, within `max_connections`.
+#[tokio::test]
+async fn standing_connections_are_spread_over_the_workers() {
+    let fx = fixture();
+    let (origin, stats) = h2_origin(&fx.origin, H2Opts { max_streams: Some(1), ..Default::default() }).await;
+    let route = fx.route(origin, "    upstream: {connections: 2, max_connections: 3}\n");
+    let edge = edge(&route, "workers: 2\n", "").await;
+    wait_for(&edge, OPENED, &[("route", "b.test")], 2.0).await;
+    let workers = |json: &str| {
+        let v: serde_json::Value = serde_json::from_str(json).unwrap();
+        let mut w: Vec<u64> =
+            v["origins"][0]["connections"].as_array().unwrap().iter().map(|c| c["worker"].as_u64().unwrap()).collect();
+        w.sort_unstable();
+        w
+    };
+    assert_eq!(workers(&admin_get(edge.admin, "/origins").await.1), [0, 1], "one on each worker");
+
+    // Clients are handed to the workers in turn: `held` and `third` share one.
+    let mut held = HttpClient::connect(&fx.edge, edge.addr, "b.test", true).await.unwrap();
+    let mut second = HttpClient::connect(&fx.edge, edge.addr, "b.test", true).await.unwrap();
+    let mut third = HttpClient::connect(&fx.edge, edge.addr, "b.test", true).await.unwrap();
+    // `/slow` never answers: it holds the only stream of its worker's connection.
+    let hold = tokio::spawn(async move { held.send("GET", "b.test", "/slow", &[], vec![]).await.map(|_| ()) });
+    wait_for(&edge, "edgewarm_upstream_streams", &[("route", "b.test")], 1.0).await;
+    let (head, body) = third.send("GET", "b.test", "/third", &[], vec![]).await.unwrap();
+    assert_eq!(
+        (head.status.as_u16(), body),
+        (200, b"hello /third".to_vec()),
+        "served on the other worker's connection"
+    );
+    wait_for(&edge, OPENED, &[("route", "b.test")], 3.0).await;
+    assert_eq!(stats.connections.load(Ordering::Relaxed), 3, "the full worker opened one of its own");
+    assert_eq!(edge.metric("edgewarm_upstream_spills_total", &[("route", "b.test")]), 1.0);
+    let (_, origins) = admin_get(edge.admin, "/origins").await;
+    assert_eq!(workers(&origins).len(), 3, "{origins}");
+    // Every worker's clients are still served, and the ceiling holds.
+    let (head, _) = second.send("GET", "b.test", "/second", &[], vec![]).await.unwrap();
+    assert_eq!(head.status, 200);
+    let (head, _) = third.send("GET", "b.test", "/again", &[], vec![]).await.unwrap();
+    assert_eq!(head.status, 200);
+    assert_eq!(stats.connections.load(Ordering::Relaxed), 3);
+    hold.abort();
+    edge.stop().await;
+}
+
 /// Errors the edge answers itself: 504 when the origin is slow, 503 when there is no origin.
 #[tokio::test]
 async fn origin_trouble_becomes_504_and_503() {
@@ -786,10 +833,20 @@ async fn a_minute_of_requests_through_a_churning_origin() {
     );
     let ok = edge.metric("edgewarm_http_requests_total", &[("status", "2xx")]);
     assert_eq!(ok as usize + failures.len(), 2000);
+    // Some 40 connections reach their 50 streams and are replaced after GOAWAY; on a loaded
+    // machine some are replaced sooner, when a PONG comes late (then more connections are
+    // needed, each replaced for one reason or the other).
     let goaways = edge.metric("edgewarm_upstream_replaced_total", &[("reason", "closed")])
         + edge.metric("edgewarm_upstream_replaced_total", &[("reason", "goaway")]);
-    assert!(goaways >= 30.0, "connections replaced after GOAWAY: {goaways}");
-    assert!(stats.connections.load(Ordering::Relaxed) >= 40);
+    let late = edge.metric("edgewarm_upstream_replaced_total", &[("reason", "ping_timeout")]);
+    // A connection the origin ends just after its GOAWAY, before our last frames reached it,
+    // ends in a reset: counted as `error` (seen under load, when the edge's worker is late).
+    let errors = edge.metric("edgewarm_upstream_replaced_total", &[("reason", "error")]);
+    let opened = stats.connections.load(Ordering::Relaxed);
+    assert!(
+        goaways >= 10.0 && goaways + late + errors >= 30.0 && opened >= 40,
+        "connections replaced: {goaways} after GOAWAY, {late} for PINGs, {errors} on errors; opened {opened}"
+    );
     edge.stop().await;
 }
 
@@ -874,7 +931,9 @@ async fn http1_pools_grow_with_concurrency_and_survive_reloads() {
     // The estimate saw up to 12 in use (12 + √12 + 1 = 17 held when all overlapped; 13 even
     // if only 9 did, on a slow machine), the burst's connections among them.
     wait_for(&edge, "edgewarm_pool_target", &labels, 13.0).await;
-    wait_for(&edge, "edgewarm_pool_ready", &labels, 13.0).await;
+    // The refill finishes (up to the target, whatever it came to) before the count is taken.
+    let target = edge.metric("edgewarm_pool_target", &labels);
+    wait_for(&edge, "edgewarm_pool_ready", &labels, target).await;
     let opened = stats.connections.load(Ordering::Relaxed);
     let misses = edge.metric("edgewarm_pool_misses_total", &labels);
     burst(12).await;

@@ -16,6 +16,8 @@ async fn admin_serves_metrics_ready_live() {
     assert_eq!(admin_get(edge.admin, "/ready").await.0, 200);
     assert_eq!(admin_get(edge.admin, "/nope").await.0, 404);
     let _ = TcpStream::connect(edge.addr).await.unwrap().write_all(b"GET / HTTP/1.0\r\n\r\n").await;
+    // Accepted first (then served on a worker thread), or `settle` finds nothing to wait for.
+    wait_for(&edge, "edgewarm_connections_accepted_total", &[], 1.0).await;
     edge.settle().await;
     let (status, metrics) = admin_get(edge.admin, "/metrics").await;
     assert_eq!(status, 200);
@@ -65,10 +67,14 @@ async fn reload_changes_new_connections_only() {
     again.write_all(&client_hello("a.test")).await.unwrap();
     again.shutdown().await.unwrap();
     assert_eq!(read_all(&mut again).await, b"new");
+    // So is one that changes the worker threads (they are started once).
+    let workers = Config::parse(&format!("{}workers: 7\n", yaml(new_origin))).unwrap();
+    let err = edge.server.reload(&workers).unwrap_err().to_string();
+    assert!(err.starts_with("workers: cannot change on reload"), "{err}");
 
     edge.settle().await;
     assert_eq!(edge.metric("edgewarm_config_reloads_total", &[("result", "ok")]), 1.0);
-    assert_eq!(edge.metric("edgewarm_config_reloads_total", &[("result", "error")]), 1.0);
+    assert_eq!(edge.metric("edgewarm_config_reloads_total", &[("result", "error")]), 2.0);
     edge.stop().await;
 }
 

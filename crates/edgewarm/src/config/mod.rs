@@ -57,6 +57,17 @@ pub struct Config {
     pub dns: DnsConfig,
     #[serde(default)]
     pub tls: TlsConfig,
+    /// Worker threads serving connections, one single-threaded runtime each
+    /// ([`crate::workers`]); `None`: one per core.
+    #[serde(default)]
+    pub workers: Option<usize>,
+}
+
+impl Config {
+    /// Worker threads to start: `workers`, or one per core.
+    pub fn worker_count(&self) -> usize {
+        self.workers.unwrap_or_else(crate::workers::Workers::per_core)
+    }
 }
 
 /// Client-facing TLS settings shared by every terminating route.

@@ -95,6 +95,9 @@ impl Config {
                 return Err(ConfigError::invalid(format!("listeners[{i}].max_connections"), "must be at least 1"));
             }
         }
+        if self.workers == Some(0) {
+            return Err(ConfigError::invalid("workers", "must be at least 1 (leave it out for one per core)"));
+        }
         let t = &self.timeouts;
         for (key, value) in [
             ("timeouts.client_hello", t.client_hello),
@@ -315,6 +318,12 @@ routes:
         assert!(e.contains("timeouts.idle") && e.contains("invalid duration"), "{e}");
         let e = err(&GOOD.replace("action: reject", "action: open"));
         assert!(e.contains("routes[1].action"), "{e}");
+        assert!(err(&format!("{GOOD}workers: 0\n")).starts_with("workers: must be at least 1"));
+        let e = err(&format!("{GOOD}workers: many\n"));
+        assert!(e.contains("workers"), "{e}");
+        let c = Config::parse(&format!("{GOOD}workers: 3\n")).unwrap();
+        assert_eq!((c.validate().is_ok(), c.worker_count()), (true, 3));
+        assert!(Config::parse(GOOD).unwrap().worker_count() >= 1, "one per core when unset");
     }
 
     #[test]

@@ -20,6 +20,7 @@ use tokio_util::task::TaskTracker;
 use crate::config::ListenerConfig;
 use crate::metrics::{AcceptError, AcceptErrorLabel, ListenerLabel, Metrics};
 use crate::snapshot::Snapshot;
+use crate::workers::Placement;
 
 const BACKOFF_MIN: Duration = Duration::from_millis(10);
 const BACKOFF_MAX: Duration = Duration::from_secs(1);
@@ -35,6 +36,8 @@ pub(crate) struct Context {
     pub cut: CancellationToken,
     /// Every connection task, so shutdown can wait for them.
     pub tracker: TaskTracker,
+    /// The worker runtimes accepted connections are handed to, in turn.
+    pub workers: Placement,
 }
 
 pub(crate) async fn accept_loop(listener: TcpListener, config: ListenerConfig, cx: Arc<Context>) {
@@ -58,7 +61,7 @@ pub(crate) async fn accept_loop(listener: TcpListener, config: ListenerConfig, c
                 backoff = BACKOFF_MIN;
                 accepted.inc();
                 let log = crate::accesslog::AccessLog::new(peer, local);
-                cx.tracker.spawn(conn::handle(stream, log, config.clone(), cx.clone(), permit));
+                spawn(stream, log, config.clone(), cx.clone(), permit);
             }
             Err(e) if is_resource_exhaustion(&e) => {
                 cx.metrics.accept_errors.get_or_create(&AcceptErrorLabel { reason: AcceptError::Resources }).inc();
@@ -72,6 +75,36 @@ pub(crate) async fn accept_loop(listener: TcpListener, config: ListenerConfig, c
             }
         }
     }
+}
+
+/// Serve the connection on the next worker (or here, without workers). The socket moves to the
+/// worker's own event loop (deregistered here, registered there: two `epoll_ctl`s per
+/// connection), so its reads and writes never wake this runtime.
+fn spawn(
+    stream: tokio::net::TcpStream,
+    log: crate::accesslog::AccessLog,
+    config: Arc<ListenerConfig>,
+    cx: Arc<Context>,
+    permit: tokio::sync::OwnedSemaphorePermit,
+) {
+    let Some(worker) = cx.workers.next().map(|(_, w)| w.clone()) else {
+        cx.tracker.spawn(conn::handle(stream, log, config, cx.clone(), permit));
+        return;
+    };
+    let std = match stream.into_std() {
+        Ok(s) => s,
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot hand an accepted connection to a worker");
+            return;
+        }
+    };
+    let tracker = cx.tracker.clone();
+    worker.spawn(tracker.track_future(async move {
+        match tokio::net::TcpStream::from_std(std) {
+            Ok(stream) => conn::handle(stream, log, config, cx, permit).await,
+            Err(e) => tracing::warn!(error = %e, "a worker cannot take an accepted connection"),
+        }
+    }));
 }
 
 fn is_resource_exhaustion(e: &std::io::Error) -> bool {

@@ -7,12 +7,14 @@
 //! - [`dial`]: connect to an origin (every address, one deadline, optional Fast Open).
 //! - [`fastopen`]: a stream whose first write may be a Fast Open connect.
 //! - [`idle`]: a stream that fails after a while with no byte either way.
+//! - [`linger`]: a stream that reads on for a moment after it is dropped (lingering close).
 //! - [`rewind`]: a stream that first returns bytes already read from it (the peeked hello).
 
 pub mod batch;
 pub mod dial;
 pub mod fastopen;
 pub mod idle;
+pub mod linger;
 pub mod resolve;
 pub mod rewind;
 pub mod sockopt;

@@ -50,6 +50,8 @@ pub(crate) struct Conn {
     rtt_us: AtomicU64,
     /// [`thread_tag`] of the thread that last ran the connection's task.
     driven_on: AtomicU64,
+    /// The worker runtime the connection runs on ([`crate::workers`]), if any.
+    pub worker: Option<usize>,
 }
 
 /// A small number naming the current thread (0 is never used).
@@ -104,6 +106,8 @@ impl Conn {
             streams_gauge: upstream.metrics().upstream.streams.get_or_create(&upstream.conn_label()).clone(),
             rtt_us: AtomicU64::new(0),
             driven_on: AtomicU64::new(0),
+            // Opened on a worker, the driver task spawned below stays there.
+            worker: crate::workers::current(),
         });
         let ping = connection.ping_pong();
         let me = conn.clone();
@@ -260,6 +264,7 @@ impl Conn {
             requests: self.requests.load(Ordering::Relaxed),
             ping_rtt_ms: (rtt > 0).then(|| rtt as f64 / 1e3),
             retiring: self.retiring(),
+            worker: self.worker,
         }
     }
 }

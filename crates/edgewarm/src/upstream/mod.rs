@@ -48,6 +48,7 @@ use crate::metrics::{Metrics, PoolLabels, UpstreamEnd};
 use crate::pool::dial::{Dial, TlsDial, WarmError};
 use crate::pool::sizing::Backoff;
 use crate::tls::origin::PoolKey;
+use crate::workers::Placement;
 use conn::Conn;
 use room::Room;
 
@@ -84,6 +85,8 @@ pub struct ConnStatus {
     pub requests: u64,
     pub ping_rtt_ms: Option<f64>,
     pub retiring: bool,
+    /// The worker thread the connection runs on (`null` without workers).
+    pub worker: Option<usize>,
 }
 
 /// One upstream as `/origins` shows it.
@@ -110,6 +113,8 @@ struct State {
     connect_timeout: Duration,
     /// How many times the origin asked for fewer PINGs (each doubles the interval).
     calm: u32,
+    /// The worker of each connect under way that was placed on one.
+    opening_on: Vec<usize>,
 }
 
 pub struct Upstream {
@@ -124,6 +129,8 @@ pub struct Upstream {
     retired: CancellationToken,
     next_id: AtomicU64,
     metrics: Arc<Metrics>,
+    /// The worker runtimes the standing connections are spread over (see [`Upstream::fill`]).
+    workers: Placement,
 }
 
 impl std::fmt::Debug for Upstream {
@@ -140,6 +147,7 @@ impl Upstream {
         settings: UpstreamConfig,
         connect_timeout: Duration,
         metrics: Arc<Metrics>,
+        workers: Placement,
     ) -> Arc<Self> {
         let upstream = Arc::new(Self {
             dial,
@@ -152,12 +160,14 @@ impl Upstream {
                 settings,
                 connect_timeout,
                 calm: 0,
+                opening_on: Vec::new(),
             }),
             wake: Notify::new(),
             room: Arc::default(),
             retired: CancellationToken::new(),
             next_id: AtomicU64::new(0),
             metrics,
+            workers,
         });
         tokio::spawn(upstream.clone().maintain());
         upstream
@@ -242,17 +252,38 @@ impl Upstream {
             start = start.min(1).saturating_sub(st.opening);
         }
         st.opening += start;
+        let places: Vec<_> = (0..start).map(|_| self.place(&mut st)).collect();
         drop(st);
-        for _ in 0..start {
+        for worker in places {
             let me = self.clone();
-            tokio::spawn(async move {
-                let _ = me.open().await;
-            });
+            let open = async move {
+                let _ = me.open(worker).await;
+            };
+            match worker.and_then(|w| self.workers.get(w)) {
+                Some(runtime) => drop(runtime.spawn(open)),
+                None => drop(tokio::spawn(open)),
+            }
         }
     }
 
-    /// Open one connection and add it to the set.
-    async fn open(self: &Arc<Self>) -> Result<Arc<Conn>, UpstreamError> {
+    /// The worker for a new standing connection: the one with the fewest of this upstream's
+    /// connections, live or opening, so each worker's requests find one of their own (ties go
+    /// round robin, so that routes' first connections do not all land on worker 0).
+    fn place(&self, st: &mut State) -> Option<usize> {
+        let n = self.workers.len();
+        let (start, _) = self.workers.next()?;
+        let load = |w: usize| {
+            st.conns.iter().filter(|c| !c.retiring() && c.worker == Some(w)).count()
+                + st.opening_on.iter().filter(|&&o| o == w).count()
+        };
+        let best = (0..n).map(|k| (start + k) % n).min_by_key(|&w| load(w))?;
+        st.opening_on.push(best);
+        Some(best)
+    }
+
+    /// Open one connection and add it to the set. `worker`: the worker it was placed on (it
+    /// runs there), noted in `opening_on` by whoever counted it in `opening`.
+    async fn open(self: &Arc<Self>, worker: Option<usize>) -> Result<Arc<Conn>, UpstreamError> {
         let timeout = self.state().connect_timeout;
         let started = Instant::now();
         let result = async {
@@ -263,6 +294,9 @@ impl Upstream {
         .await;
         let mut st = self.state();
         st.opening -= 1;
+        if let Some(i) = worker.and_then(|w| st.opening_on.iter().position(|&o| o == w)) {
+            st.opening_on.swap_remove(i);
+        }
         match result {
             Ok(conn) => {
                 st.backoff.succeeded();
@@ -344,14 +378,19 @@ impl Upstream {
                 // The least loaded live connection usually has room: try it alone first (each
                 // look at a connection's stream limit takes h2's lock), then any with room.
                 let least = |cs: &mut dyn Iterator<Item = &Arc<Conn>>| cs.min_by_key(|c| c.active_streams()).cloned();
-                // A connection whose task last ran on this thread first: the request's frames,
-                // h2's stream state and the wake-ups then stay in one core's cache (with one
-                // worker thread instead of two, a request cost ~9 % less CPU: the difference
-                // was this traffic). Each thread's requests keep waking "their" connection's
-                // task onto that thread, so the pairing holds once formed.
-                let here = conn::thread_tag();
-                let best = least(&mut st.conns.iter().filter(|c| !c.retiring() && c.driven_on(here)))
-                    .and_then(|c| Some((c.try_reserve()?, c)))
+                // A connection on this thread first (this worker's: see `crate::workers`): the
+                // request's frames, h2's stream state and the wake-ups then stay in one core's
+                // cache (with one worker thread instead of two, a request cost ~9 % less CPU:
+                // the difference was this traffic). Without workers, the thread that last
+                // drove it: each thread's requests keep waking "their" connection's task onto
+                // that thread, so the pairing holds once formed.
+                let (worker, here) = (crate::workers::current(), conn::thread_tag());
+                let mine = |c: &Arc<Conn>| if worker.is_some() { c.worker == worker } else { c.driven_on(here) };
+                let local = least(&mut st.conns.iter().filter(|c| !c.retiring() && mine(c)));
+                let has_local = local.is_some();
+                let local = local.and_then(|c| Some((c.try_reserve()?, c)));
+                let local_full = has_local && local.is_none();
+                let best = local
                     .or_else(|| {
                         let c = least(&mut st.conns.iter().filter(|c| !c.retiring()))?;
                         Some((c.try_reserve()?, c))
@@ -367,9 +406,26 @@ impl Upstream {
                 // not in backoff, and the ceiling allows. Decided and counted under the lock,
                 // so two requests cannot both spill past the ceiling.
                 let backoff = st.retry_at.is_some_and(|t| Instant::now() < t);
-                let open = best.is_none() && st.opening == 0 && !backoff && total < st.settings.max_connections;
-                if open {
+                let may_open = st.opening == 0 && !backoff && total < st.settings.max_connections;
+                let open = best.is_none() && may_open;
+                // This worker's own connections are full but another worker's had room: the
+                // request goes there now, and this worker opens one more of its own in the
+                // background, so that its next requests stay on its core. Bounded by
+                // `max_connections` like any spill; no request waits for it. (A worker with no
+                // connection of its own, when `connections` is below the number of workers,
+                // borrows without growing: the standing count is the operator's.)
+                let grow = best.is_some() && local_full && worker.is_some() && may_open;
+                if open || grow {
                     st.opening += 1;
+                    // Opened on this worker (the task below runs here): its requests need it.
+                    if let Some(w) = worker {
+                        st.opening_on.push(w);
+                    }
+                }
+                if grow {
+                    self.metrics.upstream.spills.get_or_create(&self.labels).inc();
+                    let me = self.clone();
+                    tokio::spawn(async move { me.open(worker).await });
                 }
                 (best, open)
             };
@@ -390,7 +446,7 @@ impl Upstream {
                 // In its own task: if this request is dropped (its client went away) the
                 // connect still finishes its bookkeeping, and the connection joins the set.
                 let me = self.clone();
-                match tokio::spawn(async move { me.open().await }).await {
+                match tokio::spawn(async move { me.open(crate::workers::current()).await }).await {
                     Ok(Ok(_)) => continue,
                     Ok(Err(e)) if self.live() == 0 => return Err(e),
                     _ => {}

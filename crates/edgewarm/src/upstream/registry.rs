@@ -15,6 +15,7 @@ use crate::config::UpstreamConfig;
 use crate::metrics::{Metrics, PoolLabels, RouteName};
 use crate::pool::dial::TlsDial;
 use crate::tls::origin::PoolKey;
+use crate::workers::Placement;
 
 /// An upstream the new configuration needs.
 pub struct Wanted {
@@ -26,14 +27,14 @@ pub struct Wanted {
 
 /// What the registry needs of a kept upstream.
 trait Standing {
-    fn start(w: Wanted, labels: PoolLabels, metrics: Arc<Metrics>) -> Arc<Self>;
+    fn start(w: Wanted, labels: PoolLabels, metrics: Arc<Metrics>, workers: &Placement) -> Arc<Self>;
     fn update(&self, settings: UpstreamConfig, connect_timeout: Duration);
     fn retire(&self);
 }
 
 impl Standing for Upstream {
-    fn start(w: Wanted, labels: PoolLabels, metrics: Arc<Metrics>) -> Arc<Self> {
-        Upstream::start(w.dial, labels, w.settings, w.connect_timeout, metrics)
+    fn start(w: Wanted, labels: PoolLabels, metrics: Arc<Metrics>, workers: &Placement) -> Arc<Self> {
+        Upstream::start(w.dial, labels, w.settings, w.connect_timeout, metrics, workers.clone())
     }
     fn update(&self, settings: UpstreamConfig, connect_timeout: Duration) {
         Upstream::update(self, settings, connect_timeout);
@@ -44,7 +45,7 @@ impl Standing for Upstream {
 }
 
 impl Standing for H1Upstream {
-    fn start(w: Wanted, mut labels: PoolLabels, metrics: Arc<Metrics>) -> Arc<Self> {
+    fn start(w: Wanted, mut labels: PoolLabels, metrics: Arc<Metrics>, _: &Placement) -> Arc<Self> {
         labels.alpn = "http/1.1".into();
         H1Upstream::start(w.dial, labels, w.settings, w.connect_timeout, metrics)
     }
@@ -62,6 +63,7 @@ pub struct Upstreams {
     h2: Mutex<Map<Upstream>>,
     h1: Mutex<Map<H1Upstream>>,
     metrics: Arc<Metrics>,
+    workers: Placement,
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -69,18 +71,18 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 }
 
 impl Upstreams {
-    pub fn new(metrics: Arc<Metrics>) -> Self {
-        Self { h2: Mutex::default(), h1: Mutex::default(), metrics }
+    pub fn new(metrics: Arc<Metrics>, workers: Placement) -> Self {
+        Self { h2: Mutex::default(), h1: Mutex::default(), metrics, workers }
     }
 
     /// Make the set of HTTP/2 upstreams exactly `wanted`; returns each wanted key's upstream.
     pub fn sync(&self, wanted: Vec<Wanted>) -> Map<Upstream> {
-        sync(&mut lock(&self.h2), wanted, &self.metrics)
+        sync(&mut lock(&self.h2), wanted, &self.metrics, &self.workers)
     }
 
     /// The same for HTTP/1.1 origin pools.
     pub(crate) fn sync_h1(&self, wanted: Vec<Wanted>) -> Map<H1Upstream> {
-        sync(&mut lock(&self.h1), wanted, &self.metrics)
+        sync(&mut lock(&self.h1), wanted, &self.metrics, &self.workers)
     }
 
     /// Stop every upstream (shutdown): no new streams; open ones finish.
@@ -100,7 +102,7 @@ impl Upstreams {
     }
 }
 
-fn sync<T: Standing>(map: &mut Map<T>, wanted: Vec<Wanted>, metrics: &Arc<Metrics>) -> Map<T> {
+fn sync<T: Standing>(map: &mut Map<T>, wanted: Vec<Wanted>, metrics: &Arc<Metrics>, workers: &Placement) -> Map<T> {
     let mut next = HashMap::new();
     for w in wanted {
         let key = w.dial.key.clone();
@@ -113,7 +115,7 @@ fn sync<T: Standing>(map: &mut Map<T>, wanted: Vec<Wanted>, metrics: &Arc<Metric
             tracing::warn!(route = %w.route, origin = %key.origin, "origin_tls.verify is false: origin certificates are NOT verified");
         }
         let labels = PoolLabels { route: w.route.clone(), origin: key.origin.to_string(), alpn: key.alpn_label() };
-        next.insert(key, T::start(w, labels, metrics.clone()));
+        next.insert(key, T::start(w, labels, metrics.clone(), workers));
     }
     for (key, u) in map.drain() {
         if !next.contains_key(&key) {

@@ -166,8 +166,10 @@ pub(crate) async fn serve(
         .max_header_list_size(u32::try_from(MAX_HEADER_BYTES).unwrap_or(u32::MAX))
         .max_pending_accept_reset_streams(Some(64))
         .max_local_error_reset_streams(Some(256));
-    // HTTP/1.1 has one response at a time and nothing to gather.
-    let conn = builder.serve_connection_with_upgrades(TokioIo::new(Batched::pass_through(tls)), service);
+    // HTTP/1.1 has one response at a time and nothing to gather. Closed lingering: hyper may
+    // answer (413, 408, an error) and close before the client has sent all of its request.
+    let io = Batched::pass_through(crate::transport::linger::Linger::new(tls));
+    let conn = builder.serve_connection_with_upgrades(TokioIo::new(io), service);
     tokio::pin!(conn);
     let result = tokio::select! {
         r = conn.as_mut() => r,
