@@ -24,9 +24,10 @@ bench_http_pki
 origin=18643 port=19643 port_fwd=19644 admin=19960
 bench_h2_origin $origin 1
 bench_haproxy_http 1 $port $port_fwd $origin > "$dir/haproxy.cfg"
-bench_http_edge $port $admin $origin > "$dir/edge.yaml"
+# One worker thread (callgrind runs one thread at a time anyway).
+{ bench_http_edge $port $admin $origin; echo "workers: 1"; } > "$dir/edge.yaml"
 # The same route adding no forwarding headers: the same header work as plain HAProxy.
-bench_http_edge $port $admin $origin "    forward_headers: []" > "$dir/bare.yaml"
+{ bench_http_edge $port $admin $origin "    forward_headers: []"; echo "workers: 1"; } > "$dir/bare.yaml"
 
 nginx -c "$dir/origin.conf" & pids+=($!)
 wait_ports $origin
