@@ -26,6 +26,8 @@ bench_h2_origin $origin 1
 bench_haproxy_http 1 $port $port_fwd $origin > "$dir/haproxy.cfg"
 # One worker thread (callgrind runs one thread at a time anyway).
 { bench_http_edge $port $admin $origin; echo "workers: 1"; } > "$dir/edge.yaml"
+# Builds from before the `workers` key (one runtime: TOKIO_WORKER_THREADS=1 below).
+bench_http_edge $port $admin $origin > "$dir/baseline.yaml"
 # The same route adding no forwarding headers: the same header work as plain HAProxy.
 { bench_http_edge $port $admin $origin "    forward_headers: []"; echo "workers: 1"; } > "$dir/bare.yaml"
 
@@ -65,7 +67,7 @@ run_one() { # key port command...
 RUST_LOG=warn TOKIO_WORKER_THREADS=1 run_one edgewarm $port "$edgewarm" run --config "$dir/edge.yaml"
 RUST_LOG=warn TOKIO_WORKER_THREADS=1 run_one bare $port "$edgewarm" run --config "$dir/bare.yaml"
 if [ -n "${BASELINE:-}" ]; then
-  RUST_LOG=warn TOKIO_WORKER_THREADS=1 run_one baseline $port "$BASELINE" run --config "$dir/edge.yaml"
+  RUST_LOG=warn TOKIO_WORKER_THREADS=1 run_one baseline $port "$BASELINE" run --config "$dir/baseline.yaml"
 fi
 run_one haproxy $port haproxy -db -f "$dir/haproxy.cfg"
 run_one haproxy-fwd $port_fwd haproxy -db -f "$dir/haproxy.cfg"
