@@ -160,6 +160,9 @@ label_enum! {
         PingTimeout => "ping_timeout",
         PingFailed => "ping_failed",
         PingUnavailable => "ping_unavailable",
+        // Opened for demand and closed after `upstream.idle_timeout` without a stream (not
+        // replaced: the standing `connections` remain).
+        Idle => "idle",
     }
 }
 

@@ -171,6 +171,35 @@ async fn full_connections_spill_to_new_ones() {
     edge.stop().await;
 }
 
+/// A connection opened for demand (every connection full) closes again once it has carried no
+/// stream for `idle_timeout`; the standing one stays, idle or not.
+#[tokio::test]
+async fn connections_opened_for_demand_close_when_idle() {
+    let fx = fixture();
+    let (origin, stats) = h2_origin(&fx.origin, H2Opts { max_streams: Some(1), ..Default::default() }).await;
+    let upstream = "    upstream: {connections: 1, max_connections: 2, idle_timeout: 1s}\n";
+    let edge = edge(&fx.route(origin, upstream), "workers: 1\n", "").await;
+    wait_for(&edge, OPENED, &[("route", "b.test")], 1.0).await;
+    let mut held = HttpClient::connect(&fx.edge, edge.addr, "b.test", true).await.unwrap();
+    let hold = tokio::spawn(async move { held.send("GET", "b.test", "/slow", &[], vec![]).await.map(|_| ()) });
+    wait_for(&edge, "edgewarm_upstream_streams", &[("route", "b.test")], 1.0).await;
+    // The only connection is full: this request opens a second one.
+    let mut client = HttpClient::connect(&fx.edge, edge.addr, "b.test", true).await.unwrap();
+    let (head, _) = client.send("GET", "b.test", "/more", &[], vec![]).await.unwrap();
+    assert_eq!(head.status, 200);
+    assert_eq!(stats.connections.load(Ordering::Relaxed), 2);
+    hold.abort();
+    wait_for_zero(&edge, "edgewarm_upstream_streams", &[("route", "b.test")]).await;
+    // Idle for a second, the demand connection goes; the standing one is not replaced for it.
+    wait_for(&edge, "edgewarm_upstream_replaced_total", &[("route", "b.test"), ("reason", "idle")], 1.0).await;
+    wait_for_at_most(&edge, "edgewarm_upstream_connections", &[("route", "b.test")], 1.0).await;
+    let (head, _) = client.send("GET", "b.test", "/after", &[], vec![]).await.unwrap();
+    assert_eq!(head.status, 200);
+    assert_eq!(stats.connections.load(Ordering::Relaxed), 2, "served on the standing connection");
+    assert_eq!(edge.metric("edgewarm_upstream_replaced_total", &[("reason", "idle")]), 1.0);
+    edge.stop().await;
+}
+
 /// Worker threads (`workers: 2`): the standing connections are spread over them, one each. A
 /// worker whose own connection is full sends the request on another worker's connection with
 /// room (it waits for no handshake) and opens one more of its own, within `max_connections`.
@@ -991,8 +1020,13 @@ async fn websockets_ride_the_standing_connections_when_the_origin_offers_rfc_844
 }
 
 async fn wait_for_zero(edge: &Edge, name: &str, labels: &[(&str, &str)]) {
+    wait_for_at_most(edge, name, labels, 0.0).await;
+}
+
+/// Wait (bounded: 10 s) until a gauge is down to `most`.
+async fn wait_for_at_most(edge: &Edge, name: &str, labels: &[(&str, &str)], most: f64) {
     for _ in 0..2000 {
-        if edge.metric(name, labels) == 0.0 {
+        if edge.metric(name, labels) <= most {
             return;
         }
         tokio::time::sleep(Duration::from_millis(5)).await;

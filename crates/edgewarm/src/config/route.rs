@@ -196,6 +196,10 @@ pub struct UpstreamConfig {
     /// it is retired gracefully: no new streams, open ones finish.
     #[serde(default = "default_max_age", with = "duration")]
     pub max_age: Duration,
+    /// Connections opened beyond `connections` for demand are closed after this long without a
+    /// stream.
+    #[serde(default = "default_idle_timeout", with = "duration")]
+    pub idle_timeout: Duration,
     /// `h2` (default): multiplexed streams. `http/1.1`: for origins without HTTP/2, a pool of
     /// keep-alive connections, one request at a time each.
     #[serde(default)]
@@ -218,6 +222,7 @@ impl Default for UpstreamConfig {
             max_connections: default_max_connections(),
             keepalive: default_keepalive(),
             max_age: default_max_age(),
+            idle_timeout: default_idle_timeout(),
             protocol: UpstreamProtocol::default(),
         }
     }
@@ -231,6 +236,9 @@ fn default_max_connections() -> usize {
 }
 fn default_keepalive() -> Duration {
     Duration::from_secs(20)
+}
+fn default_idle_timeout() -> Duration {
+    Duration::from_secs(60)
 }
 fn default_max_age() -> Duration {
     Duration::from_secs(50 * 60)

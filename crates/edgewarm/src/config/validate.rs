@@ -262,8 +262,10 @@ fn validate_upstream(u: &UpstreamConfig, key: &dyn Fn(&str) -> String) -> Result
             ),
         ));
     }
-    if u.keepalive == Duration::ZERO || u.max_age == Duration::ZERO {
-        return Err(ConfigError::invalid(key("upstream.keepalive"), "upstream durations must be greater than zero"));
+    for (name, d) in [("keepalive", u.keepalive), ("max_age", u.max_age), ("idle_timeout", u.idle_timeout)] {
+        if d == Duration::ZERO {
+            return Err(ConfigError::invalid(key(&format!("upstream.{name}")), "must be greater than zero"));
+        }
     }
     Ok(())
 }
@@ -399,6 +401,17 @@ routes:
         assert_eq!(e, "routes[0].upstream: only for action http");
         let e = err(&GOOD.replace("action: tunnel", "action: tunnel\n    forward_headers: [via]"));
         assert_eq!(e, "routes[0].forward_headers: only for action http: other actions do not see requests");
+    }
+
+    #[test]
+    fn upstream_durations_are_named_when_zero() {
+        for key in ["keepalive", "max_age", "idle_timeout"] {
+            let yaml = GOOD.replace(
+                "action: tunnel",
+                &format!("action: http\n    cert: c.pem\n    key: k.pem\n    upstream: {{{key}: 0s}}"),
+            );
+            assert_eq!(err(&yaml), format!("routes[0].upstream.{key}: must be greater than zero"));
+        }
     }
 
     #[test]

@@ -52,6 +52,10 @@ pub(crate) struct Conn {
     driven_on: AtomicU64,
     /// The worker runtime the connection runs on ([`crate::workers`]), if any.
     pub worker: Option<usize>,
+    /// Opened for a request, beyond the standing `connections` (see [`Conn::idle_for`]).
+    pub demand: bool,
+    /// For [`Conn::idle_for`]: the request count at the last look, and since when none came.
+    idle: Mutex<(u64, Option<Instant>)>,
 }
 
 /// A small number naming the current thread (0 is never used).
@@ -86,6 +90,7 @@ impl Conn {
         id: u64,
         tls: TlsStream<Aligned<TcpStream>>,
         upstream: Arc<Upstream>,
+        demand: bool,
     ) -> Result<Arc<Self>, h2::Error> {
         let (send, mut connection) = h2::client::Builder::new()
             .initial_window_size(STREAM_WINDOW)
@@ -108,6 +113,8 @@ impl Conn {
             driven_on: AtomicU64::new(0),
             // Opened on a worker, the driver task spawned below stays there.
             worker: crate::workers::current(),
+            demand,
+            idle: Mutex::new((0, None)),
         });
         let ping = connection.ping_pong();
         let me = conn.clone();
@@ -182,6 +189,19 @@ impl Conn {
             Ok(()) => Ok(conn),
             Err(_) => Err(h2::Error::from(h2::Reason::CONNECT_ERROR)),
         }
+    }
+
+    /// How long the connection has carried no stream, as seen by the upstream's upkeep, which
+    /// looks every second: a request since the last look, or a stream open now, restarts it.
+    /// (Counted there, not per request: a request pays nothing for it.)
+    pub(crate) fn idle_for(&self, now: Instant) -> Duration {
+        let mut idle = self.idle.lock().unwrap_or_else(|p| p.into_inner());
+        let requests = self.requests.load(Ordering::Relaxed);
+        if self.active_streams() > 0 || requests != idle.0 {
+            *idle = (requests, None);
+            return Duration::ZERO;
+        }
+        now.saturating_duration_since(*idle.1.get_or_insert(now))
     }
 
     pub(crate) fn age(&self) -> Duration {

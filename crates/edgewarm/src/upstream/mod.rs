@@ -242,6 +242,20 @@ impl Upstream {
             }
         }
         st.conns.retain(|c| !c.is_closed());
+        // Connections opened for demand go once they have carried no stream for
+        // `idle_timeout`, down to `connections`. Newest first: first fit uses them least.
+        let (idle_timeout, now) = (st.settings.idle_timeout, Instant::now());
+        let mut live = st.conns.iter().filter(|c| !c.retiring()).count();
+        for c in st.conns.iter().rev() {
+            if live <= st.settings.connections {
+                break;
+            }
+            if c.demand && !c.retiring() && c.idle_for(now) >= idle_timeout {
+                c.retire();
+                live -= 1;
+                self.metrics.upstream.replaced.get_or_create(&self.reason(UpstreamEnd::Idle)).inc();
+            }
+        }
         if st.retry_at.is_some_and(|t| Instant::now() < t) {
             return;
         }
@@ -257,7 +271,7 @@ impl Upstream {
         for worker in places {
             let me = self.clone();
             let open = async move {
-                let _ = me.open(worker).await;
+                let _ = me.open(worker, false).await;
             };
             match worker.and_then(|w| self.workers.get(w)) {
                 Some(runtime) => drop(runtime.spawn(open)),
@@ -283,13 +297,15 @@ impl Upstream {
 
     /// Open one connection and add it to the set. `worker`: the worker it was placed on (it
     /// runs there), noted in `opening_on` by whoever counted it in `opening`.
-    async fn open(self: &Arc<Self>, worker: Option<usize>) -> Result<Arc<Conn>, UpstreamError> {
+    /// `demand`: opened for a request (a spill, or a full worker's own), not to keep
+    /// `connections` standing: closed again after `idle_timeout` without a stream.
+    async fn open(self: &Arc<Self>, worker: Option<usize>, demand: bool) -> Result<Arc<Conn>, UpstreamError> {
         let timeout = self.state().connect_timeout;
         let started = Instant::now();
         let result = async {
             let tls = self.dial.dial(timeout).await?;
             let id = self.next_id.fetch_add(1, Ordering::Relaxed);
-            Ok::<_, UpstreamError>(Conn::handshake(id, tls, self.clone()).await?)
+            Ok::<_, UpstreamError>(Conn::handshake(id, tls, self.clone(), demand).await?)
         }
         .await;
         let mut st = self.state();
@@ -430,7 +446,7 @@ impl Upstream {
                 if grow {
                     self.metrics.upstream.spills.get_or_create(&self.labels).inc();
                     let me = self.clone();
-                    tokio::spawn(async move { me.open(worker).await });
+                    tokio::spawn(async move { me.open(worker, true).await });
                 }
                 (best, open)
             };
@@ -451,7 +467,7 @@ impl Upstream {
                 // In its own task: if this request is dropped (its client went away) the
                 // connect still finishes its bookkeeping, and the connection joins the set.
                 let me = self.clone();
-                match tokio::spawn(async move { me.open(crate::workers::current()).await }).await {
+                match tokio::spawn(async move { me.open(crate::workers::current(), true).await }).await {
                     Ok(Ok(_)) => continue,
                     Ok(Err(e)) if self.live() == 0 => return Err(e),
                     _ => {}
