@@ -197,6 +197,7 @@ async fn connections_opened_for_demand_close_when_idle() {
     assert_eq!(head.status, 200);
     assert_eq!(stats.connections.load(Ordering::Relaxed), 2, "served on the standing connection");
     assert_eq!(edge.metric("edgewarm_upstream_replaced_total", &[("reason", "idle")]), 1.0);
+    assert_eq!(edge.metric("edgewarm_upstream_replaced_total", &[("reason", "closed")]), 0.0, "counted once");
     edge.stop().await;
 }
 

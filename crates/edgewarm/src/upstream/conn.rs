@@ -56,6 +56,8 @@ pub(crate) struct Conn {
     pub demand: bool,
     /// For [`Conn::idle_for`]: the request count at the last look, and since when none came.
     idle: Mutex<(u64, Option<Instant>)>,
+    /// Retired by the upstream's upkeep, which counted the reason ([`Conn::retire_counted`]).
+    counted: AtomicBool,
 }
 
 /// A small number naming the current thread (0 is never used).
@@ -115,6 +117,7 @@ impl Conn {
             worker: crate::workers::current(),
             demand,
             idle: Mutex::new((0, None)),
+            counted: AtomicBool::new(false),
         });
         let ping = connection.ping_pong();
         let me = conn.clone();
@@ -182,7 +185,7 @@ impl Conn {
             }
             me.closed.cancel();
             tracing::debug!(route = %upstream.labels().route, conn = me.id, why = why.label(), "origin connection ended");
-            upstream.closed(me.id, why);
+            upstream.closed(me.id, why, me.counted.load(Ordering::Relaxed));
         });
         // No answer to the first PING: the connection ended during set-up.
         match ready_rx.await {
@@ -214,6 +217,13 @@ impl Conn {
 
     pub(crate) fn is_closed(&self) -> bool {
         self.closed.is_cancelled()
+    }
+
+    /// [`Conn::retire`], for a reason the caller counts (`max_age`, `idle`): the connection's
+    /// end is then not counted again as `closed`.
+    pub(crate) fn retire_counted(&self) {
+        self.counted.store(true, Ordering::Relaxed);
+        self.retire();
     }
 
     /// Stop using this connection; streams on it finish.

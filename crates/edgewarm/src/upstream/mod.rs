@@ -237,7 +237,7 @@ impl Upstream {
         let max_age = st.settings.max_age;
         for c in &st.conns {
             if !c.retiring() && c.age() >= max_age {
-                c.retire();
+                c.retire_counted();
                 self.metrics.upstream.replaced.get_or_create(&self.reason(UpstreamEnd::MaxAge)).inc();
             }
         }
@@ -251,7 +251,7 @@ impl Upstream {
                 break;
             }
             if c.demand && !c.retiring() && c.idle_for(now) >= idle_timeout {
-                c.retire();
+                c.retire_counted();
                 live -= 1;
                 self.metrics.upstream.replaced.get_or_create(&self.reason(UpstreamEnd::Idle)).inc();
             }
@@ -344,7 +344,9 @@ impl Upstream {
     }
 
     /// A connection ended (its driver returned): forget it and replace it.
-    pub(crate) fn closed(&self, id: u64, why: UpstreamEnd) {
+    /// `counted`: the upkeep retired it and counted why (`max_age`, `idle`); its end is not
+    /// counted a second time.
+    pub(crate) fn closed(&self, id: u64, why: UpstreamEnd, counted: bool) {
         let mut st = self.state();
         let before = st.conns.len();
         st.conns.retain(|c| c.id != id);
@@ -353,7 +355,9 @@ impl Upstream {
         if was_open {
             self.metrics.upstream.open.get_or_create(&self.conn_label()).dec();
         }
-        self.metrics.upstream.replaced.get_or_create(&self.reason(why)).inc();
+        if !counted {
+            self.metrics.upstream.replaced.get_or_create(&self.reason(why)).inc();
+        }
         self.wake.notify_one();
         self.room.changed();
     }
