@@ -48,8 +48,6 @@ pub(crate) struct Conn {
     streams_gauge: prometheus_client::metrics::gauge::Gauge,
     /// Last PING round trip, in microseconds (0: none yet).
     rtt_us: AtomicU64,
-    /// [`thread_tag`] of the thread that last ran the connection's task.
-    driven_on: AtomicU64,
     /// The worker runtime the connection runs on ([`crate::workers`]), if any.
     pub worker: Option<usize>,
     /// Opened for a request, beyond the standing `connections` (see [`Conn::idle_for`]).
@@ -58,15 +56,6 @@ pub(crate) struct Conn {
     idle: Mutex<(u64, Option<Instant>)>,
     /// Retired by the upstream's upkeep, which counted the reason ([`Conn::retire_counted`]).
     counted: AtomicBool,
-}
-
-/// A small number naming the current thread (0 is never used).
-pub(crate) fn thread_tag() -> u64 {
-    static NEXT: AtomicU64 = AtomicU64::new(1);
-    thread_local! {
-        static TAG: u64 = NEXT.fetch_add(1, Ordering::Relaxed);
-    }
-    TAG.with(|t| *t)
 }
 
 /// One open stream's place on its connection; dropping it (when the response body has ended
@@ -112,7 +101,6 @@ impl Conn {
             room: upstream.room.clone(),
             streams_gauge: upstream.metrics().upstream.streams.get_or_create(&upstream.conn_label()).clone(),
             rtt_us: AtomicU64::new(0),
-            driven_on: AtomicU64::new(0),
             // Opened on a worker, the driver task spawned below stays there.
             worker: crate::workers::current(),
             demand,
@@ -152,13 +140,8 @@ impl Conn {
                     }
                 }
             };
-            // The connection, noting where it runs (see `driven_on`).
-            let driven = std::future::poll_fn(|cx| {
-                me.driven_on.store(thread_tag(), Ordering::Relaxed);
-                std::future::Future::poll(std::pin::Pin::new(&mut connection), cx)
-            });
             let why = tokio::select! {
-                r = driven => match r {
+                r = &mut connection => match r {
                     Ok(()) => UpstreamEnd::Closed,
                     Err(e) if e.is_go_away() && e.reason() == Some(h2::Reason::ENHANCE_YOUR_CALM) => {
                         // "too_many_pings" and its kin: the origin finds us too chatty. PING
@@ -241,11 +224,6 @@ impl Conn {
         !self.retiring() && self.with_send(H2Send::is_extended_connect_protocol_enabled).unwrap_or(false)
     }
 
-    /// The connection's task last ran on the thread tagged `tag` ([`thread_tag`]).
-    pub(crate) fn driven_on(&self, tag: u64) -> bool {
-        self.driven_on.load(Ordering::Relaxed) == tag
-    }
-
     pub(crate) fn active_streams(&self) -> usize {
         self.active.load(Ordering::SeqCst)
     }
@@ -296,20 +274,5 @@ impl Conn {
             retiring: self.retiring(),
             worker: self.worker,
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::thread_tag;
-
-    #[test]
-    fn each_thread_has_its_own_lasting_tag() {
-        let here = thread_tag();
-        assert_ne!(here, 0);
-        assert_eq!(thread_tag(), here, "a thread keeps its tag");
-        let there = std::thread::spawn(thread_tag).join().unwrap();
-        assert_ne!(there, here);
-        assert_ne!(there, 0);
     }
 }

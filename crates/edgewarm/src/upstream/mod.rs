@@ -398,20 +398,16 @@ impl Upstream {
                 // loaded (it usually has room: tried alone first, since each look at a stream
                 // limit takes h2's lock), then any with room.
                 let least = |cs: &mut dyn Iterator<Item = &Arc<Conn>>| cs.min_by_key(|c| c.active_streams()).cloned();
-                // A connection on this thread first (this worker's: see `crate::workers`): the
-                // request's frames, h2's stream state and the wake-ups then stay in one core's
-                // cache (with one worker thread instead of two, a request cost ~9 % less CPU:
-                // the difference was this traffic). Without workers, the thread that last
-                // drove it: each thread's requests keep waking "their" connection's task onto
-                // that thread, so the pairing holds once formed.
+                // A connection of this worker first (see `crate::workers`): the request's
+                // frames, h2's stream state and the wake-ups then stay on one core (a request
+                // whose two connections ran on different threads cost ~9 % more CPU).
                 // Among its own, the oldest with room (first fit, not least loaded): a client's
                 // burst of requests goes out on one connection in one write, the origin answers
                 // them together, and they come back to the client in one write. Spread over
                 // the connections, the same load took 13 % more time (client writes per request
                 // 0.21 → 0.13 with first fit; docs/benchmarks.md).
-                let (worker, here) = (crate::workers::current(), conn::thread_tag());
-                let mine = |c: &Arc<Conn>| if worker.is_some() { c.worker == worker } else { c.driven_on(here) };
-                let mut locals = st.conns.iter().filter(|c| !c.retiring() && mine(c)).peekable();
+                let worker = crate::workers::current();
+                let mut locals = st.conns.iter().filter(|c| !c.retiring() && c.worker == worker).peekable();
                 let has_local = locals.peek().is_some();
                 let local = locals.find_map(|c| Some((c.try_reserve()?, c.clone())));
                 let local_full = has_local && local.is_none();
