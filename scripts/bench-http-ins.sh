@@ -15,10 +15,9 @@ set -euo pipefail
 n1=${1:-1000}
 n2=${2:-3000}
 root=$(cd "$(dirname "$0")/.." && pwd)
-cargo build --release -q -p edgewarm --manifest-path "$root/Cargo.toml"
-edgewarm="$root/target/release/edgewarm"
 # shellcheck source=scripts/bench-lib.sh
 . "$root/scripts/bench-lib.sh"
+bench_edgewarm
 bench_workdir
 bench_http_pki
 origin=18643 port=19643 port_fwd=19644 admin=19960

@@ -11,10 +11,9 @@ set -euo pipefail
 rounds=${1:-3}
 requests=${2:-40000}
 root=$(cd "$(dirname "$0")/.." && pwd)
-cargo build --release -q -p edgewarm --manifest-path "$root/Cargo.toml"
-edgewarm="$root/target/release/edgewarm"
 # shellcheck source=scripts/bench-lib.sh
 . "$root/scripts/bench-lib.sh"
+bench_edgewarm
 bench_workdir
 
 bench_http_pki

@@ -2,6 +2,12 @@
 # waiting for ports.
 # shellcheck shell=bash
 
+# $edgewarm: the proxy, built for release from the checkout at $root.
+bench_edgewarm() {
+  cargo build --release -q -p edgewarm --manifest-path "$root/Cargo.toml"
+  edgewarm="$root/target/release/edgewarm"
+}
+
 # $dir: a new folder, removed on exit (kept with KEEP=1) after every pid in $pids is killed.
 bench_workdir() {
   dir=$(mktemp -d)
