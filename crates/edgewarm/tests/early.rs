@@ -301,8 +301,14 @@ async fn http2_clients_send_their_first_request_as_early_data() {
     let mut config = (*zero_rtt_client(&fx.edge)).clone();
     config.alpn_protocols = vec![b"h2".to_vec()];
     let config = Arc::new(config);
+    // The first connection fetches a ticket; each later one resumes and sends its GET as early
+    // data. Whether the edge reads that GET before the client's Finished arrives is a race
+    // between two threads (the edge serves on its own workers): a GET read after it is simply
+    // not marked. So: every resumed connection's early data is accepted, and within a few
+    // tries one GET is forwarded while the handshake is still running.
     let mut accepted = Vec::new();
-    for path in ["/first", "/h2-early"] {
+    let mut early = false;
+    for (i, path) in ["/first", "/e1", "/e2", "/e3", "/e4", "/e5", "/e6", "/e7", "/e8"].into_iter().enumerate() {
         let tcp = TcpStream::connect(edge.addr).await.unwrap();
         tcp.set_nodelay(true).unwrap();
         let tls = tokio_rustls::TlsConnector::from(config.clone())
@@ -330,10 +336,20 @@ async fn http2_clients_send_their_first_request_as_early_data() {
         drop(send);
         driver.abort();
         accepted.push(edge.metric("edgewarm_tls_early_data_accepted_total", &[("route", "b.test")]));
+        let seen = stats.seen.lock().unwrap().clone();
+        if seen[i].get("early-data").is_some_and(|v| v == "1") {
+            early = true;
+            break;
+        }
     }
-    assert_eq!(accepted, [0.0, 1.0], "the resumed connection's early data was accepted");
-    let seen = stats.seen.lock().unwrap().clone();
-    assert_eq!(seen[1]["early-data"], "1", "and its GET forwarded before the handshake completed");
+    let tries = accepted.len();
+    assert_eq!(
+        accepted,
+        (0..tries).map(|n| n as f64).collect::<Vec<_>>(),
+        "each resumed connection's early data was accepted"
+    );
+    assert!(early, "no GET of {} resumed connections was forwarded before its handshake completed", tries - 1);
+    assert!(stats.seen.lock().unwrap()[0].get("early-data").is_none(), "the first connection had no early data");
     edge.stop().await;
 }
 
