@@ -8,5 +8,5 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/deps.sh
-cargo test --workspace --all-features "$@"
+cargo test --locked --workspace --all-features "$@"
 scripts/test-ktls.sh

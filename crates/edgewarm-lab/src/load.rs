@@ -25,7 +25,7 @@ use edgewarm::transport::dial as connect;
 
 #[derive(Debug, Clone, clap::Args)]
 pub struct LoadOpts {
-    /// https://HOST[:PORT]/PATH — HOST is the SNI and Host header.
+    /// `https://HOST[:PORT]/PATH` — HOST is the SNI and Host header.
     pub url: String,
     /// Connect here instead of resolving HOST (like curl's --connect-to / --resolve).
     #[arg(long)]
@@ -322,7 +322,6 @@ async fn attempt(t: &Target, t0: Instant, at: Duration) -> Result<Sample, &'stat
 }
 
 /// One GET over HTTP/2 (hyper). TTFB is when the response headers arrive.
-#[allow(clippy::too_many_arguments)]
 async fn h2_request<S>(
     t: &Target,
     tls: S,

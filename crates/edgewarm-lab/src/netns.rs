@@ -106,7 +106,7 @@ impl Topology {
     }
 
     /// One point-to-point link: two TUN devices, each moved into its namespace, delay box between.
-    #[allow(clippy::too_many_arguments)]
+    #[expect(clippy::too_many_arguments)]
     fn link(
         &self,
         a: &str,

@@ -774,7 +774,7 @@ async fn pool_sample(topo: &Topology, t_s: f64) -> PoolSample {
     }
 }
 
-#[allow(clippy::too_many_arguments)]
+#[expect(clippy::too_many_arguments)]
 async fn load(
     topo: &Topology,
     exe: &str,

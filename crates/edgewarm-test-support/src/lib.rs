@@ -256,7 +256,6 @@ pub fn client_hello(sni: &str) -> Vec<u8> {
     out
 }
 
-#[allow(unused_imports)]
 pub use edgewarm::peek::clienthello::split_into_records as refragment;
 
 /// Read until EOF (or error), with a bound so a hung proxy fails the test instead of hanging it.

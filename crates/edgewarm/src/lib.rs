@@ -12,7 +12,9 @@
 //!   from the route's [`pool`], handshaked before the client arrived); `http` (terminate TLS
 //!   and HTTP: hyper's server for HTTP/1.1, h2's for HTTP/2 with every stream in its
 //!   connection's task; each request carried as a stream on the route's standing HTTP/2 origin
-//!   connections: [`upstream`]).
+//!   connections: [`upstream`]), all through the protocol-neutral HTTP core, [`http`]: one
+//!   client driver per protocol, one request service, one seam to the origin, one retry policy,
+//!   one error table.
 //! - [`relay`]: move bytes both ways (splice(2), userspace fallback, or between TLS sessions),
 //!   half-close, idle timeout. With `ktls`, both TLS sessions move to the kernel
 //!   ([`tls::ktls`]) and are spliced like plain sockets.
@@ -35,6 +37,7 @@ pub(crate) mod action;
 pub mod admin;
 pub mod config;
 pub mod error;
+pub(crate) mod http;
 pub(crate) mod listener;
 pub mod metrics;
 pub mod peek;

@@ -173,9 +173,24 @@ label_enum! {
         Timeout => "timeout",
         OriginError => "origin_error",
         BodyTooLarge => "body_too_large",
+        // The client's faults (`fault="client"`), answered 4xx.
+        BadRequest => "bad_request",
+        BadBody => "bad_body",
+        Misdirected => "misdirected",
+        MethodNotAllowed => "method_not_allowed",
+        HandshakeFailed => "handshake_failed",
         // edgewarm's own fault: a stream's handler panicked (the stream is reset; its
         // connection and the connection's other streams go on).
         Internal => "internal",
+    }
+}
+
+label_enum! {
+    /// Whose fault an error was (the HTTP core's error table says which).
+    Fault {
+        Client => "client",
+        Origin => "origin",
+        Edge => "edge",
     }
 }
 
@@ -215,6 +230,7 @@ pub struct RouteStatus {
 pub struct RouteError {
     pub route: RouteName,
     pub reason: HttpError,
+    pub fault: Fault,
 }
 
 type HistogramFamily<L> = Family<L, Histogram, fn() -> Histogram>;
@@ -273,8 +289,8 @@ impl HttpMetrics {
         }
     }
 
-    pub fn error(&self, route: &RouteName, reason: HttpError) {
-        self.errors.get_or_create(&RouteError { route: route.clone(), reason }).inc();
+    pub fn error(&self, route: &RouteName, reason: HttpError, fault: Fault) {
+        self.errors.get_or_create(&RouteError { route: route.clone(), reason, fault }).inc();
     }
 
     pub fn retry(&self, route: &RouteName) {

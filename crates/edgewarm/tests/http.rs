@@ -1058,3 +1058,77 @@ async fn echo_round_trips(tls: &mut (impl tokio::io::AsyncRead + tokio::io::Asyn
         assert_eq!(back, message);
     }
 }
+
+/// The client's malformed requests are 400s counted as the client's fault, never blamed on the
+/// origin: two `Host` lines (RFC 9112 §3.2; which one to believe is what request smuggling
+/// plays on) are refused before forwarding, and a chunked body whose chunk extension is over
+/// the parser's limit (70 KB) is answered 400, not 502, in front of either kind of origin.
+#[tokio::test]
+async fn malformed_requests_are_the_client_s_fault() {
+    use tokio::io::AsyncWriteExt;
+    let fx = fixture();
+    let (h2, h2_stats) = h2_origin(&fx.origin, H2Opts::default()).await;
+    let (h1, h1_stats) = h1_origin(&fx.origin).await;
+    for (origin, stats, extra) in [(h2, h2_stats, ""), (h1, h1_stats, "    upstream: {protocol: http/1.1}\n")] {
+        let edge = edge(&fx.route(origin, extra), "", "").await;
+        let ask = |request: Vec<u8>| {
+            let (certs, addr) = (fx.edge.clone(), edge.addr);
+            async move {
+                let (mut tls, _) = tls_client(&certs, addr, "b.test", &["http/1.1"]).await.unwrap();
+                let _ = tls.write_all(&request).await;
+                let mut answer = vec![0; 64];
+                let n = tokio::io::AsyncReadExt::read(&mut tls, &mut answer).await.unwrap_or(0);
+                String::from_utf8_lossy(&answer[..n]).into_owned()
+            }
+        };
+        let two_hosts = b"GET /x HTTP/1.1\r\nhost: b.test\r\nhost: evil.test\r\n\r\n".to_vec();
+        let answer = ask(two_hosts).await;
+        assert!(answer.starts_with("HTTP/1.1 400"), "two Host lines ({extra}): {answer}");
+        assert_eq!(stats.requests.load(Ordering::Relaxed), 0, "forwarded with two Host lines ({extra})");
+        let client = [("route", "b.test"), ("reason", "bad_request"), ("fault", "client")];
+        assert_eq!(edge.metric("edgewarm_http_errors_total", &client), 1.0, "{extra}");
+
+        let mut chunked = b"POST /echo HTTP/1.1\r\nhost: b.test\r\ntransfer-encoding: chunked\r\n\r\n".to_vec();
+        chunked.extend_from_slice(format!("5;ext={}\r\nhello\r\n0\r\n\r\n", "e".repeat(70_000)).as_bytes());
+        let answer = ask(chunked).await;
+        assert!(answer.starts_with("HTTP/1.1 400"), "a 70 KB chunk extension ({extra}): {answer}");
+        let bad_body = [("route", "b.test"), ("reason", "bad_body"), ("fault", "client")];
+        assert_eq!(edge.metric("edgewarm_http_errors_total", &bad_body), 1.0, "{extra}");
+        assert_eq!(edge.metric("edgewarm_http_errors_total", &[("fault", "origin")]), 0.0, "blamed on the origin");
+        edge.stop().await;
+    }
+}
+
+/// A reload that retires an HTTP/1.1 origin pool tells its keep-alive clients, as one that
+/// retires HTTP/2 origin connections does: the client's idle connection is closed, so its next
+/// request comes in afresh and goes to the new origin; the old origin gets no new connection.
+#[tokio::test]
+async fn retiring_an_http1_pool_closes_its_keep_alive_clients() {
+    let fx = fixture();
+    let (old, old_stats) = h1_origin(&fx.origin).await;
+    let (new, new_stats) = h1_origin(&fx.origin).await;
+    let h1 = "    upstream: {protocol: http/1.1, connections: 1}\n";
+    let edge = edge(&fx.route(old, h1), "", "").await;
+    let mut client = HttpClient::connect(&fx.edge, edge.addr, "b.test", false).await.unwrap();
+    assert_eq!(client.send("GET", "b.test", "/before", &[], vec![]).await.unwrap().0.status, 200);
+    let opened = old_stats.connections.load(Ordering::Relaxed);
+    let yaml =
+        format!("listeners:\n  - listen: 127.0.0.1:0\nadmin:\n  listen: 127.0.0.1:0\nroutes:\n{}", fx.route(new, h1));
+    edge.server.reload(&edgewarm::config::Config::parse(&yaml).unwrap()).unwrap();
+    // The retired pool's client is closed between requests (bounded wait: 5 s).
+    let mut closed = false;
+    for _ in 0..500 {
+        if edge.server.open_connections() == 0 {
+            closed = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert!(closed, "the keep-alive client of a retired HTTP/1.1 pool was never told");
+    assert!(client.send("GET", "b.test", "/stale", &[], vec![]).await.is_err(), "the old connection still serves");
+    assert_eq!(old_stats.connections.load(Ordering::Relaxed), opened, "the retired origin got a new connection");
+    let mut client = HttpClient::connect(&fx.edge, edge.addr, "b.test", false).await.unwrap();
+    assert_eq!(client.send("GET", "b.test", "/after", &[], vec![]).await.unwrap().0.status, 200);
+    assert!(new_stats.requests.load(Ordering::Relaxed) >= 1);
+    edge.stop().await;
+}

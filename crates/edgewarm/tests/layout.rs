@@ -95,3 +95,36 @@ fn the_module_map_names_every_module() {
         assert!(map.contains(&format!("[`{module}`]")), "lib.rs's module map does not mention {module}");
     }
 }
+
+/// The HTTP core's two sides stay apart: a client driver (`http/client/`) names no origin kind
+/// (the `upstream` and `pool` modules, the core's origin seam), and no origin kind names a client
+/// driver, so a new client protocol or a new kind of origin is one more file on its side.
+#[test]
+fn client_drivers_and_origin_kinds_do_not_import_each_other() {
+    let root = src();
+    let mut drivers = Vec::new();
+    files(&root.join("http/client"), &mut drivers);
+    assert!(drivers.len() >= 2, "found only {drivers:?}");
+    let code = |path: &Path| -> String {
+        let text = std::fs::read_to_string(path).unwrap();
+        text.lines().map(str::trim_start).filter(|l| !l.starts_with("//")).collect::<Vec<_>>().join("\n")
+    };
+    for path in &drivers {
+        let text = code(path);
+        for origin in ["crate::upstream", "crate::pool", "http::origin", "super::origin", "crate::http::origin"] {
+            assert!(!text.contains(origin), "{} imports an origin kind ({origin})", path.display());
+        }
+    }
+    let mut origins = Vec::new();
+    files(&root.join("upstream"), &mut origins);
+    files(&root.join("pool"), &mut origins);
+    origins.push(root.join("http/origin.rs"));
+    for path in &origins {
+        let text = code(path);
+        assert!(
+            !text.contains("http::client") && !text.contains("super::client"),
+            "{} imports a client driver",
+            path.display()
+        );
+    }
+}

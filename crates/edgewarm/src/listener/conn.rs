@@ -32,7 +32,7 @@ use crate::transport::sockopt;
 /// connection's whole life (a wrapping block would add a third). The task's size decides its
 /// allocator bin, and an idle tunnel is little more than this task.
 // Not an `async fn` on purpose: see above (its arguments would be stored twice).
-#[allow(clippy::manual_async_fn)]
+#[expect(clippy::manual_async_fn)]
 pub(crate) fn handle(
     mut client: TcpStream,
     mut log: AccessLog,

@@ -239,7 +239,7 @@ impl Relay<'_> {
         }
     }
 
-    #[allow(clippy::too_many_arguments)]
+    #[expect(clippy::too_many_arguments)]
     async fn pump(
         &self,
         src: Sock<'_>,

@@ -167,7 +167,7 @@ impl Relay<'_> {
 
 /// One direction: read, write all, flush, until end of file. With a budget, also stops (between
 /// a write and the next read) once the budget is spent.
-#[allow(clippy::too_many_arguments)]
+#[expect(clippy::too_many_arguments)]
 async fn pump<R: AsyncRead + Unpin, W: AsyncWrite + Unpin>(
     src: &mut R,
     dst: &mut W,

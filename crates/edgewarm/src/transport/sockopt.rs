@@ -3,7 +3,7 @@
 //! This is the only module allowed `unsafe` (the workspace denies it elsewhere). Each unsafe
 //! block is a single libc call on a file descriptor the caller keeps alive for the duration of
 //! the call (guaranteed by taking `&impl AsFd`), with a fixed-size, correctly typed argument.
-#![allow(unsafe_code)]
+#![expect(unsafe_code, reason = "the one module that calls libc for socket options")]
 
 use std::io;
 use std::net::SocketAddr;

@@ -150,6 +150,11 @@ impl H1Upstream {
         self.wake.notify_one();
     }
 
+    /// Cancelled when the pool is retired: its clients are told to come back afresh.
+    pub(crate) fn retired(&self) -> &CancellationToken {
+        &self.retired
+    }
+
     /// No route uses this pool any more: close the idle connections; leased ones close when
     /// their responses end.
     pub(crate) fn retire(&self) {

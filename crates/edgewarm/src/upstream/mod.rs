@@ -8,11 +8,7 @@
 //!
 //! - [`conn`]: one connection: its driver task, PINGs (liveness and the link's RTT), and its
 //!   retirement (GOAWAY, error, missed PING, `max_age`).
-//! - [`forward`]: a client's request as the origin should see it, and the response back.
-//! - [`body`]: bodies streamed both ways with HTTP/2 flow control (never buffered whole).
 //! - [`registry`]: the upstreams of the running config, kept across reloads by key.
-//! - [`upgrade`]: WebSocket-style upgrades: a stream on the standing connections (RFC 8441
-//!   extended CONNECT) when the origin offers it, else an HTTP/1.1 origin connection of its own.
 //! - [`h1`]: origins without HTTP/2 (`upstream.protocol: http/1.1`): a keep-alive pool.
 //!
 //! Why the `h2` crate and not hyper's client: hyper's `SendRequest::poll_ready` is ready
@@ -22,13 +18,10 @@
 //! streams, so [`Upstream::send`] can place each request on a connection with room, and open
 //! another connection (up to `max_connections`) when all are full.
 
-pub(crate) mod body;
 pub(crate) mod conn;
-pub(crate) mod forward;
 pub(crate) mod h1;
 pub(crate) mod registry;
 pub(crate) mod room;
-pub(crate) mod upgrade;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};

@@ -6,7 +6,7 @@
 //!   session can be handed to the kernel at any point without losing a partial record.
 //! - [`stream`]: a kTLS socket as a byte stream: control records (alerts, tickets, KeyUpdate)
 //!   handled, close_notify sent on shutdown.
-//! - [`offload`]: the hand-off itself, from a tokio-rustls stream to a [`KtlsStream`].
+//! - [`offload`](mod@offload): the hand-off itself, from a tokio-rustls stream to a [`KtlsStream`].
 //!
 //! This module is the kernel's side of it: which ciphers the running kernel takes ([`support`],
 //! probed once) and how rustls's extracted secrets become the kernel's `tls12_crypto_info_*`

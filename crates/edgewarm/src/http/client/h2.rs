@@ -34,9 +34,11 @@ use http_body_util::BodyExt;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio_util::sync::CancellationToken;
 
-use super::{Body, Shared, MAX_CLIENT_STREAMS, MAX_HEADER_BYTES};
-use crate::metrics::HttpError;
-use crate::upstream::body::Frames;
+use super::{Ended, MAX_CLIENT_STREAMS, MAX_HEADER_BYTES};
+use crate::http::flow::Frames;
+use crate::http::service::Service;
+use crate::http::Body;
+use crate::metrics::{Fault, HttpError};
 
 /// hyper's HTTP/2 server defaults, kept: windows large enough for a fast client over a long
 /// path, frames of the protocol's default size, and a bounded send buffer.
@@ -45,21 +47,12 @@ const CONN_WINDOW: u32 = 1024 * 1024;
 const MAX_FRAME: u32 = 16 * 1024;
 const MAX_SEND_BUFFER: usize = 400 * 1024;
 
-/// How a client connection ended.
-pub(super) enum Ended {
-    /// The client closed it, or it closed after a graceful shutdown.
-    Done,
-    /// The shutdown's grace period ran out.
-    Cut,
-    Failed(h2::Error),
-}
-
 /// Serve one HTTP/2 client connection until it ends. `stop` (shutdown, or a reload retiring
 /// the route's origin connections) sends GOAWAY and lets the streams in flight finish; `cut`
 /// then ends whatever is left.
-pub(super) async fn serve<T>(
+pub(crate) async fn serve<T>(
     io: T,
-    shared: Arc<Shared>,
+    shared: Arc<Service>,
     stop: &CancellationToken,
     retired: &CancellationToken,
     cut: &CancellationToken,
@@ -83,7 +76,7 @@ where
     let mut conn = tokio::select! {
         r = builder.handshake::<_, Bytes>(io) => match r {
             Ok(conn) => conn,
-            Err(e) => return Ended::Failed(e),
+            Err(e) => return Ended::Failed(e.to_string()),
         },
         () = &mut cut_wait => return Ended::Cut,
     };
@@ -110,7 +103,7 @@ where
             Some(done) = streams.next(), if !streams.is_empty() => {
                 let done: std::thread::Result<()> = done;
                 if done.is_err() {
-                    shared.metrics.error(&shared.route, HttpError::Internal);
+                    shared.metrics.error(&shared.route, HttpError::Internal, Fault::Edge);
                     tracing::error!(route = %shared.route, client = %shared.client, "a request's handler panicked; its stream was reset");
                 }
             }
@@ -121,7 +114,7 @@ where
                 Some(Ok((req, respond))) => {
                     streams.push(AssertUnwindSafe(stream(shared.clone(), req, respond)).catch_unwind());
                 }
-                Some(Err(e)) => return Ended::Failed(e),
+                Some(Err(e)) => return Ended::Failed(e.to_string()),
                 // Closed (by the client, or after GOAWAY once every stream was done).
                 None => return Ended::Done,
             },
@@ -130,7 +123,7 @@ where
 }
 
 /// One stream: the request handled, its response sent (head, then body under flow control).
-async fn stream(shared: Arc<Shared>, req: Request<RecvStream>, mut respond: SendResponse<Bytes>) {
+async fn stream(shared: Arc<Service>, req: Request<RecvStream>, mut respond: SendResponse<Bytes>) {
     let length = content_length(req.headers());
     let req = req.map(|recv| H2Body::new(recv, length));
     let response = {
@@ -235,7 +228,7 @@ fn content_length(headers: &http::HeaderMap) -> Option<u64> {
 /// A client's request body on HTTP/2. Its window is given back as each chunk is read; the
 /// reader (the upload to the origin) reads the next only once the origin has room, so a slow
 /// origin slows the client.
-pub(super) struct H2Body {
+pub(crate) struct H2Body {
     frames: Frames,
     /// What is left of the declared `Content-Length` (h2 checks the data against it); 0 once
     /// the stream has ended.

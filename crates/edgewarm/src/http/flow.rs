@@ -7,7 +7,7 @@
 //! client slows the origin's download the same way. Trailers pass both ways.
 
 use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::task::{ready, Context, Poll};
 
@@ -205,67 +205,6 @@ impl<B: Body<Data = Bytes> + Unpin, F: FnOnce(u64)> Body for OnEnd<B, F> {
             _ => self.end(),
         }
         Poll::Ready(polled)
-    }
-
-    fn is_end_stream(&self) -> bool {
-        self.inner.is_end_stream()
-    }
-
-    fn size_hint(&self) -> http_body::SizeHint {
-        self.inner.size_hint()
-    }
-}
-
-/// A request body refused past `limit` bytes (`max_request_body`): the error ends the upload,
-/// which resets the origin's stream (or breaks its HTTP/1.1 connection, never reused), and
-/// `tripped` tells the request's handler to answer 413 rather than 502.
-pub(crate) struct Capped<B> {
-    inner: B,
-    left: u64,
-    tripped: Arc<AtomicBool>,
-}
-
-/// The error a [`Capped`] body ends with.
-#[derive(Debug, thiserror::Error)]
-#[error("request body larger than max_request_body")]
-pub(crate) struct TooLarge;
-
-impl<B> Capped<B> {
-    pub(crate) fn new(inner: B, limit: u64) -> Self {
-        Self { inner, left: limit, tripped: Arc::default() }
-    }
-
-    /// Set once the body has gone past its limit.
-    pub(crate) fn tripped(&self) -> Arc<AtomicBool> {
-        self.tripped.clone()
-    }
-}
-
-impl<B: Unpin> Unpin for Capped<B> {}
-
-impl<B> Body for Capped<B>
-where
-    B: Body<Data = Bytes> + Unpin,
-    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
-{
-    type Data = Bytes;
-    type Error = Box<dyn std::error::Error + Send + Sync>;
-
-    fn poll_frame(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, Self::Error>>> {
-        let frame = match ready!(Pin::new(&mut self.inner).poll_frame(cx)) {
-            Some(Ok(frame)) => frame,
-            Some(Err(e)) => return Poll::Ready(Some(Err(e.into()))),
-            None => return Poll::Ready(None),
-        };
-        if let Some(data) = frame.data_ref() {
-            let n = data.len() as u64;
-            if n > self.left {
-                self.tripped.store(true, Ordering::Relaxed);
-                return Poll::Ready(Some(Err(Box::new(TooLarge))));
-            }
-            self.left -= n;
-        }
-        Poll::Ready(Some(Ok(frame)))
     }
 
     fn is_end_stream(&self) -> bool {

@@ -30,6 +30,10 @@ pub(crate) enum BadRequest {
     Target,
     #[error("Host differs from the request target's authority")]
     HostMismatch,
+    /// RFC 9112 §3.2: a request with more than one `Host` line gets a 400 (which to believe
+    /// is exactly what request smuggling exploits).
+    #[error("more than one Host header")]
+    DuplicateHost,
 }
 
 static HOP_BY_HOP: [HeaderName; 7] = [
@@ -148,6 +152,10 @@ fn request<B>(client_req: &Request<B>, client: &ClientFacts) -> Result<Request<(
 /// be forwarded. Checked once per request; [`head`] then builds the request from it as often as
 /// it is sent.
 pub(crate) fn target<B>(client_req: &Request<B>) -> Result<Uri, BadRequest> {
+    let mut hosts = client_req.headers().get_all(header::HOST).iter();
+    if hosts.next().is_some() && hosts.next().is_some() {
+        return Err(BadRequest::DuplicateHost);
+    }
     let host_header = client_req.headers().get(header::HOST).and_then(|h| h.to_str().ok()).filter(|h| !h.is_empty());
     // The client's own authority and path are reused as they are (shared bytes, no parse)
     // whenever they can be.
@@ -351,6 +359,15 @@ mod tests {
         assert_eq!(out.headers()["x-forwarded-for"], "6.6.6.6, 192.0.2.7");
         assert_eq!(out.headers()["forwarded"], "for=6.6.6.6");
         assert_eq!(out.headers()["x-forwarded-proto"], "http");
+    }
+
+    #[test]
+    fn two_host_lines_are_refused() {
+        let req = Request::builder().uri("/").header("host", "b.test").header("host", "evil.test").body(()).unwrap();
+        assert_eq!(request(&req, &client()).unwrap_err(), BadRequest::DuplicateHost);
+        // The same name twice is no better: a front end may have seen only one of them.
+        let req = Request::builder().uri("/").header("host", "b.test").header("host", "b.test").body(()).unwrap();
+        assert_eq!(request(&req, &client()).unwrap_err(), BadRequest::DuplicateHost);
     }
 
     #[test]

@@ -31,9 +31,10 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use super::body::{send_data, OriginBody};
-use super::{forward, BoxedBody, Upstream, UpstreamError};
+use crate::http::flow::{send_data, OriginBody};
+use crate::http::forward;
 use crate::pool::dial::{Dial, TlsDial, WarmError};
+use crate::upstream::{BoxedBody, Upstream, UpstreamError};
 
 #[derive(Debug, thiserror::Error)]
 pub(crate) enum UpgradeError {
@@ -63,7 +64,7 @@ pub(crate) fn is_upgrade<B>(req: &Request<B>) -> bool {
     req.version() == http::Version::HTTP_11 && connection_upgrade && req.headers().contains_key(header::UPGRADE) && !h2c
 }
 
-/// Carry one upgrade: `head` is the request as [`super::forward::request`] made it (hop-by-hop
+/// Carry one upgrade: `head` is the request as [`forward::head`] made it (hop-by-hop
 /// headers gone, forwarding headers set). Returns the response for the client; after a `101`
 /// the relay runs as a task of `tasks` until either side closes or `cut` fires.
 pub(crate) async fn upgrade(
@@ -110,8 +111,21 @@ pub(crate) async fn upgrade(
     Ok(response)
 }
 
+/// How an upgrade reaches `route`'s origin on a connection of its own. No ALPN offered:
+/// HTTP/1.1 is the default without it, and WebSocket servers often do not negotiate ALPN at
+/// all (an offer of `http/1.1` they ignore would fail the check).
+pub(crate) fn own_dial(route: &crate::route::HttpRoute, snapshot: &crate::snapshot::Snapshot) -> TlsDial {
+    let alpn = None;
+    TlsDial {
+        key: route.origin.key(alpn),
+        connector: tokio_rustls::TlsConnector::from(route.origin.config(alpn)),
+        server_name: route.origin.server_name.clone(),
+        resolver: snapshot.resolver.clone(),
+    }
+}
+
 /// The client's copy of an origin response, body passed through.
-pub(crate) fn boxed(response: Response<Incoming>) -> Response<super::BoxedBody> {
+pub(crate) fn boxed(response: Response<Incoming>) -> Response<BoxedBody> {
     response.map(|b| b.map_err(Into::into).boxed())
 }
 

@@ -1,0 +1,85 @@
+//! `action: http`: terminate TLS, then hand the connection to the HTTP core's driver for the
+//! protocol the client chose by ALPN ([`crate::http::client`]); every request goes through the
+//! one request service ([`crate::http::service`]) to the route's origin.
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use tokio::net::TcpStream;
+
+use super::{terminate_tls, ConnCtx};
+use crate::accesslog::AccessLog;
+use crate::error::CloseReason;
+use crate::http::client::{self, Ended};
+use crate::http::early::EarlyData;
+use crate::http::forward::ClientFacts;
+use crate::http::origin::Origin;
+use crate::http::service::{Service, ServiceParts};
+use crate::peek::Hello;
+use crate::route::HttpRoute;
+use crate::transport::idle::IdleTimeout;
+use crate::transport::Batched;
+
+pub(crate) async fn serve(
+    client: TcpStream,
+    hello: Box<Hello>,
+    route: &HttpRoute,
+    ctx: &ConnCtx<'_>,
+    log: &mut AccessLog,
+) -> CloseReason {
+    let origin = match (route.upstream(), route.h1()) {
+        (Some(u), _) => Origin::H2(u.clone()),
+        (None, Some(h1)) => Origin::H1(h1.clone()),
+        (None, None) => {
+            log.detail = Some("no upstream for this route".into());
+            return CloseReason::Internal;
+        }
+    };
+    log.origin = Some(route.origin.key(None).origin.to_string());
+    // The client may speak either protocol, whatever the origin side speaks.
+    let alpn = route.client.choose(&hello.alpn, |_| true);
+    let peer = log.client;
+    let tls = match terminate_tls(client, hello, &route.client, alpn.as_deref(), ctx, log).await {
+        Ok(tls) => tls,
+        Err(reason) => return reason,
+    };
+    let handshake = tls.pending_handshake().map(|h| h as Arc<dyn EarlyData>);
+    // A reload that retires the route's origin connections (either kind) asks the client to
+    // finish (HTTP/2 GOAWAY, HTTP/1.1 close after the current response), so its next request
+    // comes in afresh on the new configuration.
+    let retired = origin.retired().clone();
+    let service = Arc::new(Service::new(
+        origin,
+        ServiceParts {
+            snapshot: ctx.snapshot.clone(),
+            client: peer,
+            route: ctx.route.name.clone(),
+            metrics: ctx.metrics.http.clone(),
+            facts: ClientFacts::with_trust(peer, ctx.trust_forwarded, route.forward_headers),
+            max_body: route.max_request_body,
+            cut: ctx.cut.clone(),
+            handshake,
+            early_metrics: ctx.metrics.early.requests.clone(),
+        },
+    ));
+    // A client that moves no byte for `timeouts.idle` (silent between requests, or no longer
+    // reading a response) is closed, releasing every origin stream it held.
+    let tls = IdleTimeout::new(tls, ctx.snapshot.timeouts.idle);
+    let ended = if alpn.as_deref() == Some(b"h2".as_slice()) {
+        // HTTP/2 writes are gathered (many streams' responses leave in one write).
+        client::h2::serve(Batched::new(tls), service.clone(), ctx.stop, &retired, ctx.cut).await
+    } else {
+        let header_timeout = ctx.snapshot.timeouts.client_hello;
+        client::h1::serve(tls, service.clone(), header_timeout, ctx.stop, &retired, ctx.cut).await
+    };
+    log.bytes_up = service.up.load(Ordering::Relaxed);
+    log.bytes_down = service.down.load(Ordering::Relaxed);
+    match ended {
+        Ended::Done => CloseReason::Done,
+        Ended::Cut => CloseReason::Shutdown,
+        Ended::Failed(e) => {
+            log.detail = Some(e);
+            CloseReason::ClientReset
+        }
+    }
+}

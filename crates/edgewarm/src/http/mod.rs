@@ -1,0 +1,37 @@
+//! The HTTP core of `http` routes, written once for every client protocol and every kind of
+//! origin. A request's path through it:
+//!
+//! - [`client`]: one driver per client protocol (HTTP/1.1 on hyper, HTTP/2 on `h2`) reads
+//!   requests and writes responses; nothing else about the protocol leaks past it.
+//! - [`service`]: the request service, `Request<ClientBody> → Response<Body>`: CONNECT refused,
+//!   the early-data gate ([`early`]), the body limit ([`body`]), the route check (421), the
+//!   request rewritten for the origin ([`forward`]), protocol upgrades ([`upgrade`]).
+//! - [`origin`]: the one seam to the origin, `send(request, attempt) → response`, over streams
+//!   on standing HTTP/2 connections or a keep-alive HTTP/1.1 pool; what a request holds there
+//!   travels inside the response body.
+//! - [`retry`]: when a request is sent again.
+//! - [`flow`]: bodies streamed both ways under HTTP/2 flow control, never buffered whole.
+//! - [`respond`]: every error the edge answers itself: status, metric label, whose fault.
+
+pub(crate) mod body;
+pub(crate) mod client;
+pub(crate) mod early;
+pub(crate) mod flow;
+pub(crate) mod forward;
+pub(crate) mod origin;
+pub(crate) mod respond;
+pub(crate) mod retry;
+pub(crate) mod service;
+pub(crate) mod upgrade;
+
+use bytes::Bytes;
+
+/// Errors as bodies carry them.
+pub(crate) type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+/// A response body toward the client, whatever produced it.
+pub(crate) type Body = http_body_util::combinators::BoxBody<Bytes, BoxError>;
+
+/// A client's request body: hyper's (HTTP/1.1) or h2's.
+pub(crate) trait ClientBody: http_body::Body<Data = Bytes> + Send + Sync + Unpin + 'static {}
+impl<B: http_body::Body<Data = Bytes> + Send + Sync + Unpin + 'static> ClientBody for B {}
