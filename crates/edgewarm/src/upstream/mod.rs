@@ -6,6 +6,8 @@
 //! them, so no request waits for a TCP or TLS handshake to the origin unless every connection
 //! is down.
 //!
+//! - [`place`]: where a request goes (placement on the set, spill, waiting for room) and where
+//!   a new connection runs.
 //! - [`conn`]: one connection: its driver task, PINGs (liveness and the link's RTT), and its
 //!   retirement (GOAWAY, error, missed PING, `max_age`).
 //! - [`registry`]: the upstreams of the running config, kept across reloads by key.
@@ -20,6 +22,7 @@
 
 pub(crate) mod conn;
 pub(crate) mod h1;
+mod place;
 pub(crate) mod registry;
 pub(crate) mod room;
 
@@ -30,7 +33,6 @@ use std::time::Duration;
 use bytes::Bytes;
 use h2::client::{ResponseFuture, SendRequest};
 use h2::SendStream;
-use http::Request;
 use serde::Serialize;
 use tokio::sync::Notify;
 use tokio::time::Instant;
@@ -273,21 +275,6 @@ impl Upstream {
         }
     }
 
-    /// The worker for a new standing connection: the one with the fewest of this upstream's
-    /// connections, live or opening, so each worker's requests find one of their own (ties go
-    /// round robin, so that routes' first connections do not all land on worker 0).
-    fn place(&self, st: &mut State) -> Option<usize> {
-        let n = self.workers.len();
-        let (start, _) = self.workers.next()?;
-        let load = |w: usize| {
-            st.conns.iter().filter(|c| !c.retiring() && c.worker == Some(w)).count()
-                + st.opening_on.iter().filter(|&&o| o == w).count()
-        };
-        let best = (0..n).map(|k| (start + k) % n).min_by_key(|&w| load(w))?;
-        st.opening_on.push(best);
-        Some(best)
-    }
-
     /// Open one connection and add it to the set. `worker`: the worker it was placed on (it
     /// runs there), noted in `opening_on` by whoever counted it in `opening`.
     /// `demand`: opened for a request (a spill, or a full worker's own), not to keep
@@ -362,124 +349,6 @@ impl Upstream {
     fn reason(&self, reason: UpstreamEnd) -> crate::metrics::PoolEvent {
         let l = &self.labels;
         crate::metrics::PoolEvent { route: l.route.clone(), origin: l.origin.clone(), reason }
-    }
-
-    /// Start a request: on the least loaded connection with a free stream; if all are full,
-    /// on a new connection (up to `max_connections`); else wait for room.
-    ///
-    /// `build` makes the request each time it is placed on a stream: h2 takes it whole, and a
-    /// connection found going away at that moment means placing it again elsewhere.
-    pub async fn send(
-        self: &Arc<Self>,
-        build: &mut (dyn FnMut() -> Request<()> + Send),
-        end_of_stream: bool,
-    ) -> Result<Sent, UpstreamError> {
-        // Waiting for room is bounded like a connect, from the moment the request came (a
-        // connect it spilled into counts too): a busy origin gets a 503, not a hang.
-        let entered = Instant::now();
-        let mut deadline = None;
-        // Registered only once a look found no room (see `Room`): the common case, a free
-        // place on the first look, touches no waiter list.
-        let mut waiter = None;
-        loop {
-            if self.retired.is_cancelled() {
-                return Err(UpstreamError::Retired);
-            }
-            let (best, open) = {
-                let mut st = self.state();
-                // The reservation is taken under the lock. Another worker's connection: the least
-                // loaded (it usually has room: tried alone first, since each look at a stream
-                // limit takes h2's lock), then any with room.
-                let least = |cs: &mut dyn Iterator<Item = &Arc<Conn>>| cs.min_by_key(|c| c.active_streams()).cloned();
-                // A connection of this worker first (see `crate::workers`): the request's
-                // frames, h2's stream state and the wake-ups then stay on one core (a request
-                // whose two connections ran on different threads cost ~9 % more CPU).
-                // Among its own, the oldest with room (first fit, not least loaded): a client's
-                // burst of requests goes out on one connection in one write, the origin answers
-                // them together, and they come back to the client in one write. Spread over
-                // the connections, the same load took 13 % more time (client writes per request
-                // 0.21 → 0.13 with first fit; docs/benchmarks.md).
-                let worker = crate::workers::current();
-                let mut locals = st.conns.iter().filter(|c| !c.retiring() && c.worker == worker).peekable();
-                let has_local = locals.peek().is_some();
-                let local = locals.find_map(|c| Some((c.try_reserve()?, c.clone())));
-                let local_full = has_local && local.is_none();
-                let best = local
-                    .or_else(|| {
-                        let c = least(&mut st.conns.iter().filter(|c| !c.retiring()))?;
-                        Some((c.try_reserve()?, c))
-                    })
-                    .or_else(|| {
-                        let c = least(&mut st.conns.iter().filter(|c| c.has_room()))?;
-                        Some((c.try_reserve()?, c))
-                    })
-                    .map(|(slot, c)| (c, slot));
-                let total = st.conns.iter().filter(|c| !c.retiring()).count() + st.opening;
-                // Open another connection only if none is being opened (it will have room:
-                // at start-up every early request would otherwise open its own), the origin is
-                // not in backoff, and the ceiling allows. Decided and counted under the lock,
-                // so two requests cannot both spill past the ceiling.
-                let backoff = st.retry_at.is_some_and(|t| Instant::now() < t);
-                let may_open = st.opening == 0 && !backoff && total < st.settings.max_connections;
-                let open = best.is_none() && may_open;
-                // This worker's own connections are full but another worker's had room: the
-                // request goes there now, and this worker opens one more of its own in the
-                // background, so that its next requests stay on its core. Bounded by
-                // `max_connections` like any spill; no request waits for it. (A worker with no
-                // connection of its own, when `connections` is below the number of workers,
-                // borrows without growing: the standing count is the operator's.)
-                let grow = best.is_some() && local_full && worker.is_some() && may_open;
-                if open || grow {
-                    st.opening += 1;
-                    // Opened on this worker (the task below runs here): its requests need it.
-                    if let Some(w) = worker {
-                        st.opening_on.push(w);
-                    }
-                }
-                if grow {
-                    self.metrics.upstream.spills.get_or_create(&self.labels).inc();
-                    let me = self.clone();
-                    tokio::spawn(async move { me.open(worker, true).await });
-                }
-                (best, open)
-            };
-            if let Some((conn, slot)) = best {
-                match conn.send(build(), end_of_stream) {
-                    Ok((response, body, reused)) => return Ok(Sent { response, body, slot, conn_id: conn.id, reused }),
-                    // The connection is going away (GOAWAY seen) or broken: the request was
-                    // never sent, so it may go on another connection.
-                    Err(e) if e.is_go_away() || e.is_io() || e.reason().is_some() => {
-                        conn.retire();
-                        continue;
-                    }
-                    Err(e) => return Err(UpstreamError::H2(e)),
-                }
-            }
-            if open {
-                self.metrics.upstream.spills.get_or_create(&self.labels).inc();
-                // In its own task: if this request is dropped (its client went away) the
-                // connect still finishes its bookkeeping, and the connection joins the set.
-                let me = self.clone();
-                match tokio::spawn(async move { me.open(crate::workers::current(), true).await }).await {
-                    Ok(Ok(_)) => continue,
-                    Ok(Err(e)) if self.live() == 0 => return Err(e),
-                    _ => {}
-                }
-            }
-            let deadline = *deadline.get_or_insert_with(|| entered + self.state().connect_timeout);
-            match waiter.as_mut() {
-                // First time full: register, then look again before sleeping.
-                None => waiter = Some(self.room.wait()),
-                Some(w) => {
-                    self.wake.notify_one();
-                    if tokio::time::timeout_at(deadline, w.notified.as_mut()).await.is_err() {
-                        return Err(UpstreamError::Connect(WarmError::HandshakeTimeout));
-                    }
-                    // Woken: register afresh for the next round (a `Notified` fires once).
-                    waiter = Some(self.room.wait());
-                }
-            }
-        }
     }
 
     /// Numbers for `/origins`.
