@@ -7,17 +7,22 @@
 //! - [`origin`]: the lab's HTTPS origin (`edgewarm-lab origin`).
 //! - [`load`]: the load generator (`edgewarm-lab load`): every request a new connection.
 //! - [`model`]: the round-trip minimum of each mode.
-//! - [`run`]: `edgewarm-lab lab`: topology, processes, measurement, report.
+//! - [`scenario`]: what a run measures (named scenarios, files, command-line narrowing).
+//! - [`run`]: `edgewarm-lab lab`: topology, processes, measurement.
+//! - [`report`]: a run's results, JSON and Markdown; [`error`]: what can stop a run.
 //! - [`peers`]: other proxies (nginx, HAProxy) measured in the same run.
 //! - [`plot`]: SVG plots of a run.
 //!
 //! The proxy itself runs as a process (the `edgewarm` binary), exactly as deployed.
 
 pub mod delaybox;
+pub mod error;
 pub mod load;
 pub mod model;
 pub mod netns;
 pub mod origin;
 pub mod peers;
 pub mod plot;
+pub mod report;
 pub mod run;
+pub mod scenario;

@@ -5,7 +5,7 @@ use std::path::Path;
 
 use plotters::prelude::*;
 
-use crate::run::LabReport;
+use crate::report::LabReport;
 
 pub fn ttfb_cdf(report: &LabReport, path: &Path) -> Result<(), String> {
     let max = report.results.iter().flat_map(|m| m.load.ttfb_samples.iter().copied()).fold(0.0f64, f64::max);

@@ -1,0 +1,296 @@
+//! The lab's scenarios: the link delays, TLS version, modes and load of a run, named
+//! (`--scenario`) or from a file, narrowed by the command line.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::Serialize;
+
+use crate::error::LabError;
+use crate::model::Mode;
+
+#[derive(Debug, Clone, clap::Args)]
+pub struct LabOpts {
+    /// Named scenario: default (r 20 ms, R 100 ms, TLS 1.3), ats-poc (r 58 ms, R 10 ms,
+    /// TLS 1.2), far-origin (r 16 ms, R 265 ms, TLS 1.2), ramp (prewarm only, arrivals rising
+    /// from 5 to 150 per second over 30 s, the pool's size followed over time).
+    #[arg(long, default_value = "default")]
+    pub scenario: String,
+    /// A scenario file (YAML; see docs/lab.md) instead of a named scenario.
+    #[arg(long)]
+    pub scenario_file: Option<PathBuf>,
+    /// Another proxy to measure beside edgewarm, run in the edge namespace:
+    /// `NAME[:MODE]=COMMAND`. The command must listen on {listen} and reach the origin at
+    /// {origin}; {dir} is the run folder (ca.pem, origin.pem/key, edge.pem/key,
+    /// edge.bundle.pem). MODE is the minimum it is held to: `tunnel` (default: 3(r+R); clients
+    /// ask for a.test, the origin's name), `prewarm` or `http` (3r+R; clients ask for b.test or
+    /// h.test, the edge certificate's names). Repeatable. See examples/peers/.
+    #[arg(long = "proxy", value_name = "NAME[:MODE]=COMMAND")]
+    pub proxies: Vec<String>,
+    /// Also measure the shipped peers that are installed: nginx (stream + ssl_preread tunnel;
+    /// HTTPS reverse proxy with upstream keep-alive), HAProxy (tcp + req_ssl_sni tunnel; mode
+    /// http with http-reuse always) and Apache Traffic Server (tunnel_route; with ATS_SERVER
+    /// naming a fixed build, its tunnel_prewarm pool). Configs: examples/peers/.
+    #[arg(long)]
+    pub peers: bool,
+    /// Cap every link's bandwidth with tbf, e.g. 100mbit.
+    #[arg(long)]
+    pub bandwidth: Option<String>,
+    /// Override the client↔edge RTT.
+    #[arg(long, value_parser = humantime::parse_duration)]
+    pub r: Option<Duration>,
+    /// Override the edge↔origin RTT.
+    #[arg(long = "big-r", value_parser = humantime::parse_duration)]
+    pub big_r: Option<Duration>,
+    /// New connections per mode.
+    #[arg(long, default_value_t = 40)]
+    pub requests: usize,
+    /// Page workload: each new connection fetches a page, then this many sub-resources at
+    /// once over HTTP/2; the report adds the page time against its minimum (one more r+R).
+    #[arg(long, default_value_t = 0)]
+    pub page: usize,
+    /// Where run folders go.
+    #[arg(long, default_value = "lab-runs")]
+    pub out: PathBuf,
+    /// Print the report as JSON instead of a table.
+    #[arg(long)]
+    pub json: bool,
+    /// The proxy binary to measure; default: `edgewarm` next to this program (both are built
+    /// into the same target folder), else `edgewarm` on PATH.
+    #[arg(long, value_name = "PATH")]
+    pub edgewarm: Option<PathBuf>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Scenario {
+    pub name: String,
+    pub r_ms: f64,
+    pub big_r_ms: f64,
+    pub tls12: bool,
+    pub modes: Vec<ModeRun>,
+    /// Open-loop ramp instead of sequential connections: (from, to) per second over `secs`.
+    pub ramp: Option<Ramp>,
+    /// Further edge↔origin RTTs, each measured on a topology of its own after the first.
+    #[serde(default)]
+    pub more_big_r_ms: Vec<f64>,
+    /// Bandwidth cap on every link (tbf), e.g. `100mbit`.
+    pub bandwidth: Option<String>,
+    /// Page workload: sub-resources fetched over HTTP/2 after each page (0: one request).
+    #[serde(default)]
+    pub page: usize,
+}
+
+#[derive(Debug, Clone, Copy, Serialize)]
+pub struct Ramp {
+    pub from: f64,
+    pub to: f64,
+    pub secs: f64,
+}
+
+/// A mode, measured with a post-quantum ClientHello (what current clients send, ~1.5 KB) or a
+/// classical one (~250 bytes). The difference matters only with Fast Open: a hello larger than
+/// one segment cannot ride in the SYN, so TFO saves nothing for it.
+#[derive(Debug, Clone, Copy, Serialize)]
+pub struct ModeRun {
+    pub mode: Mode,
+    pub pq_hello: bool,
+    /// The client connects with TCP Fast Open too.
+    #[serde(default)]
+    pub client_tfo: bool,
+    /// The client resumes with a ticket and sends its request as TLS 1.3 early data (0-RTT),
+    /// to the routes that accept it (z.test: http `early_data: safe`; p.test: prewarm
+    /// `early_data: opaque`).
+    #[serde(default)]
+    pub zero_rtt: bool,
+}
+
+impl ModeRun {
+    pub fn label(self) -> String {
+        // The hello's size decides whether Fast Open can carry it, so say which one it was.
+        let hello = if self.pq_hello { "PQ hello" } else { "X25519 hello" };
+        let zero = if self.zero_rtt { "0-RTT + " } else { "" };
+        match (self.client_tfo, self.mode) {
+            (true, m) => format!("client TFO + {zero}{}, {hello}", m.label()),
+            (false, Mode::TunnelTfo) => format!("{}, {hello}", self.mode.label()),
+            (false, m) => format!("{zero}{}", m.label()),
+        }
+    }
+
+    /// Names accepted in scenario files.
+    fn parse(name: &str) -> Option<Self> {
+        let run = |mode, pq_hello, client_tfo| Some(Self { mode, pq_hello, client_tfo, zero_rtt: false });
+        // 0-RTT with Fast Open needs the hello and the request in one SYN: the classical hello.
+        let zero = |mode, client_tfo: bool| Some(Self { mode, pq_hello: !client_tfo, client_tfo, zero_rtt: true });
+        match name {
+            "direct" => run(Mode::Direct, true, false),
+            "tunnel" => run(Mode::Tunnel, true, false),
+            "tunnel_tfo" => run(Mode::TunnelTfo, true, false),
+            "tunnel_tfo_x25519" => run(Mode::TunnelTfo, false, false),
+            "client_tfo_tunnel_tfo_x25519" => run(Mode::TunnelTfo, false, true),
+            "prewarm" => run(Mode::Prewarm, true, false),
+            "client_tfo_prewarm" => run(Mode::Prewarm, true, true),
+            "client_tfo_prewarm_x25519" => run(Mode::Prewarm, false, true),
+            "http" => run(Mode::Http, true, false),
+            "client_tfo_http" => run(Mode::Http, true, true),
+            "client_tfo_http_x25519" => run(Mode::Http, false, true),
+            "0rtt_http" => zero(Mode::Http, false),
+            "client_tfo_0rtt_http" => zero(Mode::Http, true),
+            "client_tfo_0rtt_prewarm" => zero(Mode::Prewarm, true),
+            _ => None,
+        }
+    }
+}
+
+/// A scenario file (`edgewarm-lab lab --scenario-file F`). Durations as `20ms`.
+#[derive(Debug, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ScenarioFile {
+    name: String,
+    #[serde(with = "humantime_serde_compat")]
+    r: Duration,
+    /// One edge↔origin RTT, or several measured one after the other.
+    #[serde(default, deserialize_with = "durations")]
+    big_r: Vec<Duration>,
+    #[serde(default = "tls13")]
+    tls: String,
+    /// direct, tunnel, tunnel_tfo, tunnel_tfo_x25519, client_tfo_tunnel_tfo_x25519, prewarm,
+    /// client_tfo_prewarm, client_tfo_prewarm_x25519.
+    modes: Vec<String>,
+    #[serde(default)]
+    ramp: Option<RampFile>,
+}
+
+#[derive(Debug, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RampFile {
+    from: f64,
+    to: f64,
+    #[serde(with = "humantime_serde_compat")]
+    duration: Duration,
+}
+
+fn tls13() -> String {
+    "1.3".into()
+}
+
+mod humantime_serde_compat {
+    use serde::{Deserialize, Deserializer};
+    use std::time::Duration;
+
+    pub(super) fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
+        let text = String::deserialize(d)?;
+        humantime::parse_duration(&text).map_err(|e| serde::de::Error::custom(format!("{text:?}: {e}")))
+    }
+}
+
+fn durations<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Vec<Duration>, D::Error> {
+    use serde::Deserialize;
+    #[derive(serde::Deserialize)]
+    #[serde(untagged)]
+    enum OneOrMany {
+        One(String),
+        Many(Vec<String>),
+    }
+    let list = match OneOrMany::deserialize(d)? {
+        OneOrMany::One(s) => vec![s],
+        OneOrMany::Many(v) => v,
+    };
+    list.iter()
+        .map(|t| humantime::parse_duration(t).map_err(|e| serde::de::Error::custom(format!("{t:?}: {e}"))))
+        .collect()
+}
+
+impl Scenario {
+    /// Load a scenario file; errors name the field.
+    pub fn from_file(path: &Path) -> Result<Self, LabError> {
+        let bad = |m: String| LabError::ScenarioFile(format!("{}: {m}", path.display()));
+        let text = std::fs::read_to_string(path).map_err(|e| bad(e.to_string()))?;
+        let f: ScenarioFile = serde_norway::from_str(&text).map_err(|e| bad(e.to_string()))?;
+        let modes = f
+            .modes
+            .iter()
+            .map(|m| ModeRun::parse(m).ok_or_else(|| bad(format!("modes: unknown mode {m:?}"))))
+            .collect::<Result<Vec<_>, _>>()?;
+        let tls12 = match f.tls.as_str() {
+            "1.2" => true,
+            "1.3" => false,
+            t => return Err(bad(format!("tls: {t:?} is not 1.2 or 1.3"))),
+        };
+        let ms = |d: Duration| d.as_secs_f64() * 1e3;
+        let big_r: Vec<f64> = f.big_r.iter().map(|d| ms(*d)).collect();
+        let (&first, rest) = big_r.split_first().ok_or_else(|| bad("big_r: required".into()))?;
+        Ok(Self {
+            name: f.name,
+            r_ms: ms(f.r),
+            big_r_ms: first,
+            more_big_r_ms: rest.to_vec(),
+            tls12,
+            modes,
+            ramp: f.ramp.map(|r| Ramp { from: r.from, to: r.to, secs: r.duration.as_secs_f64() }),
+            bandwidth: None,
+            page: 0,
+        })
+    }
+}
+
+impl Scenario {
+    pub fn named(name: &str) -> Option<Self> {
+        let pq = |mode| ModeRun { mode, pq_hello: true, client_tfo: false, zero_rtt: false };
+        let all = vec![
+            pq(Mode::Direct),
+            pq(Mode::Tunnel),
+            pq(Mode::TunnelTfo),
+            ModeRun { mode: Mode::TunnelTfo, pq_hello: false, client_tfo: false, zero_rtt: false },
+            pq(Mode::Prewarm),
+            pq(Mode::Http),
+        ];
+        let base = |r, big_r, tls12, modes| Self {
+            name: name.into(),
+            r_ms: r,
+            big_r_ms: big_r,
+            tls12,
+            modes,
+            ramp: None,
+            more_big_r_ms: Vec::new(),
+            bandwidth: None,
+            page: 0,
+        };
+        let (r, big_r, tls12) = match name {
+            "default" => (20.0, 100.0, false),
+            "ats-poc" => (58.0, 10.0, true),
+            "far-origin" => (16.0, 265.0, true),
+            "ramp" => {
+                let ramp = Some(Ramp { from: 5.0, to: 150.0, secs: 30.0 });
+                return Some(Self { ramp, ..base(20.0, 100.0, false, vec![pq(Mode::Prewarm)]) });
+            }
+            "tfo" => {
+                // Fast Open with a hello that fits in a SYN, at three distances to the origin.
+                let x25519 =
+                    |client_tfo| ModeRun { mode: Mode::TunnelTfo, pq_hello: false, client_tfo, zero_rtt: false };
+                let modes = vec![pq(Mode::Tunnel), x25519(false), x25519(true)];
+                return Some(Self { more_big_r_ms: vec![100.0, 200.0], ..base(20.0, 20.0, false, modes) });
+            }
+            "floor" => {
+                // The staircase from 3(r+R) down to r+R: each step takes a round trip off.
+                let modes = [
+                    "direct",
+                    "tunnel",
+                    "prewarm",
+                    "http",
+                    "client_tfo_http_x25519",
+                    "0rtt_http",
+                    "client_tfo_0rtt_http",
+                    "client_tfo_0rtt_prewarm",
+                ];
+                let modes = modes.iter().filter_map(|m| ModeRun::parse(m)).collect();
+                return Some(base(20.0, 100.0, false, modes));
+            }
+            _ => return None,
+        };
+        Some(base(r, big_r, tls12, all))
+    }
+
+    pub(crate) fn r(&self) -> Duration {
+        Duration::from_secs_f64(self.r_ms / 1e3)
+    }
+}
