@@ -128,7 +128,7 @@ async fn forward(opts: ForwardOpts) -> ExitCode {
         Err(code) => return code,
     };
     tokio::select! {
-        () = edgewarm_test_support::plain_forward(listener, opts.origin) => {}
+        () = edgewarm::relay::plain::plain_forward(listener, opts.origin) => {}
         _ = tokio::signal::ctrl_c() => {}
     }
     ExitCode::SUCCESS

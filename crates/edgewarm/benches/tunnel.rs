@@ -73,7 +73,7 @@ async fn edgewarm(origin: SocketAddr, relay: &str) -> SocketAddr {
 async fn plain_forwarder(origin: SocketAddr) -> SocketAddr {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
-    tokio::spawn(edgewarm_test_support::plain_forward(listener, origin));
+    tokio::spawn(edgewarm::relay::plain::plain_forward(listener, origin));
     addr
 }
 

@@ -16,8 +16,11 @@
 //! Both directions run inside the connection's one task (`join`). Pipes (splice) and buffers
 //! (copy) are held only while a chunk is in flight and kept per thread for the next one, so an
 //! idle tunnel costs its task and its two sockets: no pipe, no buffer.
+//!
+//! [`plain`] is the same connect and relay with nothing in front: a measuring baseline.
 
 mod copy;
+pub mod plain;
 mod splice;
 mod stream;
 
