@@ -1,0 +1,138 @@
+//! `http` routes' metrics, registered under the `http` prefix: requests by status class,
+//! their duration, the errors the edge answered (by reason and whose fault), retries.
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::histogram::Histogram;
+use prometheus_client::registry::Registry;
+
+use super::{latency_histogram, HistogramFamily, RouteLabel, RouteName};
+
+label_enum! {
+    /// Why edgewarm answered an `http` request itself.
+    HttpError {
+        NoConnection => "no_connection",
+        Timeout => "timeout",
+        OriginError => "origin_error",
+        BodyTooLarge => "body_too_large",
+        // The client's faults (`fault="client"`), answered 4xx.
+        BadRequest => "bad_request",
+        BadBody => "bad_body",
+        Misdirected => "misdirected",
+        MethodNotAllowed => "method_not_allowed",
+        HandshakeFailed => "handshake_failed",
+        // edgewarm's own fault: a stream's handler panicked (the stream is reset; its
+        // connection and the connection's other streams go on).
+        Internal => "internal",
+    }
+}
+label_enum! {
+    /// Whose fault an error was (the HTTP core's error table says which).
+    Fault {
+        Client => "client",
+        Origin => "origin",
+        Edge => "edge",
+    }
+}
+label_enum! {
+    /// An HTTP status class.
+    StatusClass {
+        Informational => "1xx",
+        Success => "2xx",
+        Redirect => "3xx",
+        ClientError => "4xx",
+        ServerError => "5xx",
+    }
+}
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RouteStatus {
+    pub route: RouteName,
+    pub status: StatusClass,
+}
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RouteError {
+    pub route: RouteName,
+    pub reason: HttpError,
+    pub fault: Fault,
+}
+/// `http` routes: requests, their errors and retries.
+#[derive(Clone, Debug)]
+pub struct HttpMetrics {
+    pub requests: Family<RouteStatus, Counter>,
+    pub duration: HistogramFamily<RouteLabel>,
+    pub errors: Family<RouteError, Counter>,
+    pub retries: Family<RouteLabel, Counter>,
+}
+impl HttpMetrics {
+    pub(super) fn new() -> Self {
+        Self {
+            requests: Family::default(),
+            duration: Family::new_with_constructor(latency_histogram),
+            errors: Family::default(),
+            retries: Family::default(),
+        }
+    }
+
+    pub(super) fn register(&self, r: &mut Registry) {
+        r.register("requests", "Requests on http routes, by status class", self.requests.clone());
+        r.register("request_duration_seconds", "Request to end of response", self.duration.clone());
+        r.register("errors", "Requests answered by edgewarm with an error, by reason", self.errors.clone());
+        r.register("retries", "Requests sent again because the origin refused the stream", self.retries.clone());
+    }
+
+    pub fn request(&self, route: &RouteName, status: u16, took: std::time::Duration) {
+        let class = match status {
+            100..=199 => StatusClass::Informational,
+            200..=299 => StatusClass::Success,
+            300..=399 => StatusClass::Redirect,
+            400..=499 => StatusClass::ClientError,
+            _ => StatusClass::ServerError,
+        };
+        self.requests.get_or_create(&RouteStatus { route: route.clone(), status: class }).inc();
+        self.duration.get_or_create(&RouteLabel { route: route.clone() }).observe(took.as_secs_f64());
+    }
+
+    /// One route's request handles, resolved once (per client connection) instead of per
+    /// request.
+    pub fn for_route(&self, route: &RouteName) -> RouteHttpMetrics {
+        let class = |status| self.requests.get_or_create(&RouteStatus { route: route.clone(), status }).clone();
+        RouteHttpMetrics {
+            by_class: [
+                class(StatusClass::Informational),
+                class(StatusClass::Success),
+                class(StatusClass::Redirect),
+                class(StatusClass::ClientError),
+                class(StatusClass::ServerError),
+            ],
+            duration: self.duration.get_or_create(&RouteLabel { route: route.clone() }).clone(),
+        }
+    }
+
+    pub fn error(&self, route: &RouteName, reason: HttpError, fault: Fault) {
+        self.errors.get_or_create(&RouteError { route: route.clone(), reason, fault }).inc();
+    }
+
+    pub fn retry(&self, route: &RouteName) {
+        self.retries.get_or_create(&RouteLabel { route: route.clone() }).inc();
+    }
+}
+/// [`HttpMetrics::for_route`].
+#[derive(Debug)]
+pub struct RouteHttpMetrics {
+    by_class: [Counter; 5],
+    duration: Histogram,
+}
+impl RouteHttpMetrics {
+    pub fn request(&self, status: u16, took: std::time::Duration) {
+        let i = match status {
+            100..=199 => 0,
+            200..=299 => 1,
+            300..=399 => 2,
+            400..=499 => 3,
+            _ => 4,
+        };
+        self.by_class[i].inc();
+        self.duration.observe(took.as_secs_f64());
+    }
+}

@@ -1,0 +1,125 @@
+//! How fast a standing set retries a failing origin, and its connects' bookkeeping: the same
+//! rules for every kind of standing origin connection.
+
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+/// Exponential backoff with jitter for a failing origin: 100 ms doubling to 30 s, each wait
+/// drawn from [½, 1½] of the nominal so many edges do not retry in lockstep.
+#[derive(Debug, Default, Clone)]
+pub(crate) struct Backoff {
+    pub failures: u32,
+}
+
+impl Backoff {
+    const BASE: Duration = Duration::from_millis(100);
+    const CAP: Duration = Duration::from_secs(30);
+
+    /// A failure; returns how long to wait before the next attempt. `jitter` in [0, 1).
+    pub(crate) fn failed(&mut self, jitter: f64) -> Duration {
+        self.failures = self.failures.saturating_add(1);
+        let nominal = Self::BASE.saturating_mul(1u32 << self.failures.min(16)).min(Self::CAP);
+        nominal.mul_f64(0.5 + jitter)
+    }
+
+    pub(crate) fn succeeded(&mut self) {
+        self.failures = 0;
+    }
+
+    /// Clients fail fast (no on-demand connect) once the origin has failed twice in a row:
+    /// one failure can be a blip worth a try; two mean "down", and a connect per client would
+    /// hammer it at the clients' rate.
+    pub(crate) fn failing(&self) -> bool {
+        self.failures >= 2
+    }
+}
+
+/// A number in [0, 1) for backoff jitter. Not for cryptography: std's randomly keyed hasher
+/// over the time is plenty to keep edges from retrying in lockstep.
+pub(crate) fn jitter() -> f64 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u128(std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default().as_nanos());
+    (h.finish() >> 11) as f64 / (1u64 << 53) as f64
+}
+
+/// The connects of one standing set: how many are under way, and the backoff that spaces them
+/// out while the origin fails.
+#[derive(Debug, Default)]
+pub(crate) struct Connects {
+    pub(crate) backoff: Backoff,
+    /// No attempt before this (the origin is failing).
+    retry_at: Option<Instant>,
+    /// Connects under way, counted against the set's limits.
+    pub(crate) opening: usize,
+}
+
+impl Connects {
+    pub(crate) fn retry_at(&self) -> Option<Instant> {
+        self.retry_at
+    }
+
+    /// The origin failed recently and its backoff has not passed.
+    pub(crate) fn in_backoff(&self, now: Instant) -> bool {
+        self.retry_at.is_some_and(|t| now < t)
+    }
+
+    /// Of `wanted` new connections, how many to start now: all of them, or, while probing a
+    /// failing origin, one at a time. Those started count as opening.
+    pub(crate) fn start(&mut self, wanted: usize) -> usize {
+        let n = if self.backoff.failures > 0 { wanted.min(1).saturating_sub(self.opening) } else { wanted };
+        self.opening += n;
+        n
+    }
+
+    /// A connect succeeded: the backoff is over.
+    pub(crate) fn succeeded(&mut self) {
+        self.backoff.succeeded();
+        self.retry_at = None;
+    }
+
+    /// A connect failed: returns how long until the next attempt.
+    pub(crate) fn failed(&mut self) -> Duration {
+        let wait = self.backoff.failed(jitter());
+        self.retry_at = Some(Instant::now() + wait);
+        wait
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_doubles_with_jitter_and_caps() {
+        let mut b = Backoff::default();
+        assert!(!b.failing());
+        assert_eq!(b.failed(0.5), Duration::from_millis(200));
+        assert!(!b.failing());
+        assert_eq!(b.failed(0.5), Duration::from_millis(400));
+        assert!(b.failing());
+        assert_eq!(b.failed(0.0), Duration::from_millis(400));
+        for _ in 0..40 {
+            b.failed(0.99);
+        }
+        assert!(b.failed(0.99) <= Duration::from_secs(45));
+        b.succeeded();
+        assert!(!b.failing());
+    }
+
+    #[test]
+    fn a_failing_origin_is_probed_one_connect_at_a_time() {
+        let mut c = Connects::default();
+        assert_eq!(c.start(3), 3);
+        c.opening = 0;
+        c.failed();
+        assert!(c.in_backoff(Instant::now()));
+        assert_eq!(c.start(3), 1, "probing");
+        assert_eq!(c.start(3), 0, "one probe at a time");
+        c.opening = 0;
+        c.succeeded();
+        assert!(!c.in_backoff(Instant::now()));
+        assert_eq!(c.start(3), 3);
+    }
+}
