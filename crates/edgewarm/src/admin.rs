@@ -18,8 +18,7 @@ use hyper_util::rt::TokioIo;
 use tokio::net::TcpListener;
 
 use crate::metrics::Metrics;
-use crate::pool::registry::Pools;
-use crate::upstream::registry::Upstreams;
+use crate::origin::registry::Origins;
 
 /// What the admin listener reads: the server's metrics, its readiness, its pools.
 #[derive(Clone)]
@@ -27,8 +26,7 @@ pub struct AdminState {
     pub metrics: Arc<Metrics>,
     /// True while the server accepts connections (not starting, not draining).
     pub ready: Arc<AtomicBool>,
-    pub pools: Arc<Pools>,
-    pub upstreams: Arc<Upstreams>,
+    pub origins: Arc<Origins>,
 }
 
 /// Serve until `shutdown` resolves. Each admin connection gets its own task.
@@ -78,14 +76,14 @@ fn respond(req: &Request<Incoming>, state: &AdminState) -> Response<Full<Bytes>>
             r
         }
         "/pools" => {
-            let body = serde_json::json!({ "pools": state.pools.status() });
+            let body = serde_json::json!({ "pools": state.origins.pools() });
             let mut r = Response::new(Full::new(Bytes::from(body.to_string())));
             r.headers_mut()
                 .insert(hyper::header::CONTENT_TYPE, hyper::header::HeaderValue::from_static("application/json"));
             r
         }
         "/origins" => {
-            let body = serde_json::json!({ "origins": state.upstreams.status() });
+            let body = serde_json::json!({ "origins": state.origins.upstreams() });
             let mut r = Response::new(Full::new(Bytes::from(body.to_string())));
             r.headers_mut()
                 .insert(hyper::header::CONTENT_TYPE, hyper::header::HeaderValue::from_static("application/json"));

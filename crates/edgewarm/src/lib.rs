@@ -9,12 +9,11 @@
 //! - [`action`]: what the route says to do, one module each, all with one signature:
 //!   [`action::reject`]; [`action::tunnel`] (blind: connect the origin, replay the hello);
 //!   [`action::prewarm`] (terminate the client's TLS ([`tls`]) and attach it to a connection
-//!   from the route's [`pool`], handshaked before the client arrived); `http` (terminate TLS
-//!   and HTTP: hyper's server for HTTP/1.1, h2's for HTTP/2 with every stream in its
-//!   connection's task; each request carried as a stream on the route's standing HTTP/2 origin
-//!   connections: [`upstream`]), all through the protocol-neutral HTTP core, [`http`]: one
-//!   client driver per protocol, one request service, one seam to the origin, one retry policy,
-//!   one error table.
+//!   handshaked before the client arrived); [`action::http`] (terminate TLS, then the
+//!   protocol-neutral HTTP core, [`http`]: one client driver per protocol, one request service,
+//!   one seam to the origin, one retry policy, one error table).
+//! - [`origin`]: the standing origin connections every action but the tunnel uses, under one
+//!   supervisor: pre-warmed TLS, multiplexed HTTP/2, keep-alive HTTP/1.1; one registry.
 //! - [`relay`]: move bytes both ways (splice(2), userspace fallback, or between TLS sessions),
 //!   half-close, idle timeout. With `ktls`, both TLS sessions move to the kernel
 //!   ([`tls::ktls`]) and are spliced like plain sockets.
@@ -40,13 +39,12 @@ pub mod error;
 pub(crate) mod http;
 pub(crate) mod listener;
 pub mod metrics;
+pub mod origin;
 pub mod peek;
-pub(crate) mod pool;
 pub mod relay;
 pub mod route;
 pub mod server;
 pub(crate) mod snapshot;
 pub mod tls;
 pub mod transport;
-pub(crate) mod upstream;
 pub mod workers;

@@ -23,11 +23,10 @@ use crate::admin::AdminState;
 use crate::config::{Config, ConfigError, ListenerConfig};
 use crate::listener::{self, Context};
 use crate::metrics::{Metrics, ResultLabel};
-use crate::pool::registry::Pools;
+use crate::origin::registry::{Kind, Origins};
 use crate::snapshot::Snapshot;
 use crate::tls::client::Resumption;
 use crate::transport::{sockopt, Resolver};
-use crate::upstream::registry::Upstreams;
 use crate::workers::Workers;
 
 /// Listening sockets, bound before the proxy starts so that tests can bind port 0 and so that a
@@ -66,8 +65,7 @@ fn bind_plain(addr: SocketAddr) -> std::io::Result<TcpListener> {
 
 pub struct Server {
     metrics: Arc<Metrics>,
-    pools: Arc<Pools>,
-    upstreams: Arc<Upstreams>,
+    origins: Arc<Origins>,
     snapshot: watch::Sender<Arc<Snapshot>>,
     /// What the listeners and their connections see.
     listeners: Arc<Context>,
@@ -90,9 +88,8 @@ impl Server {
         let resumption = Resumption::new(metrics.early.clone());
         let resolver = Arc::new(Resolver::new(config.dns.cache_ttl));
         let snapshot = Arc::new(Snapshot::new(config, &resumption, resolver.clone())?);
-        let pools = Arc::new(Pools::new(metrics.clone()));
-        let upstreams = Arc::new(Upstreams::new(metrics.clone(), workers.placement()));
-        snapshot.attach_pools(&pools, &upstreams);
+        let origins = Arc::new(Origins::new(metrics.clone(), workers.placement()));
+        snapshot.attach_origins(&origins);
         let (snapshot, receiver) = watch::channel(snapshot);
         let listeners = Arc::new(Context {
             metrics: metrics.clone(),
@@ -104,8 +101,7 @@ impl Server {
         });
         Ok(Arc::new(Self {
             metrics,
-            pools,
-            upstreams,
+            origins,
             snapshot,
             listeners,
             resumption,
@@ -122,12 +118,7 @@ impl Server {
 
     /// What the admin listener needs: metrics, readiness, the pools.
     pub fn admin_state(&self) -> AdminState {
-        AdminState {
-            metrics: self.metrics.clone(),
-            ready: self.ready.clone(),
-            pools: self.pools.clone(),
-            upstreams: self.upstreams.clone(),
-        }
+        AdminState { metrics: self.metrics.clone(), ready: self.ready.clone(), origins: self.origins.clone() }
     }
 
     pub(crate) fn snapshot(&self) -> Arc<Snapshot> {
@@ -169,7 +160,7 @@ impl Server {
         *bound = config.clone();
         self.resolver.set_ttl(config.dns.cache_ttl);
         // Pools first: a connection that sees the new snapshot must find its pools.
-        snapshot.attach_pools(&self.pools, &self.upstreams);
+        snapshot.attach_origins(&self.origins);
         self.snapshot.send_replace(Arc::new(snapshot));
         Ok(())
     }
@@ -191,10 +182,10 @@ impl Server {
         while accept_loops.join_next().await.is_some() {}
         self.ready.store(false, Ordering::Relaxed);
         // No new clients: warm connections would only be wasted.
-        self.pools.retire_all();
+        self.origins.retire(|kind| kind == Kind::Prewarm);
         self.drain().await;
         // After the drain: requests still in flight keep their origin streams until then.
-        self.upstreams.retire_all();
+        self.origins.retire(|_| true);
     }
 
     async fn drain(&self) {

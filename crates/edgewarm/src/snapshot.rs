@@ -9,15 +9,14 @@ use std::sync::Arc;
 use tokio_rustls::TlsConnector;
 
 use crate::config::{Config, ConfigError, RelayMode, Timeouts, UpstreamProtocol};
-use crate::pool::dial::TlsDial;
-use crate::pool::registry::{Pools, Wanted};
-use crate::pool::Settings;
+use crate::origin::dial::TlsDial;
+use crate::origin::prewarm::Settings;
+use crate::origin::registry::{Kind, Origins, Standing, Want, Wanted};
 use crate::relay;
 use crate::route::RouteTable;
 use crate::tls::client::Resumption;
 use crate::tls::origin::OriginTls;
 use crate::transport::Resolver;
-use crate::upstream::registry::{self as upstream_registry, Upstreams};
 
 #[derive(Debug)]
 pub(crate) struct Snapshot {
@@ -44,55 +43,49 @@ impl Snapshot {
 }
 
 impl Snapshot {
-    /// Start, resize or retire the server's pools to match this snapshot's `prewarm` routes and
-    /// give each route its pools. Runs before the snapshot is published, so a connection that
-    /// sees this snapshot finds its route's pools in place.
-    pub(crate) fn attach_pools(&self, pools: &Pools, upstreams: &Upstreams) {
+    /// Start, update or retire the server's standing origin connections to match this
+    /// snapshot's routes, and give each route its own. Runs before the snapshot is published,
+    /// so a connection that sees this snapshot finds its route's connections in place.
+    pub(crate) fn attach_origins(&self, origins: &Origins) {
         let mut wanted = Vec::new();
         for (name, route) in self.routes.prewarm_routes() {
             let shared = route.pool_alpns().count() > 1;
             for alpn in route.pool_alpns() {
+                let settings = Settings { size: route.pool.clone(), connect_timeout: self.timeouts.connect, shared };
                 wanted.push(Wanted {
                     route: name.clone(),
                     dial: self.dial(&route.origin, alpn),
-                    settings: Settings { size: route.pool.clone(), connect_timeout: self.timeouts.connect, shared },
+                    want: Want::Prewarm(settings),
                 });
             }
         }
-        self.attach_upstreams(upstreams);
-        let started = pools.sync(wanted);
+        for (name, route) in self.routes.http_routes() {
+            let (settings, connect_timeout) = (route.upstream.clone(), self.timeouts.connect);
+            // HTTP/1.1 origins: no ALPN offered, so the origin speaks HTTP/1.1.
+            let (alpn, want) = match route.upstream.protocol {
+                UpstreamProtocol::Http11 => (None, Want::H1 { settings, connect_timeout }),
+                UpstreamProtocol::H2 => (Some(&b"h2"[..]), Want::H2 { settings, connect_timeout }),
+            };
+            wanted.push(Wanted { route: name.clone(), dial: self.dial(&route.origin, alpn), want });
+        }
+        let started = origins.sync(wanted);
         for (_, route) in self.routes.prewarm_routes() {
             let mine = route
                 .pool_alpns()
-                .filter_map(|alpn| Some((alpn.map(<[u8]>::to_vec), started.get(&route.origin.key(alpn))?.clone())))
+                .filter_map(|alpn| {
+                    let Some(Standing::Prewarm(pool)) = started.get(&(route.origin.key(alpn), Kind::Prewarm)) else {
+                        return None;
+                    };
+                    Some((alpn.map(<[u8]>::to_vec), pool.clone()))
+                })
                 .collect();
             route.attach_pools(mine);
         }
-    }
-
-    /// The same for `http` routes' standing origin connections (ALPN `h2` toward the origin).
-    fn attach_upstreams(&self, upstreams: &Upstreams) {
-        let (mut wanted, mut wanted_h1) = (Vec::new(), Vec::new());
-        for (name, route) in self.routes.http_routes() {
-            // HTTP/1.1 origins: no ALPN offered, so the origin speaks HTTP/1.1.
-            let (list, alpn) = match route.upstream.protocol {
-                UpstreamProtocol::Http11 => (&mut wanted_h1, None),
-                UpstreamProtocol::H2 => (&mut wanted, Some(&b"h2"[..])),
-            };
-            list.push(upstream_registry::Wanted {
-                route: name.clone(),
-                dial: self.dial(&route.origin, alpn),
-                settings: route.upstream.clone(),
-                connect_timeout: self.timeouts.connect,
-            });
-        }
-        let started = upstreams.sync(wanted);
-        let started_h1 = upstreams.sync_h1(wanted_h1);
         for (_, route) in self.routes.http_routes() {
-            if let Some(u) = started.get(&route.origin.key(Some(b"h2"))) {
+            if let Some(Standing::H2(u)) = started.get(&(route.origin.key(Some(b"h2")), Kind::H2)) {
                 route.attach_upstream(u.clone());
             }
-            if let Some(u) = started_h1.get(&route.origin.key(None)) {
+            if let Some(Standing::H1(u)) = started.get(&(route.origin.key(None), Kind::H1)) {
                 route.attach_h1(u.clone());
             }
         }

@@ -7,7 +7,7 @@
 //! other's tasks. Where those tasks ran on different threads, every request paid for moving
 //! that state between cores, and the origin task flushed one client's burst of requests in
 //! pieces. With a connection's task bound to one thread and that thread's own origin
-//! connections preferred ([`crate::upstream`]), a request stays on one core from the client's
+//! connections preferred ([`crate::origin::h2`]), a request stays on one core from the client's
 //! read to the client's write, which costs less CPU (docs/benchmarks.md).
 //!
 //! What stays on the main runtime: the accept loops (each accepted socket is moved to a worker,

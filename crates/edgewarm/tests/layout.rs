@@ -97,8 +97,8 @@ fn the_module_map_names_every_module() {
 }
 
 /// The HTTP core's two sides stay apart: a client driver (`http/client/`) names no origin kind
-/// (the `upstream` and `pool` modules, the core's origin seam), and no origin kind names a client
-/// driver, so a new client protocol or a new kind of origin is one more file on its side.
+/// (the `origin` module, the core's origin seam), and no origin kind names a client driver, so a
+/// new client protocol or a new kind of origin is one more file on its side.
 #[test]
 fn client_drivers_and_origin_kinds_do_not_import_each_other() {
     let root = src();
@@ -111,13 +111,12 @@ fn client_drivers_and_origin_kinds_do_not_import_each_other() {
     };
     for path in &drivers {
         let text = code(path);
-        for origin in ["crate::upstream", "crate::pool", "http::origin", "super::origin", "crate::http::origin"] {
+        for origin in ["crate::origin", "http::origin", "super::origin"] {
             assert!(!text.contains(origin), "{} imports an origin kind ({origin})", path.display());
         }
     }
     let mut origins = Vec::new();
-    files(&root.join("upstream"), &mut origins);
-    files(&root.join("pool"), &mut origins);
+    files(&root.join("origin"), &mut origins);
     origins.push(root.join("http/origin.rs"));
     for path in &origins {
         let text = code(path);

@@ -13,8 +13,8 @@ use http_body::{Body, Frame, SizeHint};
 
 use super::flow::{Frames, SendError};
 use super::BoxError;
-use crate::upstream::conn::Slot;
-use crate::upstream::h1::Lease;
+use crate::origin::h1::Lease;
+use crate::origin::h2::conn::Slot;
 
 /// What went wrong with a client's request body, if anything: the client's fault either way.
 #[derive(Debug, Clone)]

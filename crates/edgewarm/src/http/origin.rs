@@ -18,8 +18,8 @@ use super::body::{Held, OriginBody, Upload};
 use super::flow::{self as h2_body, OnEnd};
 use super::respond::ProxyError;
 use super::retry::Failure;
-use crate::upstream::h1::{H1Error, H1Upstream};
-use crate::upstream::{BoxedBody, Upstream};
+use crate::origin::h1::{H1Error, H1Upstream};
+use crate::origin::h2::{BoxedBody, Upstream};
 
 /// Where a route's requests go.
 #[derive(Clone)]

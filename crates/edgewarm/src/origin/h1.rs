@@ -18,15 +18,16 @@ use hyper::client::conn::http1::SendRequest;
 use hyper_util::rt::TokioIo;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::gauge::Gauge;
-use tokio::sync::Notify;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::BoxedBody;
 use crate::config::UpstreamConfig;
 use crate::metrics::{Metrics, PoolLabels};
-use crate::pool::dial::{Dial, TlsDial, WarmError};
-use crate::pool::sizing::{jitter, Backoff, Concurrency};
+use crate::origin::backoff::Connects;
+use crate::origin::dial::{Dial, TlsDial, WarmError};
+use crate::origin::sizing::Concurrency;
+use crate::origin::supervisor::Core;
 
 /// How often the pool re-estimates demand and trims idle connections.
 const PERIOD: Duration = Duration::from_secs(1);
@@ -49,22 +50,17 @@ struct State {
     /// Oldest first; requests take from the end (most recently used).
     idle: Vec<Idle>,
     in_use: usize,
-    opening: usize,
     demand: Concurrency,
-    backoff: Backoff,
-    retry_at: Option<Instant>,
+    /// Connects under way and the backoff of a failing origin.
+    connects: Connects,
     settings: UpstreamConfig,
     connect_timeout: Duration,
 }
 
 pub(crate) struct H1Upstream {
-    dial: TlsDial,
-    labels: PoolLabels,
+    /// Its upkeep is woken when a request found no idle connection, or settings changed.
+    core: Core<TlsDial>,
     state: Mutex<State>,
-    /// Wakes the maintenance task: a request found no idle connection, or settings changed.
-    wake: Notify,
-    retired: CancellationToken,
-    metrics: Arc<Metrics>,
     /// The metric handles every request touches, resolved once (a lookup hashes the labels
     /// under a lock).
     hot: Hot,
@@ -78,7 +74,7 @@ struct Hot {
 
 impl std::fmt::Debug for H1Upstream {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("H1Upstream").field("labels", &self.labels).finish_non_exhaustive()
+        f.debug_struct("H1Upstream").field("labels", &self.core.labels).finish_non_exhaustive()
     }
 }
 
@@ -111,10 +107,8 @@ impl H1Upstream {
         let state = State {
             idle: Vec::new(),
             in_use: 0,
-            opening: 0,
+            connects: Connects::default(),
             demand: Concurrency::default(),
-            backoff: Backoff::default(),
-            retry_at: None,
             settings,
             connect_timeout,
         };
@@ -124,15 +118,7 @@ impl H1Upstream {
             hits: m.hits.get_or_create(&labels).clone(),
             misses: m.misses.get_or_create(&labels).clone(),
         };
-        let upstream = Arc::new(Self {
-            dial,
-            labels,
-            state: Mutex::new(state),
-            wake: Notify::new(),
-            retired: CancellationToken::new(),
-            metrics,
-            hot,
-        });
+        let upstream = Arc::new(Self { core: Core::new(dial, labels, metrics), state: Mutex::new(state), hot });
         tokio::spawn(upstream.clone().maintain());
         upstream
     }
@@ -147,40 +133,36 @@ impl H1Upstream {
         st.settings = settings;
         st.connect_timeout = connect_timeout;
         drop(st);
-        self.wake.notify_one();
+        self.core.wake.notify_one();
     }
 
     /// Cancelled when the pool is retired: its clients are told to come back afresh.
     pub(crate) fn retired(&self) -> &CancellationToken {
-        &self.retired
+        &self.core.retired
     }
 
     /// No route uses this pool any more: close the idle connections; leased ones close when
     /// their responses end.
     pub(crate) fn retire(&self) {
-        self.retired.cancel();
+        self.core.retired.cancel();
         self.state().idle.clear();
         self.hot.ready.set(0);
     }
 
     /// Every period (or when woken): fold demand, trim, and open what the estimate lacks.
     async fn maintain(self: Arc<Self>) {
-        let mut next_tick = Instant::now() + PERIOD;
-        loop {
-            tokio::select! {
-                () = self.retired.cancelled() => return,
-                () = tokio::time::sleep_until(next_tick) => {
-                    next_tick += PERIOD;
-                    self.tick();
-                }
-                () = self.wake.notified() => {}
+        let schedule = || (PERIOD, self.state().connects.retry_at());
+        let turn = |ticked| {
+            if ticked {
+                self.tick();
             }
             self.top_up();
-        }
+        };
+        self.core.upkeep(schedule, turn).await;
     }
 
     fn tick(&self) {
-        let m = &self.metrics.pool;
+        let m = &self.core.metrics.pool;
         let mut st = self.state();
         let in_use = st.in_use;
         st.demand.tick(in_use);
@@ -193,43 +175,41 @@ impl H1Upstream {
         let surplus = (st.idle.len() + in_use).saturating_sub(target).min(st.idle.len());
         st.idle.drain(..surplus);
         let expired = before - st.idle.len();
-        m.expired.get_or_create(&self.labels).inc_by(expired as u64);
+        m.expired.get_or_create(&self.core.labels).inc_by(expired as u64);
         self.hot.ready.set(st.idle.len() as i64);
-        m.target.get_or_create(&self.labels).set(target as i64);
+        m.target.get_or_create(&self.core.labels).set(target as i64);
     }
 
     /// Open connections until idle + in use + opening reaches the estimate (none while the
     /// origin is failing and its backoff has not passed).
     fn top_up(self: &Arc<Self>) {
         let mut st = self.state();
-        if st.retry_at.is_some_and(|at| Instant::now() < at) {
+        if st.connects.in_backoff(Instant::now()) {
             return;
         }
         let target = st.demand.target(st.settings.connections, st.settings.max_connections);
-        let have = st.idle.len() + st.in_use + st.opening;
+        let have = st.idle.len() + st.in_use + st.connects.opening;
         let missing = target.saturating_sub(have);
-        st.opening += missing;
-        self.metrics.pool.connecting.get_or_create(&self.labels).set(st.opening as i64);
+        let missing = st.connects.start(missing);
+        self.core.metrics.pool.connecting.get_or_create(&self.core.labels).set(st.connects.opening as i64);
         drop(st);
         for _ in 0..missing {
             let me = self.clone();
             tokio::spawn(async move {
                 let opened = me.open().await;
                 let mut st = me.state();
-                st.opening -= 1;
-                me.metrics.pool.connecting.get_or_create(&me.labels).set(st.opening as i64);
+                st.connects.opening -= 1;
+                me.core.metrics.pool.connecting.get_or_create(&me.core.labels).set(st.connects.opening as i64);
                 match opened {
                     Ok(send) => {
-                        st.backoff.succeeded();
-                        st.retry_at = None;
+                        st.connects.succeeded();
                         drop(st);
                         me.give_back(send);
                     }
                     Err(e) => {
-                        let wait = st.backoff.failed(jitter());
-                        st.retry_at = Some(Instant::now() + wait);
+                        let wait = st.connects.failed();
                         drop(st);
-                        tracing::warn!(route = %me.labels.route, origin = %me.labels.origin, error = %e, retry_in = ?wait, "opening an HTTP/1.1 origin connection failed");
+                        tracing::warn!(route = %me.core.labels.route, origin = %me.core.labels.origin, error = %e, retry_in = ?wait, "opening an HTTP/1.1 origin connection failed");
                     }
                 }
             });
@@ -239,19 +219,17 @@ impl H1Upstream {
     async fn open(&self) -> Result<SendRequest<BoxedBody>, H1Error> {
         let started = Instant::now();
         let timeout = self.state().connect_timeout;
-        let tls = self.dial.dial(timeout).await?;
+        let tls = self.core.dial.dial(timeout).await?;
         let (send, conn) = hyper::client::conn::http1::handshake(TokioIo::new(tls)).await?;
         tokio::spawn(async move {
             let _ = conn.await;
         });
-        let m = &self.metrics.pool;
-        m.opened.get_or_create(&self.labels).inc();
-        m.handshake_seconds.get_or_create(&self.labels).observe(started.elapsed().as_secs_f64());
+        self.core.opened(started.elapsed());
         Ok(send)
     }
 
     fn give_back(&self, send: SendRequest<BoxedBody>) {
-        if send.is_closed() || self.retired.is_cancelled() {
+        if send.is_closed() || self.core.retired.is_cancelled() {
             return;
         }
         let mut st = self.state();
@@ -290,7 +268,7 @@ impl H1Upstream {
             }
         }
         self.hot.misses.inc();
-        self.wake.notify_one();
+        self.core.wake.notify_one();
         lease.send = Some(self.open().await?);
         lease.reused = false;
         Ok(lease)

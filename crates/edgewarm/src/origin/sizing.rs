@@ -145,45 +145,6 @@ impl Concurrency {
     }
 }
 
-/// Exponential backoff with jitter for a failing origin: 100 ms doubling to 30 s, each wait
-/// drawn from [½, 1½] of the nominal so many edges do not retry in lockstep.
-#[derive(Debug, Default, Clone)]
-pub(crate) struct Backoff {
-    pub failures: u32,
-}
-
-impl Backoff {
-    const BASE: Duration = Duration::from_millis(100);
-    const CAP: Duration = Duration::from_secs(30);
-
-    /// A failure; returns how long to wait before the next attempt. `jitter` in [0, 1).
-    pub(crate) fn failed(&mut self, jitter: f64) -> Duration {
-        self.failures = self.failures.saturating_add(1);
-        let nominal = Self::BASE.saturating_mul(1u32 << self.failures.min(16)).min(Self::CAP);
-        nominal.mul_f64(0.5 + jitter)
-    }
-
-    pub(crate) fn succeeded(&mut self) {
-        self.failures = 0;
-    }
-
-    /// Clients fail fast (no on-demand connect) once the origin has failed twice in a row:
-    /// one failure can be a blip worth a try; two mean "down", and a connect per client would
-    /// hammer it at the clients' rate.
-    pub(crate) fn failing(&self) -> bool {
-        self.failures >= 2
-    }
-}
-
-/// A number in [0, 1) for backoff jitter. Not for cryptography: std's randomly keyed hasher
-/// over the time is plenty to keep edges from retrying in lockstep.
-pub(crate) fn jitter() -> f64 {
-    use std::hash::{BuildHasher, Hasher};
-    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
-    h.write_u128(std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default().as_nanos());
-    (h.finish() >> 11) as f64 / (1u64 << 53) as f64
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -258,22 +219,5 @@ mod tests {
             c.tick(0);
         }
         assert_eq!(c.target(2, 50), 2);
-    }
-
-    #[test]
-    fn backoff_doubles_with_jitter_and_caps() {
-        let mut b = Backoff::default();
-        assert!(!b.failing());
-        assert_eq!(b.failed(0.5), Duration::from_millis(200));
-        assert!(!b.failing());
-        assert_eq!(b.failed(0.5), Duration::from_millis(400));
-        assert!(b.failing());
-        assert_eq!(b.failed(0.0), Duration::from_millis(400));
-        for _ in 0..40 {
-            b.failed(0.99);
-        }
-        assert!(b.failed(0.99) <= Duration::from_secs(45));
-        b.succeeded();
-        assert!(!b.failing());
     }
 }

@@ -13,12 +13,12 @@ use crate::config::{
     UpstreamConfig,
 };
 use crate::metrics::{Metrics, RouteMetrics, RouteName};
-use crate::pool::TlsPool;
+use crate::origin::h1::H1Upstream;
+use crate::origin::h2::Upstream;
+use crate::origin::prewarm::TlsPool;
 use crate::tls::client::{ClientTls, Resumption};
 use crate::tls::origin::OriginTls;
 use crate::tls::ticket_keys::TicketKeys;
-use crate::upstream::h1::H1Upstream;
-use crate::upstream::Upstream;
 
 /// What to do with a connection whose hello matched a route.
 #[derive(Debug)]

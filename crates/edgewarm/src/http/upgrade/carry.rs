@@ -33,8 +33,8 @@ use tokio_util::task::TaskTracker;
 
 use crate::http::flow::{send_data, OriginBody};
 use crate::http::forward;
-use crate::pool::dial::{Dial, TlsDial, WarmError};
-use crate::upstream::{BoxedBody, Upstream, UpstreamError};
+use crate::origin::dial::{Dial, TlsDial, WarmError};
+use crate::origin::h2::{BoxedBody, Upstream, UpstreamError};
 
 #[derive(Debug, thiserror::Error)]
 pub(crate) enum UpgradeError {

@@ -10,8 +10,6 @@
 //!   a new connection runs.
 //! - [`conn`]: one connection: its driver task, PINGs (liveness and the link's RTT), and its
 //!   retirement (GOAWAY, error, missed PING, `max_age`).
-//! - [`registry`]: the upstreams of the running config, kept across reloads by key.
-//! - [`h1`]: origins without HTTP/2 (`upstream.protocol: http/1.1`): a keep-alive pool.
 //!
 //! Why the `h2` crate and not hyper's client: hyper's `SendRequest::poll_ready` is ready
 //! whenever the connection is open, queueing requests past the origin's
@@ -21,9 +19,7 @@
 //! another connection (up to `max_connections`) when all are full.
 
 pub(crate) mod conn;
-pub(crate) mod h1;
 mod place;
-pub(crate) mod registry;
 pub(crate) mod room;
 
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -34,14 +30,14 @@ use bytes::Bytes;
 use h2::client::{ResponseFuture, SendRequest};
 use h2::SendStream;
 use serde::Serialize;
-use tokio::sync::Notify;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::config::UpstreamConfig;
 use crate::metrics::{Metrics, PoolLabels, UpstreamEnd};
-use crate::pool::dial::{Dial, TlsDial, WarmError};
-use crate::pool::sizing::Backoff;
+use crate::origin::backoff::Connects;
+use crate::origin::dial::{Dial, TlsDial, WarmError};
+use crate::origin::supervisor::Core;
 use crate::tls::origin::PoolKey;
 use crate::workers::Placement;
 use conn::Conn;
@@ -101,9 +97,7 @@ pub struct UpstreamStatus {
 struct State {
     conns: Vec<Arc<Conn>>,
     /// Connects under way (counted against `max_connections`).
-    opening: usize,
-    backoff: Backoff,
-    retry_at: Option<Instant>,
+    connects: Connects,
     settings: UpstreamConfig,
     connect_timeout: Duration,
     /// How many times the origin asked for fewer PINGs (each doubles the interval).
@@ -113,24 +107,20 @@ struct State {
 }
 
 pub struct Upstream {
-    dial: TlsDial,
-    labels: PoolLabels,
+    /// Its upkeep is woken when a connection ended, settings changed, or a request found every
+    /// connection full.
+    core: Core<TlsDial>,
     state: Mutex<State>,
-    /// Wakes the maintenance task: a connection ended, settings changed, a request found
-    /// every connection full.
-    wake: Notify,
     /// A connection became usable (opened, or streams finished).
     room: Arc<Room>,
-    retired: CancellationToken,
     next_id: AtomicU64,
-    metrics: Arc<Metrics>,
     /// The worker runtimes the standing connections are spread over (see [`Upstream::fill`]).
     workers: Placement,
 }
 
 impl std::fmt::Debug for Upstream {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Upstream").field("labels", &self.labels).finish_non_exhaustive()
+        f.debug_struct("Upstream").field("labels", &self.core.labels).finish_non_exhaustive()
     }
 }
 
@@ -145,23 +135,17 @@ impl Upstream {
         workers: Placement,
     ) -> Arc<Self> {
         let upstream = Arc::new(Self {
-            dial,
-            labels,
+            core: Core::new(dial, labels, metrics),
             state: Mutex::new(State {
                 conns: Vec::new(),
-                opening: 0,
-                backoff: Backoff::default(),
-                retry_at: None,
+                connects: Connects::default(),
                 settings,
                 connect_timeout,
                 calm: 0,
                 opening_on: Vec::new(),
             }),
-            wake: Notify::new(),
             room: Arc::default(),
-            retired: CancellationToken::new(),
             next_id: AtomicU64::new(0),
-            metrics,
             workers,
         });
         tokio::spawn(upstream.clone().maintain());
@@ -169,11 +153,11 @@ impl Upstream {
     }
 
     pub fn key(&self) -> &PoolKey {
-        self.dial.key()
+        self.core.key()
     }
 
     pub fn labels(&self) -> &PoolLabels {
-        &self.labels
+        &self.core.labels
     }
 
     fn state(&self) -> MutexGuard<'_, State> {
@@ -186,13 +170,13 @@ impl Upstream {
         st.settings = settings;
         st.connect_timeout = connect_timeout;
         drop(st);
-        self.wake.notify_one();
+        self.core.wake.notify_one();
     }
 
     /// A reload removed every route using this upstream: stop opening connections and let the
     /// existing ones finish their streams, then close.
     pub fn retire(&self) {
-        self.retired.cancel();
+        self.core.retired.cancel();
         let conns = std::mem::take(&mut self.state().conns);
         for c in conns {
             c.retire();
@@ -214,16 +198,8 @@ impl Upstream {
 
     /// Keep `connections` connections open; replace the ones that end or age out.
     async fn maintain(self: Arc<Self>) {
-        let mut tick = tokio::time::interval(Duration::from_secs(1));
-        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        loop {
-            tokio::select! {
-                () = self.wake.notified() => {}
-                _ = tick.tick() => {}
-                () = self.retired.cancelled() => return,
-            }
-            self.fill();
-        }
+        let schedule = || (Duration::from_secs(1), self.state().connects.retry_at());
+        self.core.upkeep(schedule, |_| self.fill()).await;
     }
 
     /// Retire aged connections and start connects until `connections` are live or opening.
@@ -233,7 +209,7 @@ impl Upstream {
         for c in &st.conns {
             if !c.retiring() && c.age() >= max_age {
                 c.retire_counted();
-                self.metrics.upstream.replaced.get_or_create(&self.reason(UpstreamEnd::MaxAge)).inc();
+                self.core.metrics.upstream.replaced.get_or_create(&self.reason(UpstreamEnd::MaxAge)).inc();
             }
         }
         st.conns.retain(|c| !c.is_closed());
@@ -248,19 +224,15 @@ impl Upstream {
             if c.demand && !c.retiring() && c.idle_for(now) >= idle_timeout {
                 c.retire_counted();
                 live -= 1;
-                self.metrics.upstream.replaced.get_or_create(&self.reason(UpstreamEnd::Idle)).inc();
+                self.core.metrics.upstream.replaced.get_or_create(&self.reason(UpstreamEnd::Idle)).inc();
             }
         }
-        if st.retry_at.is_some_and(|t| Instant::now() < t) {
+        if st.connects.in_backoff(Instant::now()) {
             return;
         }
         let live = st.conns.iter().filter(|c| !c.retiring()).count();
-        let mut start = st.settings.connections.saturating_sub(live + st.opening);
-        if st.backoff.failures > 0 {
-            // Probing a failing origin: one attempt at a time.
-            start = start.min(1).saturating_sub(st.opening);
-        }
-        st.opening += start;
+        let missing = st.settings.connections.saturating_sub(live + st.connects.opening);
+        let start = st.connects.start(missing);
         let places: Vec<_> = (0..start).map(|_| self.place(&mut st)).collect();
         drop(st);
         for worker in places {
@@ -283,40 +255,36 @@ impl Upstream {
         let timeout = self.state().connect_timeout;
         let started = Instant::now();
         let result = async {
-            let tls = self.dial.dial(timeout).await?;
+            let tls = self.core.dial.dial(timeout).await?;
             let id = self.next_id.fetch_add(1, Ordering::Relaxed);
             Ok::<_, UpstreamError>(Conn::handshake(id, tls, self.clone(), demand).await?)
         }
         .await;
         let mut st = self.state();
-        st.opening -= 1;
+        st.connects.opening -= 1;
         if let Some(i) = worker.and_then(|w| st.opening_on.iter().position(|&o| o == w)) {
             st.opening_on.swap_remove(i);
         }
         match result {
             Ok(conn) => {
-                st.backoff.succeeded();
-                st.retry_at = None;
-                if self.retired.is_cancelled() {
+                st.connects.succeeded();
+                if self.core.retired.is_cancelled() {
                     // Retired while this connect was under way: it must not outlive us.
                     conn.retire();
                     return Err(UpstreamError::Retired);
                 }
                 st.conns.push(conn.clone());
                 drop(st);
-                self.metrics.upstream.open.get_or_create(&self.conn_label()).inc();
-                let m = &self.metrics.pool;
-                m.opened.get_or_create(&self.labels).inc();
-                m.handshake_seconds.get_or_create(&self.labels).observe(started.elapsed().as_secs_f64());
+                self.core.metrics.upstream.open.get_or_create(&self.conn_label()).inc();
+                self.core.opened(started.elapsed());
                 self.room.changed();
                 Ok(conn)
             }
             Err(e) => {
-                let wait = st.backoff.failed(crate::pool::sizing::jitter());
-                st.retry_at = Some(Instant::now() + wait);
+                st.connects.failed();
                 drop(st);
-                tracing::warn!(route = %self.labels.route, origin = %self.labels.origin, error = %e, "opening an HTTP/2 origin connection failed");
-                self.metrics.upstream.connect_errors.get_or_create(&self.labels).inc();
+                tracing::warn!(route = %self.core.labels.route, origin = %self.core.labels.origin, error = %e, "opening an HTTP/2 origin connection failed");
+                self.core.metrics.upstream.connect_errors.get_or_create(&self.core.labels).inc();
                 self.room.changed();
                 Err(e)
             }
@@ -333,48 +301,48 @@ impl Upstream {
         let was_open = st.conns.len() < before;
         drop(st);
         if was_open {
-            self.metrics.upstream.open.get_or_create(&self.conn_label()).dec();
+            self.core.metrics.upstream.open.get_or_create(&self.conn_label()).dec();
         }
         if !counted {
-            self.metrics.upstream.replaced.get_or_create(&self.reason(why)).inc();
+            self.core.metrics.upstream.replaced.get_or_create(&self.reason(why)).inc();
         }
-        self.wake.notify_one();
+        self.core.wake.notify_one();
         self.room.changed();
     }
 
     pub(crate) fn conn_label(&self) -> crate::metrics::UpstreamConn {
-        crate::metrics::UpstreamConn { route: self.labels.route.clone(), origin: self.labels.origin.clone() }
+        crate::metrics::UpstreamConn { route: self.core.labels.route.clone(), origin: self.core.labels.origin.clone() }
     }
 
     fn reason(&self, reason: UpstreamEnd) -> crate::metrics::PoolEvent {
-        let l = &self.labels;
+        let l = &self.core.labels;
         crate::metrics::PoolEvent { route: l.route.clone(), origin: l.origin.clone(), reason }
     }
 
     /// Numbers for `/origins`.
     pub fn status(&self) -> UpstreamStatus {
         let st = self.state();
-        let k = self.dial.key();
+        let k = self.core.key();
         UpstreamStatus {
-            route: self.labels.route.to_string(),
+            route: self.core.labels.route.to_string(),
             origin: k.origin.to_string(),
             sni: k.server_name.clone(),
             verify: k.verify,
             connections: st.conns.iter().map(|c| c.status()).collect(),
-            opening: st.opening,
-            consecutive_failures: st.backoff.failures,
+            opening: st.connects.opening,
+            consecutive_failures: st.connects.backoff.failures,
             keepalive_ms: u64::try_from((st.settings.keepalive * (1u32 << st.calm)).as_millis()).unwrap_or(u64::MAX),
         }
     }
 
     pub(crate) fn metrics(&self) -> &Metrics {
-        &self.metrics
+        &self.core.metrics
     }
 
     /// Cancelled when a reload retires this upstream: client connections using it should
     /// close gracefully so their next requests come in under the new configuration.
     pub(crate) fn retired(&self) -> &CancellationToken {
-        &self.retired
+        &self.core.retired
     }
 
     /// The PING interval: `keepalive`, doubled for every ENHANCE_YOUR_CALM the origin sent
@@ -390,12 +358,11 @@ impl Upstream {
         st.calm = (st.calm + 1).min(6);
         let now = st.settings.keepalive * (1u32 << st.calm);
         drop(st);
-        tracing::warn!(route = %self.labels.route, origin = %self.labels.origin, keepalive = ?now, "origin asked for fewer PINGs (ENHANCE_YOUR_CALM); PING interval doubled");
+        tracing::warn!(route = %self.core.labels.route, origin = %self.core.labels.origin, keepalive = ?now, "origin asked for fewer PINGs (ENHANCE_YOUR_CALM); PING interval doubled");
     }
 }
 
-/// A response body as the client side serves it.
-pub(crate) type BoxedBody = http_body_util::combinators::BoxBody<Bytes, Box<dyn std::error::Error + Send + Sync>>;
+pub(crate) use crate::origin::BoxedBody;
 
 /// Used by [`conn`] so it need not know the send side's types.
 pub(crate) type H2Send = SendRequest<Bytes>;

@@ -7,7 +7,7 @@ use http::Request;
 use tokio::time::Instant;
 
 use super::{Conn, Sent, State, Upstream, UpstreamError};
-use crate::pool::dial::WarmError;
+use crate::origin::dial::WarmError;
 
 impl Upstream {
     /// Start a request: on the least loaded connection with a free stream; if all are full,
@@ -28,7 +28,7 @@ impl Upstream {
         // place on the first look, touches no waiter list.
         let mut waiter = None;
         loop {
-            if self.retired.is_cancelled() {
+            if self.core.retired.is_cancelled() {
                 return Err(UpstreamError::Retired);
             }
             let (best, open) = {
@@ -59,13 +59,13 @@ impl Upstream {
                         Some((c.try_reserve()?, c))
                     })
                     .map(|(slot, c)| (c, slot));
-                let total = st.conns.iter().filter(|c| !c.retiring()).count() + st.opening;
+                let total = st.conns.iter().filter(|c| !c.retiring()).count() + st.connects.opening;
                 // Open another connection only if none is being opened (it will have room:
                 // at start-up every early request would otherwise open its own), the origin is
                 // not in backoff, and the ceiling allows. Decided and counted under the lock,
                 // so two requests cannot both spill past the ceiling.
-                let backoff = st.retry_at.is_some_and(|t| Instant::now() < t);
-                let may_open = st.opening == 0 && !backoff && total < st.settings.max_connections;
+                let backoff = st.connects.in_backoff(Instant::now());
+                let may_open = st.connects.opening == 0 && !backoff && total < st.settings.max_connections;
                 let open = best.is_none() && may_open;
                 // This worker's own connections are full but another worker's had room: the
                 // request goes there now, and this worker opens one more of its own in the
@@ -75,14 +75,14 @@ impl Upstream {
                 // borrows without growing: the standing count is the operator's.)
                 let grow = best.is_some() && local_full && worker.is_some() && may_open;
                 if open || grow {
-                    st.opening += 1;
+                    st.connects.opening += 1;
                     // Opened on this worker (the task below runs here): its requests need it.
                     if let Some(w) = worker {
                         st.opening_on.push(w);
                     }
                 }
                 if grow {
-                    self.metrics.upstream.spills.get_or_create(&self.labels).inc();
+                    self.core.metrics.upstream.spills.get_or_create(&self.core.labels).inc();
                     let me = self.clone();
                     tokio::spawn(async move { me.open(worker, true).await });
                 }
@@ -101,7 +101,7 @@ impl Upstream {
                 }
             }
             if open {
-                self.metrics.upstream.spills.get_or_create(&self.labels).inc();
+                self.core.metrics.upstream.spills.get_or_create(&self.core.labels).inc();
                 // In its own task: if this request is dropped (its client went away) the
                 // connect still finishes its bookkeeping, and the connection joins the set.
                 let me = self.clone();
@@ -116,7 +116,7 @@ impl Upstream {
                 // First time full: register, then look again before sleeping.
                 None => waiter = Some(self.room.wait()),
                 Some(w) => {
-                    self.wake.notify_one();
+                    self.core.wake.notify_one();
                     if tokio::time::timeout_at(deadline, w.notified.as_mut()).await.is_err() {
                         return Err(UpstreamError::Connect(WarmError::HandshakeTimeout));
                     }

@@ -5,17 +5,16 @@
 //! on). A pool holds connections whose TLS handshake has completed. Each is handed to exactly
 //! one client and never comes back: after the handoff the bytes on it are the client's.
 //!
-//! - [`sizing`]: how many to hold (arrival rate × warm time, plus a square-root surplus) and
-//!   backoff for a failing origin.
+//! - [`sizing`](crate::origin::sizing): how many to hold (arrival rate × warm time, plus a
+//!   square-root surplus); [`backoff`](crate::origin::backoff) for a failing origin.
 //! - [`watch`]: the task that owns each idle connection, notices its death, buffers what the
 //!   origin sends early, and retires it after `max_idle`.
-//! - [`dial`]: how a pool makes a connection ([`dial::Dial`]); [`dial::TlsDial`] for origin TLS.
+//! - [`dial`](crate::origin::dial): how a pool makes a connection.
 //! - [`refill`]: the task that keeps a pool at its target, and every connect's bookkeeping.
-//! - [`registry`]: the pools of the running config; reload adds, resizes and retires pools.
 //! - [`status`]: a pool's numbers for the admin listener's `/pools`.
 //!
 //! This module is the idle hand-off: the idle list, take, and the watchers' removal. The pool
-//! is generic over what it holds ([`Pool<D>`] for a [`dial::Dial`] `D`), so other kinds of
+//! is generic over what it holds ([`Pool<D>`] for a [`Dial`] `D`), so other kinds of
 //! standing origin connection reuse sizing, backoff, watchers and metrics.
 //!
 //! Refill is event-driven and periodic: every take wakes the refill task, which tops the pool
@@ -23,10 +22,7 @@
 //! up again. Nothing closes surplus actively: takes are newest-first, so the connections a
 //! smaller demand no longer needs are the oldest and expire on their own.
 
-pub(crate) mod dial;
 mod refill;
-pub(crate) mod registry;
-pub(crate) mod sizing;
 pub(crate) mod status;
 mod watch;
 
@@ -34,15 +30,16 @@ use std::collections::VecDeque;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
-use tokio::sync::{oneshot, Notify};
+use tokio::sync::oneshot;
 use tokio::time::Instant;
-use tokio_util::sync::CancellationToken;
 
 use crate::config::PoolConfig;
 use crate::metrics::{Metrics, PoolLabels};
+use crate::origin::backoff::Connects;
+use crate::origin::dial::{Dial, TlsDial, WarmError};
+use crate::origin::sizing::Demand;
+use crate::origin::supervisor::Core;
 use crate::tls::origin::PoolKey;
-use dial::{Dial, TlsDial, WarmError};
-use sizing::{Backoff, Demand};
 
 /// The pool of a `prewarm` route: origin TLS connections.
 pub(crate) type TlsPool = Pool<TlsDial>;
@@ -77,15 +74,13 @@ struct Idle<S> {
 struct State<S> {
     /// Oldest first; takes pop from the back.
     idle: VecDeque<Idle<S>>,
-    connecting: usize,
+    /// Warm-ups under way (`opening`) and the backoff of a failing origin.
+    connects: Connects,
     next_id: u64,
     demand: Demand,
     period_start: Instant,
     /// The last client (or the pool's start, before any).
     last_arrival: Instant,
-    backoff: Backoff,
-    /// No refill attempt before this (origin failing).
-    retry_at: Option<Instant>,
     /// The origin answered this pool's ALPN offer with something else: clients are not offered
     /// this protocol.
     alpn_refused: bool,
@@ -93,17 +88,13 @@ struct State<S> {
 }
 
 pub struct Pool<D: Dial> {
-    dial: D,
-    labels: PoolLabels,
+    core: Core<D>,
     state: Mutex<State<D::Conn>>,
-    wake: Notify,
-    retired: CancellationToken,
-    metrics: Arc<Metrics>,
 }
 
 impl<D: Dial> std::fmt::Debug for Pool<D> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Pool").field("labels", &self.labels).finish_non_exhaustive()
+        f.debug_struct("Pool").field("labels", &self.core.labels).finish_non_exhaustive()
     }
 }
 
@@ -111,34 +102,28 @@ impl<D: Dial> Pool<D> {
     /// Create a pool and start its refill task.
     pub fn start(dial: D, labels: PoolLabels, settings: Settings, metrics: Arc<Metrics>) -> Arc<Self> {
         let pool = Arc::new(Self {
-            dial,
-            labels,
+            core: Core::new(dial, labels, metrics),
             state: Mutex::new(State {
                 idle: VecDeque::new(),
-                connecting: 0,
+                connects: Connects::default(),
                 next_id: 0,
                 demand: Demand::default(),
                 period_start: Instant::now(),
                 last_arrival: Instant::now(),
-                backoff: Backoff::default(),
-                retry_at: None,
                 alpn_refused: false,
                 settings,
             }),
-            wake: Notify::new(),
-            retired: CancellationToken::new(),
-            metrics,
         });
         tokio::spawn(pool.clone().refill_loop());
         pool
     }
 
     pub fn key(&self) -> &PoolKey {
-        self.dial.key()
+        self.core.key()
     }
 
     pub fn labels(&self) -> &PoolLabels {
-        &self.labels
+        &self.core.labels
     }
 
     fn state(&self) -> MutexGuard<'_, State<D::Conn>> {
@@ -149,16 +134,16 @@ impl<D: Dial> Pool<D> {
 
     pub fn update(&self, settings: Settings) {
         self.state().settings = settings;
-        self.wake.notify_one();
+        self.core.wake.notify_one();
     }
 
     /// Stop refilling and close every idle connection (reload removed this pool).
     pub fn retire(&self) {
-        self.retired.cancel();
+        self.core.retired.cancel();
         let idle = std::mem::take(&mut self.state().idle);
         // Dropping the entries closes the watchers' handoff channels; they close their streams.
         drop(idle);
-        self.metrics.pool.ready.get_or_create(&self.labels).set(0);
+        self.core.metrics.pool.ready.get_or_create(&self.core.labels).set(0);
     }
 
     /// Whether clients should be offered this pool's ALPN.
@@ -168,7 +153,7 @@ impl<D: Dial> Pool<D> {
 
     /// Whether the origin is down enough that clients should be refused at once.
     pub fn failing(&self) -> bool {
-        self.state().backoff.failing()
+        self.state().connects.backoff.failing()
     }
 
     /// Take a warm connection, or `None` if none is ready (the caller then calls
@@ -186,7 +171,7 @@ impl<D: Dial> Pool<D> {
         }
         let result = loop {
             let Some(idle) = self.state().idle.pop_back() else { break None };
-            self.metrics.pool.ready.get_or_create(&self.labels).dec();
+            self.core.metrics.pool.ready.get_or_create(&self.core.labels).dec();
             let (reply, answer) = oneshot::channel();
             if idle.handoff.send(reply).is_err() {
                 continue;
@@ -196,10 +181,10 @@ impl<D: Dial> Pool<D> {
             }
         };
         // After the pop, so the refill task sees the deficit.
-        self.wake.notify_one();
+        self.core.wake.notify_one();
         match &result {
-            Some(_) => self.metrics.pool.hits.get_or_create(&self.labels).inc(),
-            None => self.metrics.pool.misses.get_or_create(&self.labels).inc(),
+            Some(_) => self.core.metrics.pool.hits.get_or_create(&self.core.labels).inc(),
+            None => self.core.metrics.pool.misses.get_or_create(&self.core.labels).inc(),
         };
         result
     }
@@ -214,7 +199,7 @@ impl<D: Dial> Pool<D> {
     }
 
     fn add_idle(self: &Arc<Self>, stream: D::Conn) {
-        if self.retired.is_cancelled() {
+        if self.core.retired.is_cancelled() {
             return;
         }
         let (handoff, requests) = oneshot::channel();
@@ -224,7 +209,7 @@ impl<D: Dial> Pool<D> {
         let max_idle = st.settings.size.max_idle;
         st.idle.push_back(Idle { id, handoff });
         drop(st);
-        self.metrics.pool.ready.get_or_create(&self.labels).inc();
+        self.core.metrics.pool.ready.get_or_create(&self.core.labels).inc();
         tokio::spawn(watch::watch(self.clone(), id, stream, requests, max_idle));
     }
 
@@ -235,7 +220,7 @@ impl<D: Dial> Pool<D> {
         let Some(i) = st.idle.iter().position(|e| e.id == id) else { return false };
         st.idle.remove(i);
         drop(st);
-        self.metrics.pool.ready.get_or_create(&self.labels).dec();
+        self.core.metrics.pool.ready.get_or_create(&self.core.labels).dec();
         true
     }
 }

@@ -6,70 +6,60 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::dial::{Dial, WarmError};
 use super::Pool;
 use crate::metrics::PoolReason;
+use crate::origin::dial::{Dial, WarmError};
 
 impl<D: Dial> Pool<D> {
     /// The refill task: wakes on takes, on its period, and when a backoff ends.
     pub(super) async fn refill_loop(self: Arc<Self>) {
-        loop {
-            let (period, wait_until) = {
-                let st = self.state();
-                let period_end = st.period_start + st.settings.size.period;
-                (st.settings.size.period, st.retry_at.map_or(period_end, |r| r.min(period_end)))
-            };
-            tokio::select! {
-                () = self.wake.notified() => {}
-                () = tokio::time::sleep_until(wait_until) => {}
-                () = self.retired.cancelled() => return,
-            }
-            {
+        let schedule = || {
+            let st = self.state();
+            (st.settings.size.period, st.connects.retry_at())
+        };
+        let turn = |ticked| {
+            if ticked {
+                // A period is over: fold its arrivals into the demand estimate.
                 let mut st = self.state();
-                if Instant::now() >= st.period_start + period {
-                    st.demand.tick(period);
-                    st.period_start = Instant::now();
-                }
+                let period = st.settings.size.period;
+                st.demand.tick(period);
+                st.period_start = Instant::now();
             }
             self.fill();
-        }
+        };
+        self.core.upkeep(schedule, turn).await;
     }
 
     /// Start as many warm-ups as the target needs.
     fn fill(self: &Arc<Self>) {
         let mut st = self.state();
         let now = Instant::now();
-        if st.retry_at.is_some_and(|t| now < t) {
+        if st.connects.in_backoff(now) {
             return;
         }
         let s = &st.settings.size;
         let min = floor(s.min, st.settings.shared, now - st.last_arrival, s.max_idle);
         let target = st.demand.target(min, s.max, now - st.period_start);
-        self.metrics.pool.target.get_or_create(&self.labels).set(target as i64);
-        let have = st.idle.len() + st.connecting;
-        let mut start = target.saturating_sub(have);
-        if st.backoff.failures > 0 {
-            // Probing a failing origin: one attempt at a time.
-            start = start.min(1).saturating_sub(st.connecting);
-        }
-        st.connecting += start;
+        self.core.metrics.pool.target.get_or_create(&self.core.labels).set(target as i64);
+        let have = st.idle.len() + st.connects.opening;
+        let start = st.connects.start(target.saturating_sub(have));
         drop(st);
-        self.metrics.pool.connecting.get_or_create(&self.labels).inc_by(start as i64);
+        self.core.metrics.pool.connecting.get_or_create(&self.core.labels).inc_by(start as i64);
         for _ in 0..start {
             let pool = self.clone();
             tokio::spawn(async move {
                 let result = pool.warm_one().await;
-                pool.state().connecting -= 1;
-                pool.metrics.pool.connecting.get_or_create(&pool.labels).dec();
+                pool.state().connects.opening -= 1;
+                pool.core.metrics.pool.connecting.get_or_create(&pool.core.labels).dec();
                 match result {
                     Ok(stream) => pool.add_idle(stream),
                     // The backoff is recorded; the refill loop retries when it ends.
                     Err(e) => tracing::warn!(
-                        route = %pool.labels.route, origin = %pool.labels.origin, alpn = %pool.labels.alpn,
+                        route = %pool.core.labels.route, origin = %pool.core.labels.origin, alpn = %pool.core.labels.alpn,
                         reason = e.close_reason().label(), error = %e, "warming an origin connection failed"
                     ),
                 }
-                pool.wake.notify_one();
+                pool.core.wake.notify_one();
             });
         }
     }
@@ -78,37 +68,34 @@ impl<D: Dial> Pool<D> {
     pub(super) async fn warm_one(&self) -> Result<D::Conn, WarmError> {
         let (timeout, retrying) = {
             let st = self.state();
-            (st.settings.connect_timeout, st.backoff.failures > 0)
+            (st.settings.connect_timeout, st.connects.backoff.failures > 0)
         };
         if retrying {
-            self.metrics.pool.retries.get_or_create(&self.labels).inc();
+            self.core.metrics.pool.retries.get_or_create(&self.core.labels).inc();
         }
         let started = Instant::now();
-        let result = self.dial.dial(timeout).await;
+        let result = self.core.dial.dial(timeout).await;
         let mut st = self.state();
         match &result {
             Ok(_) => {
                 let took = started.elapsed();
-                st.backoff.succeeded();
-                st.retry_at = None;
+                st.connects.succeeded();
                 st.demand.warmed(took);
-                self.metrics.pool.opened.get_or_create(&self.labels).inc();
-                self.metrics.pool.handshake_seconds.get_or_create(&self.labels).observe(took.as_secs_f64());
+                self.core.opened(took);
             }
             Err(e) => {
                 if matches!(e, WarmError::AlpnMismatch { .. }) {
                     st.alpn_refused = true;
                 }
-                let wait = st.backoff.failed(super::sizing::jitter());
-                st.retry_at = Some(Instant::now() + wait);
-                let l = &self.labels;
+                st.connects.failed();
+                let l = &self.core.labels;
                 let label = PoolReason {
                     route: l.route.clone(),
                     origin: l.origin.clone(),
                     alpn: l.alpn.clone(),
                     reason: e.close_reason(),
                 };
-                self.metrics.pool.connect_errors.get_or_create(&label).inc();
+                self.core.metrics.pool.connect_errors.get_or_create(&label).inc();
             }
         }
         result

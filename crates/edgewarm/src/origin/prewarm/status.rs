@@ -3,8 +3,8 @@
 use serde::Serialize;
 use tokio::time::Instant;
 
-use super::dial::Dial;
 use super::Pool;
+use crate::origin::dial::Dial;
 
 /// One pool: its key, its sizing and what it holds now.
 #[derive(Debug, Clone, Serialize)]
@@ -29,23 +29,23 @@ pub struct PoolStatus {
 impl<D: Dial> Pool<D> {
     pub fn status(&self) -> PoolStatus {
         let st = self.state();
-        let k = self.dial.key();
+        let k = self.core.dial.key();
         let s = &st.settings.size;
         PoolStatus {
-            route: self.labels.route.to_string(),
+            route: self.core.labels.route.to_string(),
             origin: k.origin.to_string(),
             sni: k.server_name.clone(),
-            alpn: self.labels.alpn.clone(),
+            alpn: self.core.labels.alpn.clone(),
             verify: k.verify,
             ready: st.idle.len(),
-            connecting: st.connecting,
+            connecting: st.connects.opening,
             target: st.demand.target(s.min, s.max, Instant::now() - st.period_start),
             min: s.min,
             max: s.max,
             max_idle_ms: u64::try_from(s.max_idle.as_millis()).unwrap_or(u64::MAX),
             arrival_rate: st.demand.rate,
             warm_time_ms: st.demand.warm * 1e3,
-            consecutive_failures: st.backoff.failures,
+            consecutive_failures: st.connects.backoff.failures,
             alpn_refused: st.alpn_refused,
         }
     }

@@ -16,9 +16,9 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::sync::oneshot;
 use tokio::time::Instant;
 
-use super::dial::Dial;
 use super::{Pool, Warm};
 use crate::metrics::{Discard, PoolDiscard};
+use crate::origin::dial::Dial;
 
 /// Most bytes buffered from an idle connection. An origin that sends more before any request
 /// is not one we want to hand to a client.
@@ -64,7 +64,7 @@ pub(super) async fn watch<D: Dial>(
         }
     };
     let labels = pool.labels();
-    let m = &pool.metrics.pool;
+    let m = &pool.core.metrics.pool;
     let discard = |reason| PoolDiscard {
         route: labels.route.clone(),
         origin: labels.origin.clone(),
@@ -81,7 +81,7 @@ pub(super) async fn watch<D: Dial>(
             _ => m.discarded.get_or_create(&discard(reason)).inc(),
         };
         let _ = stream.shutdown().await;
-        pool.wake.notify_one();
+        pool.core.wake.notify_one();
         return;
     }
     // A client popped the entry in the same instant. A live connection is still good: hand it
