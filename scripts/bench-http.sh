@@ -7,6 +7,7 @@
 #
 #   scripts/bench-http.sh [ROUNDS] [REQUESTS]
 #   BASELINE=/path/to/older/edgewarm scripts/bench-http.sh ...   # also measure another build
+#   BASELINE="/path/a /path/b" scripts/bench-http.sh ...          # or several, each in every round
 set -euo pipefail
 rounds=${1:-3}
 requests=${2:-40000}
@@ -52,12 +53,14 @@ RUST_LOG=warn "$edgewarm" run --config "$dir/edge.yaml" 2>"$dir/edge.log" & pids
 RUST_LOG=warn "$edgewarm" run --config "$dir/bare.yaml" 2>"$dir/bare.log" & pids+=($!); pid[bare]=$!
 contenders=("edgewarm:$edge" "bare:$edge_bare" "nginx:$nginx_proxy" "haproxy:$haproxy_port" "nginx+fwd:$nginx_fwd" "haproxy+fwd:$haproxy_fwd")
 pid[nginx+fwd]=${pid[nginx]} pid[haproxy+fwd]=${pid[haproxy]}
-if [ -n "${BASELINE:-}" ]; then
-  sed -e "s/127.0.0.1:$edge/127.0.0.1:19446/" -e "s/127.0.0.1:$admin/127.0.0.1:19901/" "$dir/edge.yaml" > "$dir/baseline.yaml"
-  RUST_LOG=warn "$BASELINE" run --config "$dir/baseline.yaml" 2>"$dir/baseline.log" & pids+=($!); pid[baseline]=$!
-  contenders+=("baseline:19446")
-fi
-wait_ports $origin $edge $edge_bare $nginx_proxy $haproxy_port $nginx_fwd $haproxy_fwd ${BASELINE:+19446}
+baselines=(${BASELINE:-}) base_ports=()
+for i in "${!baselines[@]}"; do
+  port=$((19450 + i)) name="baseline$((i + 1))"
+  sed -e "s/127.0.0.1:$edge/127.0.0.1:$port/" -e "s/127.0.0.1:$admin/127.0.0.1:$((19910 + i))/" "$dir/edge.yaml" > "$dir/$name.yaml"
+  RUST_LOG=warn "${baselines[$i]}" run --config "$dir/$name.yaml" 2>"$dir/$name.log" & pids+=($!); pid[$name]=$!
+  contenders+=("$name:$port") base_ports+=("$port")
+done
+wait_ports $origin $edge $edge_bare $nginx_proxy $haproxy_port $nginx_fwd $haproxy_fwd "${base_ports[@]}"
 
 rps() { # port -> requests/s
   h2load -c 50 -m 10 -n "$requests" --connect-to="127.0.0.1:$1" "https://b.test:$1/" 2>/dev/null \
@@ -73,7 +76,7 @@ ticks() {
 }
 hz=$(getconf CLK_TCK)
 declare -A all cpu
-for name in edgewarm bare nginx haproxy nginx+fwd haproxy+fwd baseline; do all[$name]=""; cpu[$name]=""; done
+for pair in "${contenders[@]}"; do all[${pair%%:*}]=""; cpu[${pair%%:*}]=""; done
 for round in $(seq "$rounds"); do
   for pair in "${contenders[@]}"; do
     name=${pair%%:*} port=${pair##*:}
@@ -103,7 +106,7 @@ row nginx "nginx 1.22 (HTTPS/1.1 keep-alive upstream)"
 row nginx+fwd "nginx 1.22, adding edgewarm's forwarding headers"
 row haproxy "HAProxy 2.6 (h2 upstream, http-reuse always)"
 row haproxy+fwd "HAProxy 2.6, adding edgewarm's forwarding headers"
-if [ -n "${BASELINE:-}" ]; then row baseline "edgewarm baseline ($BASELINE)"; fi
+for i in "${!baselines[@]}"; do row "baseline$((i + 1))" "edgewarm build ${baselines[$i]}"; done
 # Like for like: each proxy doing the same header work.
 m() { echo "${all[$1]}" | median; }
 mc() { echo "${cpu[$1]}" | median; }

@@ -103,7 +103,9 @@ impl Origin {
     ) -> Result<Sent, SendFailure> {
         match self {
             Self::H2(u) => send_h2(u, build, body, up, timeout).await,
-            Self::H1(u) => send_h1(u, build, body, up, timeout).await,
+            // Boxed: hyper's request future is large, and inline it would grow every request's
+            // future (HTTP/2 origins' included) to its size.
+            Self::H1(u) => Box::pin(send_h1(u, build, body, up, timeout)).await,
         }
     }
 }
