@@ -22,7 +22,10 @@ bench_workdir
 bench_http_pki
 origin=18643 port=19643 port_fwd=19644 admin=19960
 bench_h2_origin $origin 1
-bench_haproxy_http 1 $port $port_fwd $origin > "$dir/haproxy.cfg"
+bench_edge_cert b.test
+# One thread, as edgewarm's one worker below.
+bench_peer haproxy-http.cfg "127.0.0.1:$port" "127.0.0.1:$origin" 's/nbthread 2/nbthread 1/'
+bench_peer haproxy-http-fwd.cfg "127.0.0.1:$port_fwd" "127.0.0.1:$origin" 's/nbthread 2/nbthread 1/'
 # One worker thread (callgrind runs one thread at a time anyway).
 { bench_http_edge $port $admin $origin; echo "workers: 1"; } > "$dir/edge.yaml"
 # Builds from before the `workers` key (one runtime: TOKIO_WORKER_THREADS=1 below).
@@ -68,8 +71,8 @@ RUST_LOG=warn TOKIO_WORKER_THREADS=1 run_one bare $port "$edgewarm" run --config
 if [ -n "${BASELINE:-}" ]; then
   RUST_LOG=warn TOKIO_WORKER_THREADS=1 run_one baseline $port "$BASELINE" run --config "$dir/baseline.yaml"
 fi
-run_one haproxy $port haproxy -db -f "$dir/haproxy.cfg"
-run_one haproxy-fwd $port_fwd haproxy -db -f "$dir/haproxy.cfg"
+run_one haproxy $port haproxy -db -f "$dir/haproxy-http.cfg"
+run_one haproxy-fwd $port_fwd haproxy -db -f "$dir/haproxy-http-fwd.cfg"
 
 e=${per[edgewarm]}
 echo

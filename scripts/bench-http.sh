@@ -20,39 +20,25 @@ bench_workdir
 bench_http_pki
 origin=18443 edge=19443 nginx_proxy=19444 haproxy_port=19445 admin=19900 nginx_fwd=19447 haproxy_fwd=19448
 edge_bare=19449 admin_bare=19902
-temp="client_body_temp_path $dir/tmp; proxy_temp_path $dir/tmp; fastcgi_temp_path $dir/tmp; uwsgi_temp_path $dir/tmp; scgi_temp_path $dir/tmp;"
 bench_h2_origin $origin 2
-cat > "$dir/proxy.conf" <<CONF
-daemon off; worker_processes 2; pid $dir/proxy.pid; error_log $dir/proxy.err; events { worker_connections 4096; }
-http { access_log off; $temp
-  upstream origin { server 127.0.0.1:$origin; keepalive 64; }
-  server { listen 127.0.0.1:$nginx_proxy ssl http2; ssl_certificate $dir/b.test.pem; ssl_certificate_key $dir/b.test.key;
-    location / { proxy_pass https://origin; proxy_http_version 1.1; proxy_set_header Connection "";
-      proxy_ssl_server_name on; proxy_ssl_name origin.test; proxy_ssl_verify on;
-      proxy_ssl_trusted_certificate $dir/ca.pem; proxy_ssl_session_reuse on; } }
-  # The same, adding the forwarding headers edgewarm always adds (X-Forwarded-For,
-  # X-Forwarded-Proto, Forwarded, Via both ways): the same header work per request.
-  server { listen 127.0.0.1:$nginx_fwd ssl http2; ssl_certificate $dir/b.test.pem; ssl_certificate_key $dir/b.test.key;
-    location / { proxy_pass https://origin; proxy_http_version 1.1; proxy_set_header Connection "";
-      proxy_set_header X-Forwarded-For \$remote_addr; proxy_set_header X-Forwarded-Proto https;
-      proxy_set_header Forwarded "for=\$remote_addr;proto=https;host=\\"\$host\\"";
-      proxy_set_header Via "2 nginx"; add_header Via "2 nginx";
-      proxy_ssl_server_name on; proxy_ssl_name origin.test; proxy_ssl_verify on;
-      proxy_ssl_trusted_certificate $dir/ca.pem; proxy_ssl_session_reuse on; } } }
-CONF
-bench_haproxy_http 2 $haproxy_port $haproxy_fwd $origin > "$dir/haproxy.cfg"
+bench_edge_cert b.test
+bench_peer nginx-https.conf "127.0.0.1:$nginx_proxy" "127.0.0.1:$origin"
+bench_peer nginx-https-fwd.conf "127.0.0.1:$nginx_fwd" "127.0.0.1:$origin"
+bench_peer haproxy-http.cfg "127.0.0.1:$haproxy_port" "127.0.0.1:$origin"
+bench_peer haproxy-http-fwd.cfg "127.0.0.1:$haproxy_fwd" "127.0.0.1:$origin"
 bench_http_edge $edge $admin $origin > "$dir/edge.yaml"
 # The same route adding no forwarding headers: the same header work as plain nginx and HAProxy.
 bench_http_edge $edge_bare $admin_bare $origin "    forward_headers: []" > "$dir/bare.yaml"
 
 declare -A pid
 nginx -c "$dir/origin.conf" & pids+=($!)
-nginx -c "$dir/proxy.conf" & pids+=($!); pid[nginx]=$!
-haproxy -db -f "$dir/haproxy.cfg" & pids+=($!); pid[haproxy]=$!
+nginx -c "$dir/nginx-https.conf" & pids+=($!); pid[nginx]=$!
+nginx -c "$dir/nginx-https-fwd.conf" & pids+=($!); pid[nginx+fwd]=$!
+haproxy -db -f "$dir/haproxy-http.cfg" & pids+=($!); pid[haproxy]=$!
+haproxy -db -f "$dir/haproxy-http-fwd.cfg" & pids+=($!); pid[haproxy+fwd]=$!
 RUST_LOG=warn "$edgewarm" run --config "$dir/edge.yaml" 2>"$dir/edge.log" & pids+=($!); pid[edgewarm]=$!
 RUST_LOG=warn "$edgewarm" run --config "$dir/bare.yaml" 2>"$dir/bare.log" & pids+=($!); pid[bare]=$!
 contenders=("edgewarm:$edge" "bare:$edge_bare" "nginx:$nginx_proxy" "haproxy:$haproxy_port" "nginx+fwd:$nginx_fwd" "haproxy+fwd:$haproxy_fwd")
-pid[nginx+fwd]=${pid[nginx]} pid[haproxy+fwd]=${pid[haproxy]}
 baselines=(${BASELINE:-}) base_ports=()
 for i in "${!baselines[@]}"; do
   port=$((19450 + i)) name="baseline$((i + 1))"

@@ -79,32 +79,32 @@ ${4:-}
 CONF
 }
 
-# bench_haproxy_http THREADS PORT FWD_PORT ORIGIN_PORT: an HAProxy config (on stdout) proxying
-# HTTPS (h2 or HTTP/1.1) to the origin over reused HTTP/2: on PORT as it comes, on FWD_PORT
-# adding the forwarding headers edgewarm adds by default (X-Forwarded-For, X-Forwarded-Proto,
-# Forwarded, Via both ways), so that frontend does the same header work.
-bench_haproxy_http() {
-  cat <<CONF
-global
-  nbthread $1
-defaults
-  mode http
-  timeout connect 5s
-  timeout client 60s
-  timeout server 60s
-frontend fe
-  bind 127.0.0.1:$2 ssl crt $dir/b.test.bundle alpn h2,http/1.1
-  default_backend be
-frontend fe_fwd
-  bind 127.0.0.1:$3 ssl crt $dir/b.test.bundle alpn h2,http/1.1
-  option forwardfor
-  http-request set-header X-Forwarded-Proto https
-  http-request set-header Forwarded "for=%[src];proto=https;host=\\"%[req.hdr(host)]\\""
-  http-request add-header Via "2 haproxy"
-  http-response add-header Via "2 haproxy"
-  default_backend be
-backend be
-  http-reuse always
-  server origin 127.0.0.1:$4 ssl verify required ca-file $dir/ca.pem sni str(origin.test) alpn h2
-CONF
+# bench_peer FILE[:OUT] LISTEN ORIGIN [SED_EXPR...]: $dir/FILE (or $dir/OUT), the peer config
+# examples/peers/FILE, the same one `edgewarm-lab lab --peers` runs, with {listen}, {origin}
+# and {dir} filled in. The sed expressions adjust it for one bench first (they may use the
+# placeholders), e.g. 's/nbthread 2/nbthread 1/'. The configs read edge.pem, edge.key,
+# edge.bundle.pem and ca.pem from $dir: bench_edge_cert links the first three.
+bench_peer() {
+  local file=${1%%:*} out=${1#*:} listen=$2 origin=$3 expr=(-e '')
+  shift 3
+  for e in "$@"; do expr+=(-e "$e"); done
+  sed "${expr[@]}" "$root/examples/peers/$file" \
+    | sed -e "s#{listen}#$listen#g" -e "s#{origin}#$origin#g" -e "s#{dir}#$dir#g" > "$dir/$out"
+  mkdir -p "$dir/nginx-tmp"
 }
+
+# bench_edge_cert NAME: the peer configs' edge certificate (edge.pem, edge.key, edge.bundle.pem)
+# is NAME's (from bench_cert).
+bench_edge_cert() {
+  if [ "$1" != edge ]; then
+    ln -sf "$dir/$1.pem" "$dir/edge.pem"
+    ln -sf "$dir/$1.key" "$dir/edge.key"
+  fi
+  ln -sf "$dir/$1.bundle" "$dir/edge.bundle.pem"
+}
+
+# The sed expressions that turn a tunnel peer config into the same proxy without its SNI peek
+# (plain TCP forwarding to the origin: the baseline its peek is priced against), and name its
+# files apart so both can run at once.
+bench_no_peek_nginx=('s/ssl_preread on;//' 's/proxy_pass \$backend;/proxy_pass {origin};/' 's#{dir}/nginx-stream\.#{dir}/nginx-plain.#g')
+bench_no_peek_haproxy=('/tcp-request/d' 's/use_backend origin if .*/default_backend origin/')

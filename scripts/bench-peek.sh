@@ -9,6 +9,9 @@
 #   nginx:    stream + ssl_preread + map              vs  stream proxy_pass
 #   HAProxy:  tcp + inspect-delay + req_ssl_sni       vs  tcp default_backend
 #
+# nginx and HAProxy run the peer configs the lab runs (examples/peers/nginx-stream.conf,
+# haproxy-tcp.cfg); their plain forwarding is the same config with the peek taken out.
+#
 # Each proxy runs alone under callgrind (one worker, one thread). Per connection is the slope
 # between two windows in one process (N1 and N2 connections, counters zeroed before each), so
 # start-up and idle timers cancel out. The connections are real: TLS 1.3 through the tunnel
@@ -43,33 +46,13 @@ http { access_log off; client_body_temp_path $dir/tmp; proxy_temp_path $dir/tmp;
   server { listen 127.0.0.1:$origin ssl; ssl_certificate $dir/origin.pem; ssl_certificate_key $dir/origin.key;
     ssl_protocols TLSv1.3; root $dir/www; } }
 CONF
-cat > "$dir/nginx.conf" <<CONF
-load_module /usr/lib/nginx/modules/ngx_stream_module.so;
-daemon off; master_process off; worker_processes 1; pid $dir/nginx.pid; error_log $dir/nginx.err;
-events { worker_connections 1024; }
-stream { map \$ssl_preread_server_name \$backend { a.test 127.0.0.1:$origin; default 127.0.0.1:1; }
-  server { listen 127.0.0.1:$peek; ssl_preread on; proxy_pass \$backend; tcp_nodelay on; }
-  server { listen 127.0.0.1:$plain; proxy_pass 127.0.0.1:$origin; tcp_nodelay on; } }
-CONF
-cat > "$dir/haproxy.cfg" <<CONF
-global
-  nbthread 1
-defaults
-  mode tcp
-  timeout connect 5s
-  timeout client 60s
-  timeout server 60s
-frontend peek
-  bind 127.0.0.1:$peek
-  tcp-request inspect-delay 5s
-  tcp-request content accept if { req_ssl_hello_type 1 }
-  use_backend origin if { req_ssl_sni -i a.test }
-frontend plain
-  bind 127.0.0.1:$plain
-  default_backend origin
-backend origin
-  server o 127.0.0.1:$origin
-CONF
+# The shipped peer configs, one worker or thread each (callgrind runs one thread at a time),
+# and the same configs without their peek.
+one_nginx='s/worker_processes 2;/worker_processes 1; master_process off;/'
+bench_peer nginx-stream.conf "127.0.0.1:$peek" "127.0.0.1:$origin" "$one_nginx"
+bench_peer nginx-stream.conf:nginx-plain.conf "127.0.0.1:$plain" "127.0.0.1:$origin" "$one_nginx" "${bench_no_peek_nginx[@]}"
+bench_peer haproxy-tcp.cfg "127.0.0.1:$peek" "127.0.0.1:$origin" 's/nbthread 2/nbthread 1/'
+bench_peer haproxy-tcp.cfg:haproxy-plain.cfg "127.0.0.1:$plain" "127.0.0.1:$origin" 's/nbthread 2/nbthread 1/' "${bench_no_peek_haproxy[@]}"
 cat > "$dir/edge.yaml" <<CONF
 admin: {listen: "127.0.0.1:$admin"}
 listeners: [{listen: "127.0.0.1:$peek"}]
@@ -120,12 +103,12 @@ run_one() { # key port command...
 RUST_LOG=warn TOKIO_WORKER_THREADS=1 run_one edgewarm-peek $peek "$edgewarm" run --config "$dir/edge.yaml"
 TOKIO_WORKER_THREADS=1 run_one edgewarm-plain $plain "$lab" forward --listen "127.0.0.1:$plain" --origin "127.0.0.1:$origin"
 if [ -e /usr/lib/nginx/modules/ngx_stream_module.so ]; then
-  run_one nginx-peek $peek nginx -c "$dir/nginx.conf"
-  run_one nginx-plain $plain nginx -c "$dir/nginx.conf"
+  run_one nginx-peek $peek nginx -c "$dir/nginx-stream.conf"
+  run_one nginx-plain $plain nginx -c "$dir/nginx-plain.conf"
 fi
 if command -v haproxy >/dev/null; then
-  run_one haproxy-peek $peek haproxy -db -f "$dir/haproxy.cfg"
-  run_one haproxy-plain $plain haproxy -db -f "$dir/haproxy.cfg"
+  run_one haproxy-peek $peek haproxy -db -f "$dir/haproxy-tcp.cfg"
+  run_one haproxy-plain $plain haproxy -db -f "$dir/haproxy-plain.cfg"
 fi
 
 echo "| proxy | user-space instructions per connection, peeking | without the peek | added by the peek | peek cost (user space) |"

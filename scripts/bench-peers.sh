@@ -10,6 +10,7 @@
 #       to the origin behind it, and proxy CPU per 1000 handshakes;
 #   (d) RSS per idle tunnel (5000 held open after their ClientHello) and per idle terminated
 #       connection (2000 held open after their handshake).
+# nginx and HAProxy run the peer configs the lab runs (examples/peers/), given room for (d).
 # Needs: nginx (+ libnginx-mod-stream), haproxy, curl, python3, openssl (scripts/deps.sh).
 #
 #   scripts/bench-peers.sh [CONNECTIONS]      # (a) and (c): connections per measurement (3000)
@@ -46,56 +47,20 @@ http { access_log off; $temp keepalive_requests 100000;
   server { listen 127.0.0.1:$origin ssl http2 backlog=4096; ssl_certificate $dir/origin.pem; ssl_certificate_key $dir/origin.key; ssl_protocols TLSv1.2 TLSv1.3;
     ssl_session_tickets on; root $dir/www; } }
 CONF
-cat > "$dir/nginx-stream.conf" <<CONF
-load_module /usr/lib/nginx/modules/ngx_stream_module.so;
-daemon off; worker_processes 2; pid $dir/ns.pid; error_log $dir/ns.err;
-events { worker_connections 20000; }
-stream { map \$ssl_preread_server_name \$backend { a.test 127.0.0.1:$origin; default 127.0.0.1:1; }
-  server { listen 127.0.0.1:$ns backlog=4096; ssl_preread on; proxy_pass \$backend; tcp_nodelay on; }
-  # Plain forwarding, no peek: the baseline for nginx's own peek cost in (a).
-  server { listen 127.0.0.1:$np; proxy_pass 127.0.0.1:$origin; tcp_nodelay on; } }
-CONF
-cat > "$dir/nginx-https.conf" <<CONF
-daemon off; worker_processes 2; pid $dir/nh.pid; error_log $dir/nh.err;
-events { worker_connections 20000; }
-http { access_log off; $temp
-  upstream origin { server 127.0.0.1:$origin; keepalive 64; }
-  server { listen 127.0.0.1:$nh ssl http2 backlog=4096; ssl_certificate $dir/edge.pem; ssl_certificate_key $dir/edge.key; ssl_protocols TLSv1.2 TLSv1.3;
-    location / { proxy_pass https://origin; proxy_http_version 1.1; proxy_set_header Connection "";
-      proxy_ssl_server_name on; proxy_ssl_name origin.test; proxy_ssl_verify on;
-      proxy_ssl_trusted_certificate $dir/ca.pem; proxy_ssl_session_reuse on; } } }
-CONF
-cat > "$dir/haproxy.cfg" <<CONF
-global
-  nbthread 2
-  maxconn 9000
-defaults
-  timeout connect 5s
-  timeout client 120s
-  timeout server 120s
-frontend tcp_in
-  mode tcp
-  bind 127.0.0.1:$ht
-  tcp-request inspect-delay 5s
-  tcp-request content accept if { req_ssl_hello_type 1 }
-  use_backend tcp_origin if { req_ssl_sni -i a.test }
-backend tcp_origin
-  mode tcp
-  server o 127.0.0.1:$origin
-# Plain forwarding, no inspection: the baseline for HAProxy's own peek cost in (a).
-frontend tcp_plain
-  mode tcp
-  bind 127.0.0.1:$hp
-  default_backend tcp_origin
-frontend https_in
-  mode http
-  bind 127.0.0.1:$hh ssl crt $dir/edge.bundle alpn h2,http/1.1
-  default_backend http_origin
-backend http_origin
-  mode http
-  http-reuse always
-  server o 127.0.0.1:$origin ssl verify required ca-file $dir/ca.pem sni str(origin.test) alpn h2
-CONF
+# The shipped peer configs (examples/peers/, as the lab runs them), with room for (d)'s 5000
+# held connections: more connections per worker, a deeper accept queue (with the default 511
+# SYNs are dropped while 5000 tunnels open) and a client timeout longer than the hold. The plain
+# forwarders, each peer's baseline for its own peek cost in (a), are the same configs without
+# the peek.
+bench_edge_cert edge
+room_nginx=('s/worker_connections 4096/worker_connections 20000/' 's/listen {listen}/listen {listen} backlog=4096/')
+room_haproxy=('s/maxconn 4000/maxconn 9000/' 's/timeout \(client\|server\) 30s/timeout \1 120s/')
+bench_peer nginx-stream.conf "127.0.0.1:$ns" "127.0.0.1:$origin" "${room_nginx[@]}"
+bench_peer nginx-stream.conf:nginx-plain.conf "127.0.0.1:$np" "127.0.0.1:$origin" "${room_nginx[@]}" "${bench_no_peek_nginx[@]}"
+bench_peer nginx-https.conf "127.0.0.1:$nh" "127.0.0.1:$origin" "${room_nginx[@]}"
+bench_peer haproxy-tcp.cfg "127.0.0.1:$ht" "127.0.0.1:$origin" "${room_haproxy[@]}"
+bench_peer haproxy-tcp.cfg:haproxy-plain.cfg "127.0.0.1:$hp" "127.0.0.1:$origin" "${room_haproxy[@]}" "${bench_no_peek_haproxy[@]}"
+bench_peer haproxy-http.cfg "127.0.0.1:$hh" "127.0.0.1:$origin" "${room_haproxy[@]}"
 cat > "$dir/edge.yaml" <<CONF
 admin: {listen: "127.0.0.1:$admin"}
 listeners: [{listen: "127.0.0.1:$ew", max_connections: 20000}]
@@ -122,8 +87,11 @@ nginx -c "$dir/origin.conf" & pids+=($!)
 start() {
   case $1 in
     nginx) nginx -c "$dir/nginx-stream.conf" & ;;
+    nginx-plain) nginx -c "$dir/nginx-plain.conf" & ;;
     nginx-https) nginx -c "$dir/nginx-https.conf" & ;;
-    haproxy) haproxy -db -f "$dir/haproxy.cfg" & ;;
+    haproxy) haproxy -db -f "$dir/haproxy-tcp.cfg" & ;;
+    haproxy-plain) haproxy -db -f "$dir/haproxy-plain.cfg" & ;;
+    haproxy-https) haproxy -db -f "$dir/haproxy-http.cfg" & ;;
     # Two worker threads, like the others.
     edgewarm) TOKIO_WORKER_THREADS=2 RUST_LOG=warn "$edgewarm" run --config "$dir/edge.yaml" 2>>"$dir/edge.log" & ;;
   esac
@@ -136,10 +104,7 @@ restart() {
   kill "${pid[$name]}" 2>/dev/null || true; wait "${pid[$name]}" 2>/dev/null || true
   start "$name"; wait_ports "$@"; sleep 1
 }
-start nginx
-start nginx-https
-start haproxy
-start edgewarm
+for name in nginx nginx-plain nginx-https haproxy haproxy-plain haproxy-https edgewarm; do start $name; done
 wait_ports $origin $ew $ns $ht $nh $hh $np $hp
 sleep 1
 
@@ -170,18 +135,18 @@ d=$(connrate $$ a.test $origin); echo "| none (client straight to the origin) | 
 # Each row's rate and CPU are the medians of ROUNDS rounds (3); a peer's peek cost is the median
 # of its per-round ratio of SNI-peeking to plain forwarding, the two run back to back in each
 # round, in alternating order.
-rows=("edgewarm tunnel:edgewarm:$ew:" "nginx stream + ssl_preread:nginx:$ns:$np" "HAProxy tcp + req_ssl_sni:haproxy:$ht:$hp")
+rows=("edgewarm tunnel:edgewarm:$ew::" "nginx stream + ssl_preread:nginx:$ns:nginx-plain:$np" "HAProxy tcp + req_ssl_sni:haproxy:$ht:haproxy-plain:$hp")
 : > "$dir/a.rows"
 for round in $(seq "${ROUNDS:-3}"); do
   for row in "${rows[@]}"; do
-    IFS=: read -r label name port plain <<<"$row"
+    IFS=: read -r label name port plain_name plain <<<"$row"
     if [ -z "$plain" ]; then
       echo "$label|$(connrate "${pid[$name]}" a.test "$port")|" >> "$dir/a.rows"
     elif [ $((round % 2)) -eq 1 ]; then
-      p=$(connrate "${pid[$name]}" a.test "$plain"); k=$(connrate "${pid[$name]}" a.test "$port")
+      p=$(connrate "${pid[$plain_name]}" a.test "$plain"); k=$(connrate "${pid[$name]}" a.test "$port")
       echo "$label|$k|$p" >> "$dir/a.rows"
     else
-      k=$(connrate "${pid[$name]}" a.test "$port"); p=$(connrate "${pid[$name]}" a.test "$plain")
+      k=$(connrate "${pid[$name]}" a.test "$port"); p=$(connrate "${pid[$plain_name]}" a.test "$plain")
       echo "$label|$k|$p" >> "$dir/a.rows"
     fi
   done
@@ -234,7 +199,7 @@ if want c; then
 echo "## (c) TLS 1.3 handshakes/s terminated at the proxy, one request each to the origin ($conns, 16 at a time)"
 echo "| proxy | full: handshakes/s | full: CPU ms per 1000 | resumed: handshakes/s | resumed: CPU ms per 1000 | failed |"
 echo "|---|---|---|---|---|---|"
-for row in "edgewarm http:edgewarm:h.test:$ew" "edgewarm prewarm:edgewarm:b.test:$ew" "nginx https (keepalive upstream):nginx-https:h.test:$nh" "HAProxy mode http (http-reuse always):haproxy:h.test:$hh"; do
+for row in "edgewarm http:edgewarm:h.test:$ew" "edgewarm prewarm:edgewarm:b.test:$ew" "nginx https (keepalive upstream):nginx-https:h.test:$nh" "HAProxy mode http (http-reuse always):haproxy-https:h.test:$hh"; do
   IFS=: read -r label name host port <<<"$row"
   read -r fr fc ff <<<"$(connrate "${pid[$name]}" "$host" "$port")"
   read -r rr rc rf <<<"$(connrate "${pid[$name]}" "$host" "$port" --resume)"
@@ -299,8 +264,7 @@ hold() { # proxy-pid port count sni tls(0|1) expected-fds -> "KiB per connection
 }
 for row in "edgewarm:edgewarm:$ew:$ew" "nginx:nginx:$ns:$nh" "HAProxy:haproxy:$ht:$hh"; do
   IFS=: read -r label name tport hport <<<"$row"
-  hname=$name
-  [ "$name" = nginx ] && hname=nginx-https
+  hname=$name-https; [ "$name" = edgewarm ] && hname=edgewarm
   restart "$hname" "$hport"
   term=$(hold "${pid[$hname]}" "$hport" 2000 h.test 1 1)
   restart "$name" "$tport"

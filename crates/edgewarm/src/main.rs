@@ -13,7 +13,7 @@ use edgewarm::tls::client::Resumption;
 use tokio::signal::unix::{signal, SignalKind};
 
 /// mimalloc instead of glibc's malloc: the HTTP path allocates a few dozen small blocks per
-/// request across threads, where glibc's malloc showed up in profiles (docs/benchmarks.md).
+/// request across threads, where glibc's malloc showed up in profiles (docs/benchmarks-history.md).
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 

@@ -51,7 +51,8 @@ impl Snapshot {
         for (name, route) in self.routes.prewarm_routes() {
             let shared = route.pool_alpns().count() > 1;
             for alpn in route.pool_alpns() {
-                let settings = Settings { size: route.pool.clone(), connect_timeout: self.timeouts.connect, shared };
+                let settings =
+                    Settings { size: route.config.pool.clone(), connect_timeout: self.timeouts.connect, shared };
                 wanted.push(Wanted {
                     route: name.clone(),
                     dial: self.dial(&route.origin, alpn),
@@ -60,9 +61,9 @@ impl Snapshot {
             }
         }
         for (name, route) in self.routes.http_routes() {
-            let (settings, connect_timeout) = (route.upstream.clone(), self.timeouts.connect);
+            let (settings, connect_timeout) = (route.config.upstream.clone(), self.timeouts.connect);
             // HTTP/1.1 origins: no ALPN offered, so the origin speaks HTTP/1.1.
-            let (alpn, want) = match route.upstream.protocol {
+            let (alpn, want) = match route.config.upstream.protocol {
                 UpstreamProtocol::Http11 => (None, Want::H1 { settings, connect_timeout }),
                 UpstreamProtocol::H2 => (Some(&b"h2"[..]), Want::H2 { settings, connect_timeout }),
             };

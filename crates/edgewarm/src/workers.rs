@@ -8,7 +8,7 @@
 //! that state between cores, and the origin task flushed one client's burst of requests in
 //! pieces. With a connection's task bound to one thread and that thread's own origin
 //! connections preferred ([`crate::origin::h2`]), a request stays on one core from the client's
-//! read to the client's write, which costs less CPU (docs/benchmarks.md).
+//! read to the client's write, which costs less CPU (docs/benchmarks-history.md).
 //!
 //! What stays on the main runtime: the accept loops (each accepted socket is moved to a worker,
 //! round robin), the admin listener, reloads, pool and upstream upkeep. A connection keeps the

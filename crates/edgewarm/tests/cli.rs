@@ -316,7 +316,7 @@ fn descriptors(pid: u32) -> (usize, usize) {
 
 /// A tunnel whose relay cannot get a pipe (the process is out of descriptors) moves its bytes
 /// by copying instead: nothing is lost, and the fallback is counted by reason. Until this
-/// counter existed, the fallback happened unseen in a benchmark (see docs/benchmarks.md).
+/// counter existed, the fallback happened unseen in a benchmark (see docs/benchmarks-history.md).
 #[test]
 #[cfg_attr(not(feature = "system-tests"), ignore = "system test (prlimit, the binary): scripts/test.sh runs it")]
 fn a_relay_without_a_pipe_falls_back_to_copy_loses_nothing_and_is_counted() {

@@ -57,7 +57,7 @@ pub(crate) async fn serve(client: TcpStream, hello: Box<Hello>, ctx: &ConnCtx<'_
         RouteAction::Tunnel(route) => tunnel::serve(client, hello, route, ctx, log).await,
         // Boxed: their state (TLS sessions, hyper's connection) is many kilobytes, and an
         // unboxed arm would make every connection's task that large, blind tunnels included
-        // (the most numerous, often idle); docs/benchmarks.md has the sizes.
+        // (the most numerous, often idle); docs/benchmarks-history.md has the sizes.
         RouteAction::Prewarm(route) => Box::pin(prewarm::serve(client, hello, route, ctx, log)).await,
         RouteAction::Http(route) => Box::pin(self::http::serve(client, hello, route, ctx, log)).await,
     }

@@ -30,24 +30,31 @@ pub(crate) async fn serve(
     let started = Instant::now();
     // With a PROXY header, it goes first and the hello right behind it, in one write (in the
     // SYN with Fast Open, when both fit).
-    let header = route.proxy_protocol.map(|v| proxy::encode(v, log.client, log.listener));
+    let header = route.config.origin_proxy_protocol.map(|v| proxy::encode(v, log.client, log.listener));
     let first = match &header {
         Some(h) => std::borrow::Cow::Owned([h.as_slice(), &hello.bytes].concat()),
         None => std::borrow::Cow::Borrowed(hello.bytes.as_slice()),
     };
-    let (origin, addr) =
-        match dial::connect(&ctx.snapshot.resolver, &route.origin, route.fastopen, timeouts.connect, &first).await {
-            Ok(ok) => ok,
-            Err(e) => {
-                let reason = e.close_reason();
-                let label = RouteReason { route: ctx.route.name.clone(), reason };
-                ctx.metrics.origin_connect_errors.get_or_create(&label).inc();
-                // The client is mid-handshake and expects a TLS record: say it in TLS.
-                let _ = client.write_all(&peek::alert(peek::ALERT_INTERNAL_ERROR)).await;
-                log.detail = Some(e.to_string());
-                return reason;
-            }
-        };
+    let (origin, addr) = match dial::connect(
+        &ctx.snapshot.resolver,
+        &route.origin,
+        route.config.origin_tcp_fastopen,
+        timeouts.connect,
+        &first,
+    )
+    .await
+    {
+        Ok(ok) => ok,
+        Err(e) => {
+            let reason = e.close_reason();
+            let label = RouteReason { route: ctx.route.name.clone(), reason };
+            ctx.metrics.origin_connect_errors.get_or_create(&label).inc();
+            // The client is mid-handshake and expects a TLS record: say it in TLS.
+            let _ = client.write_all(&peek::alert(peek::ALERT_INTERNAL_ERROR)).await;
+            log.detail = Some(e.to_string());
+            return reason;
+        }
+    };
     let connect_time = started.elapsed();
     let m = ctx.route_metrics;
     m.connect.observe(connect_time.as_secs_f64());

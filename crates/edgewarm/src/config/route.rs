@@ -295,41 +295,45 @@ struct RouteFile {
 
 impl From<RouteFile> for RouteConfig {
     fn from(r: RouteFile) -> Self {
-        let terminating = [
-            ("cert", r.cert.is_some()),
-            ("key", r.key.is_some()),
-            ("alpn", !r.alpn.is_empty()),
-            ("min_tls", r.min_tls.is_some()),
-            ("origin_tls", r.origin_tls.is_some()),
-            ("early_data", r.early_data.is_some()),
-            ("max_early_data_size", r.max_early_data_size.is_some()),
-            ("ktls", r.ktls.is_some()),
-            ("ktls_after", r.ktls_after.is_some()),
+        use Action::{Http, Prewarm, Reject, Tunnel};
+        const TERMINATING: &[Action] = &[Prewarm, Http];
+        const TERMINATING_ONLY: &str = "only for actions prewarm and http";
+        const REQUESTS: &str = "only for action http: other actions do not see requests";
+        let fastopen_why = if r.action == Reject {
+            "action reject has no origin"
+        } else {
+            "origin connections are made before clients arrive; Fast Open would shorten no client's wait"
+        };
+        // Every flat key but `sni` and `action`: whether it is set, the actions that take it,
+        // and what an operator who set it on another action is told. A new route key is one
+        // row here (and its field): the first row set that the action does not take is the
+        // error.
+        let keys: [(&'static str, bool, &[Action], &'static str); 16] = [
+            ("origin", r.origin.is_some(), &[Tunnel, Prewarm, Http], "action reject takes no origin"),
+            ("origin_tcp_fastopen", r.origin_tcp_fastopen, &[Tunnel], fastopen_why),
+            ("cert", r.cert.is_some(), TERMINATING, TERMINATING_ONLY),
+            ("key", r.key.is_some(), TERMINATING, TERMINATING_ONLY),
+            ("alpn", !r.alpn.is_empty(), TERMINATING, TERMINATING_ONLY),
+            ("min_tls", r.min_tls.is_some(), TERMINATING, TERMINATING_ONLY),
+            ("origin_tls", r.origin_tls.is_some(), TERMINATING, TERMINATING_ONLY),
+            ("early_data", r.early_data.is_some(), TERMINATING, TERMINATING_ONLY),
+            ("max_early_data_size", r.max_early_data_size.is_some(), TERMINATING, TERMINATING_ONLY),
+            ("ktls", r.ktls.is_some(), TERMINATING, TERMINATING_ONLY),
+            ("ktls_after", r.ktls_after.is_some(), TERMINATING, TERMINATING_ONLY),
+            ("pool", r.pool.is_some(), &[Prewarm], "only for action prewarm"),
+            ("upstream", r.upstream.is_some(), &[Http], "only for action http"),
+            ("max_request_body", r.max_request_body.is_some(), &[Http], REQUESTS),
+            ("forward_headers", r.forward_headers.is_some(), &[Http], REQUESTS),
+            (
+                "origin_proxy_protocol",
+                r.origin_proxy_protocol.is_some(),
+                &[Tunnel],
+                "only for action tunnel: prewarm and http origin connections exist before the client \
+                 (http routes tell the origin in X-Forwarded-For and Forwarded)",
+            ),
         ];
-        let first_terminating =
-            terminating.iter().find(|(_, set)| *set).map(|(k, _)| (*k, "only for actions prewarm and http"));
-        let pool = r.pool.is_some().then_some(("pool", "only for action prewarm"));
-        let upstream = r
-            .upstream
-            .is_some()
-            .then_some(("upstream", "only for action http"))
-            .or(r
-                .max_request_body
-                .is_some()
-                .then_some(("max_request_body", "only for action http: other actions do not see requests")))
-            .or(r
-                .forward_headers
-                .is_some()
-                .then_some(("forward_headers", "only for action http: other actions do not see requests")));
-        let proxy_protocol = r.origin_proxy_protocol.is_some().then_some((
-            "origin_proxy_protocol",
-            "only for action tunnel: prewarm and http origin connections exist before the client \
-             (http routes tell the origin in X-Forwarded-For and Forwarded)",
-        ));
-        let fastopen_prewarm = r.origin_tcp_fastopen.then_some((
-            "origin_tcp_fastopen",
-            "origin connections are made before clients arrive; Fast Open would shorten no client's wait",
-        ));
+        let misplaced =
+            keys.iter().find(|(_, set, takes, _)| *set && !takes.contains(&r.action)).map(|&(k, _, _, why)| (k, why));
         let tls = || TerminateConfig {
             cert: r.cert.clone(),
             key: r.key.clone(),
@@ -344,25 +348,13 @@ impl From<RouteFile> for RouteConfig {
             ktls_after: r.ktls_after.unwrap_or(DEFAULT_KTLS_AFTER),
             ktls_after_set: r.ktls_after.is_some(),
         };
-        let (action, misplaced) = match r.action {
-            Action::Reject => {
-                let misplaced = if r.origin.is_some() {
-                    Some(("origin", "action reject takes no origin"))
-                } else if r.origin_tcp_fastopen {
-                    Some(("origin_tcp_fastopen", "action reject has no origin"))
-                } else {
-                    first_terminating.or(pool).or(upstream).or(proxy_protocol)
-                };
-                (ActionConfig::Reject, misplaced)
-            }
-            Action::Tunnel => (
-                ActionConfig::Tunnel(TunnelConfig {
-                    origin: r.origin.clone(),
-                    origin_tcp_fastopen: r.origin_tcp_fastopen,
-                    origin_proxy_protocol: r.origin_proxy_protocol,
-                }),
-                first_terminating.or(pool).or(upstream),
-            ),
+        let action = match r.action {
+            Action::Reject => ActionConfig::Reject,
+            Action::Tunnel => ActionConfig::Tunnel(TunnelConfig {
+                origin: r.origin.clone(),
+                origin_tcp_fastopen: r.origin_tcp_fastopen,
+                origin_proxy_protocol: r.origin_proxy_protocol,
+            }),
             Action::Prewarm => {
                 let prewarm = PrewarmConfig {
                     origin: r.origin.clone(),
@@ -370,7 +362,7 @@ impl From<RouteFile> for RouteConfig {
                     origin_tls: r.origin_tls.clone().unwrap_or_default(),
                     pool: r.pool.clone().unwrap_or_default(),
                 };
-                (ActionConfig::Prewarm(Box::new(prewarm)), fastopen_prewarm.or(upstream).or(proxy_protocol))
+                ActionConfig::Prewarm(Box::new(prewarm))
             }
             Action::Http => {
                 let mut tls = tls();
@@ -385,7 +377,7 @@ impl From<RouteFile> for RouteConfig {
                     max_request_body: r.max_request_body,
                     forward_headers: r.forward_headers.as_deref().map(ForwardHeaders::from).unwrap_or_default(),
                 };
-                (ActionConfig::Http(Box::new(http)), fastopen_prewarm.or(pool).or(proxy_protocol))
+                ActionConfig::Http(Box::new(http))
             }
         };
         Self { sni: r.sni, action, misplaced }

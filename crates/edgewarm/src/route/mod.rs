@@ -9,8 +9,8 @@ use std::collections::HashMap;
 use std::sync::{Arc, OnceLock};
 
 use crate::config::{
-    self, sni_pattern, ActionConfig, Config, ConfigError, OriginAddr, PoolConfig, ProxyVersion, TerminateConfig,
-    UpstreamConfig,
+    self, sni_pattern, ActionConfig, Config, ConfigError, HttpConfig, OriginAddr, PrewarmConfig, TerminateConfig,
+    TunnelConfig,
 };
 use crate::metrics::{Metrics, RouteMetrics, RouteName};
 use crate::origin::h1::H1Upstream;
@@ -35,11 +35,9 @@ pub struct HttpRoute {
     pub client: ClientTls,
     /// How to reach and verify the origin (ALPN `h2`).
     pub origin: OriginTls,
-    pub upstream: UpstreamConfig,
-    /// Request bodies beyond this many bytes get a 413.
-    pub max_request_body: Option<u64>,
-    /// The forwarding headers added to requests (and `Via` to responses).
-    pub forward_headers: crate::config::ForwardHeaders,
+    /// The route's section as configured: a new route key is read where it is used, not copied
+    /// here.
+    pub config: HttpConfig,
     /// Attached by the server before the snapshot is published, like a prewarm route's pools.
     origins: OnceLock<Arc<Upstream>>,
     /// The keep-alive pool instead, for `upstream.protocol: http/1.1`.
@@ -70,9 +68,8 @@ impl HttpRoute {
 #[derive(Debug)]
 pub struct TunnelRoute {
     pub origin: OriginAddr,
-    pub fastopen: bool,
-    /// A PROXY protocol header goes to the origin before the replayed hello.
-    pub proxy_protocol: Option<ProxyVersion>,
+    /// The route's section as configured (`origin_tcp_fastopen`, `origin_proxy_protocol`, …).
+    pub config: TunnelConfig,
 }
 
 /// A `prewarm` route's TLS on both sides, its pool sizing, and its pools.
@@ -80,7 +77,8 @@ pub struct TunnelRoute {
 pub struct PrewarmRoute {
     pub client: ClientTls,
     pub origin: OriginTls,
-    pub pool: PoolConfig,
+    /// The route's section as configured (`pool`, `ktls`, …).
+    pub config: PrewarmConfig,
     /// One pool per ALPN choice, attached by the server before the snapshot holding this route
     /// is published (so a connection never looks pools up in a shared map).
     pools: OnceLock<RoutePools>,
@@ -164,11 +162,9 @@ impl RouteTable {
             };
             let action = match &r.action {
                 ActionConfig::Reject => RouteAction::Reject,
-                ActionConfig::Tunnel(t) => RouteAction::Tunnel(TunnelRoute {
-                    origin: origin(&t.origin)?,
-                    fastopen: t.origin_tcp_fastopen,
-                    proxy_protocol: t.origin_proxy_protocol,
-                }),
+                ActionConfig::Tunnel(t) => {
+                    RouteAction::Tunnel(TunnelRoute { origin: origin(&t.origin)?, config: t.clone() })
+                }
                 ActionConfig::Prewarm(p) => {
                     let (client, mut origin) = terminating(&p.tls, &p.origin_tls, &p.origin)?;
                     if p.tls.ktls != config::Ktls::Off {
@@ -180,7 +176,7 @@ impl RouteTable {
                     RouteAction::Prewarm(Box::new(PrewarmRoute {
                         client,
                         origin,
-                        pool: p.pool.clone(),
+                        config: (**p).clone(),
                         pools: OnceLock::new(),
                     }))
                 }
@@ -189,9 +185,7 @@ impl RouteTable {
                     RouteAction::Http(Box::new(HttpRoute {
                         client,
                         origin,
-                        upstream: h.upstream.clone(),
-                        max_request_body: h.max_request_body,
-                        forward_headers: h.forward_headers,
+                        config: (**h).clone(),
                         origins: OnceLock::new(),
                         h1: OnceLock::new(),
                     }))

@@ -84,8 +84,8 @@ pub struct Pipe {
 /// Size we ask for each relay pipe (one per direction per tunnel). A pipe has one slot per
 /// 4 KiB of size, and splice from TCP fills a slot per skb fragment, which on fast paths can be
 /// much smaller than a page: the 64 KiB default (16 slots) then fills after a few KiB and every
-/// splice moves little. 256 KiB (64 slots) measured 0.54 of direct loopback throughput against
-/// 0.27 with the default (docs/benchmarks.md). Pages are pinned only while in flight, and the
+/// splice moves little. 256 KiB (64 slots) doubled one tunnel's loopback throughput in the
+/// benchmark (docs/benchmarks-history.md has the figures). Pages are pinned only while in flight, and the
 /// relay holds a pipe only while a chunk is in flight (relay/splice.rs). Failure to resize only
 /// keeps the default.
 const PIPE_SIZE: libc::c_int = 256 * 1024;

@@ -39,11 +39,11 @@ impl Upstream {
                 let least = |cs: &mut dyn Iterator<Item = &Arc<Conn>>| cs.min_by_key(|c| c.active_streams()).cloned();
                 // A connection of this worker first (see `crate::workers`): the request's
                 // frames, h2's stream state and the wake-ups then stay on one core (crossing
-                // cores costs CPU; docs/benchmarks.md has the measurement).
+                // cores costs CPU; docs/benchmarks-history.md has the measurement).
                 // Among its own, the oldest with room (first fit, not least loaded): a client's
                 // burst of requests goes out on one connection in one write, the origin answers
                 // them together, and they come back to the client in one write (fewer writes
-                // per request than spreading; docs/benchmarks.md).
+                // per request than spreading; docs/benchmarks-history.md).
                 let worker = crate::workers::current();
                 let mut locals = st.conns.iter().filter(|c| !c.retiring() && c.worker == worker).peekable();
                 let has_local = locals.peek().is_some();
