@@ -10,8 +10,9 @@ use super::{Conn, Sent, State, Upstream, UpstreamError};
 use crate::origin::dial::WarmError;
 
 impl Upstream {
-    /// Start a request: on the least loaded connection with a free stream; if all are full,
-    /// on a new connection (up to `max_connections`); else wait for room.
+    /// Start a request: on this worker's oldest connection with a free stream, else on another
+    /// worker's (spill); if all are full, on a new connection (up to `max_connections`); else
+    /// wait for room, bounded by the connect timeout (then a 503).
     ///
     /// `build` makes the request each time it is placed on a stream: h2 takes it whole, and a
     /// connection found going away at that moment means placing it again elsewhere.
@@ -33,9 +34,7 @@ impl Upstream {
             }
             let (best, open) = {
                 let mut st = self.state();
-                // The reservation is taken under the lock. Another worker's connection: the least
-                // loaded (it usually has room: tried alone first, since each look at a stream
-                // limit takes h2's lock), then any with room.
+                // The reservation is taken under the lock.
                 let least = |cs: &mut dyn Iterator<Item = &Arc<Conn>>| cs.min_by_key(|c| c.active_streams()).cloned();
                 // A connection of this worker first (see `crate::workers`): the request's
                 // frames, h2's stream state and the wake-ups then stay on one core (crossing
@@ -45,10 +44,16 @@ impl Upstream {
                 // them together, and they come back to the client in one write (fewer writes
                 // per request than spreading; docs/benchmarks-history.md).
                 let worker = crate::workers::current();
-                let mut locals = st.conns.iter().filter(|c| !c.retiring() && c.worker == worker).peekable();
-                let has_local = locals.peek().is_some();
-                let local = locals.find_map(|c| Some((c.try_reserve()?, c.clone())));
-                let local_full = has_local && local.is_none();
+                let local = st
+                    .conns
+                    .iter()
+                    .filter(|c| !c.retiring() && c.worker == worker)
+                    .find_map(|c| Some((c.try_reserve()?, c.clone())));
+                // Then another worker's connection (spill): the least loaded (it usually has
+                // room: tried alone first, since each look at a stream limit takes h2's lock),
+                // then any with room. A full worker does not open a connection of its own
+                // while another worker's has room: that was measured to gain nothing
+                // (docs/benchmarks-history.md, "placement").
                 let best = local
                     .or_else(|| {
                         let c = least(&mut st.conns.iter().filter(|c| !c.retiring()))?;
@@ -65,26 +70,14 @@ impl Upstream {
                 // not in backoff, and the ceiling allows. Decided and counted under the lock,
                 // so two requests cannot both spill past the ceiling.
                 let backoff = st.connects.in_backoff(Instant::now());
-                let may_open = st.connects.opening == 0 && !backoff && total < st.settings.max_connections;
-                let open = best.is_none() && may_open;
-                // This worker's own connections are full but another worker's had room: the
-                // request goes there now, and this worker opens one more of its own in the
-                // background, so that its next requests stay on its core. Bounded by
-                // `max_connections` like any spill; no request waits for it. (A worker with no
-                // connection of its own, when `connections` is below the number of workers,
-                // borrows without growing: the standing count is the operator's.)
-                let grow = best.is_some() && local_full && worker.is_some() && may_open;
-                if open || grow {
+                let open =
+                    best.is_none() && st.connects.opening == 0 && !backoff && total < st.settings.max_connections;
+                if open {
                     st.connects.opening += 1;
                     // Opened on this worker (the task below runs here): its requests need it.
                     if let Some(w) = worker {
                         st.opening_on.push(w);
                     }
-                }
-                if grow {
-                    self.core.metrics.upstream.spills.get_or_create(&self.core.labels).inc();
-                    let me = self.clone();
-                    tokio::spawn(async move { me.open(worker, true).await });
                 }
                 (best, open)
             };
