@@ -17,3 +17,11 @@ if [ ${#missing[@]} -gt 0 ]; then
   apt-get update -qq
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
+# aioquic (PyPI): the HTTP/3 client of the tests, a real QUIC stack with resumption and 0-RTT.
+if ! python3 -c "import aioquic" 2>/dev/null; then
+  if ! python3 -m pip --version >/dev/null 2>&1; then
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends python3-pip >/dev/null
+  fi
+  python3 -m pip install --quiet --root-user-action=ignore aioquic 2>/dev/null \
+    || python3 -m pip install --quiet --root-user-action=ignore --break-system-packages aioquic
+fi

@@ -120,3 +120,35 @@ impl HttpClient {
         Ok((parts, bytes))
     }
 }
+
+/// aioquic's HTTP/3 client (`h3client.py`, run with `python3`; scripts/deps.sh installs
+/// aioquic) against `addr`, verifying the edge against `ca`; `args` are the script's options and
+/// requests. Its JSON report, or a panic with what it printed.
+pub async fn h3_client(addr: SocketAddr, sni: &str, ca: &std::path::Path, args: &[&str]) -> serde_json::Value {
+    h3_client_result(addr, sni, ca, args).await.unwrap_or_else(|e| panic!("h3client.py {args:?}: {e}"))
+}
+
+/// [`h3_client`], with a client that fails (refused, timed out) as an error holding its output.
+pub async fn h3_client_result(
+    addr: SocketAddr,
+    sni: &str,
+    ca: &std::path::Path,
+    args: &[&str],
+) -> Result<serde_json::Value, String> {
+    static SCRIPT: &str = include_str!("h3client.py");
+    let dir = tempfile::tempdir().unwrap();
+    let script = dir.path().join("h3client.py");
+    std::fs::write(&script, SCRIPT).unwrap();
+    let mut cmd = tokio::process::Command::new("python3");
+    cmd.arg(&script).arg(addr.ip().to_string()).arg(addr.port().to_string()).arg(sni).arg(ca).args(args);
+    cmd.kill_on_drop(true);
+    let out = tokio::time::timeout(Duration::from_secs(300), cmd.output())
+        .await
+        .map_err(|_| "ran over 300 s".to_string())?
+        .map_err(|e| format!("python3: {e}"))?;
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    match serde_json::from_str(stdout.trim()) {
+        Ok(v) if out.status.success() => Ok(v),
+        _ => Err(format!("{stdout}\n{}", String::from_utf8_lossy(&out.stderr))),
+    }
+}

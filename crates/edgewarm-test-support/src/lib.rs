@@ -1,5 +1,6 @@
-//! Shared test fixtures, by role: [`certs`], an in-process edgewarm ([`edge`]), [`origins`],
-//! [`clients`], hashed test [`data`], child [`process`]es. Everything listens on 127.0.0.1 port 0
+//! Shared test fixtures, by role: [`certs`](mod@certs), an in-process edgewarm
+//! ([`edge`](mod@edge)), [`origins`], [`clients`] (aioquic's HTTP/3 client among them), hashed
+//! test [`data`], child [`process`]es. Everything listens on 127.0.0.1 port 0
 //! and is torn down with the test's runtime.
 
 pub mod certs;

@@ -2,7 +2,9 @@
 //!
 //! The data path, in the order a connection meets it:
 //!
-//! - [`listener`]: accept loop (connection limit, EMFILE back-off, optional PROXY header).
+//! - [`listener`]: accept loop (connection limit, EMFILE back-off, optional PROXY header);
+//!   [`listener::quic`]: HTTP/3 on a UDP socket beside it (QUIC handshake, Retry, 0-RTT), whose
+//!   connections go straight to the `http` action's HTTP/3 driver.
 //! - [`peek`]: read the TLS ClientHello without decrypting it; [`peek::clienthello`] is the
 //!   pure parser (complete / need more / error).
 //! - [`route`]: SNI → route (exact, wildcard, no-SNI, default); never an open proxy.

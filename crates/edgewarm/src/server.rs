@@ -33,7 +33,14 @@ use crate::workers::Workers;
 /// bad config never binds anything.
 pub struct Bound {
     pub admin: TcpListener,
-    pub listeners: Vec<(TcpListener, ListenerConfig)>,
+    pub listeners: Vec<Listener>,
+}
+
+/// One configured listener's sockets: TCP, and UDP at the same address and port for HTTP/3.
+pub struct Listener {
+    pub tcp: TcpListener,
+    pub udp: Option<std::net::UdpSocket>,
+    pub config: ListenerConfig,
 }
 
 impl Bound {
@@ -45,7 +52,15 @@ impl Bound {
             .map(|l| {
                 let std = sockopt::bind_listener(l.listen, l.tcp_fastopen)
                     .map_err(|e| std::io::Error::new(e.kind(), format!("cannot listen on {}: {e}", l.listen)))?;
-                Ok((TcpListener::from_std(std)?, l.clone()))
+                // The same port as TCP's (port 0 in tests: the one TCP was given), so that one
+                // `Alt-Svc` names both.
+                let addr = std.local_addr()?;
+                let udp = l
+                    .http3
+                    .then(|| std::net::UdpSocket::bind(addr))
+                    .transpose()
+                    .map_err(|e| std::io::Error::new(e.kind(), format!("cannot listen on udp {addr}: {e}")))?;
+                Ok(Listener { tcp: TcpListener::from_std(std)?, udp, config: l.clone() })
             })
             .collect::<std::io::Result<_>>()?;
         Ok(Self { admin, listeners })
@@ -53,7 +68,7 @@ impl Bound {
 
     /// Addresses actually bound (port 0 resolved).
     pub fn local_addrs(&self) -> Vec<SocketAddr> {
-        self.listeners.iter().filter_map(|(l, _)| l.local_addr().ok()).collect()
+        self.listeners.iter().filter_map(|l| l.tcp.local_addr().ok()).collect()
     }
 }
 
@@ -173,10 +188,22 @@ impl Server {
 
     /// Serve the listeners until [`Server::shutdown`], then drain. The admin listener is served
     /// separately by [`crate::admin::serve`], so it keeps answering `/ready` (503) while draining.
-    pub async fn run(self: &Arc<Self>, listeners: Vec<(TcpListener, ListenerConfig)>) {
+    pub async fn run(self: &Arc<Self>, listeners: Vec<Listener>) {
         let mut accept_loops = tokio::task::JoinSet::new();
-        for (listener, cfg) in listeners {
-            accept_loops.spawn(listener::accept_loop(listener, cfg, self.listeners.clone()));
+        for l in listeners {
+            if let Some(udp) = l.udp {
+                match listener::quic::endpoint(udp, &l.config, &self.listeners) {
+                    Ok(endpoint) => {
+                        accept_loops.spawn(listener::quic::accept_loop(
+                            endpoint,
+                            l.config.clone(),
+                            self.listeners.clone(),
+                        ));
+                    }
+                    Err(e) => tracing::error!(listen = %l.config.listen, error = %e, "cannot serve HTTP/3"),
+                }
+            }
+            accept_loops.spawn(listener::accept_loop(l.tcp, l.config, self.listeners.clone()));
         }
         self.ready.store(true, Ordering::Relaxed);
         while accept_loops.join_next().await.is_some() {}

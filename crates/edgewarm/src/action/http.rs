@@ -1,6 +1,7 @@
 //! `action: http`: terminate TLS, then hand the connection to the HTTP core's driver for the
 //! protocol the client chose by ALPN ([`crate::http::client`]); every request goes through the
-//! one request service ([`crate::http::service`]) to the route's origin.
+//! one request service ([`crate::http::service`]) to the route's origin. HTTP/3 connections
+//! come here from the QUIC listener with TLS already done ([`serve_quic`]).
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -27,26 +28,70 @@ pub(crate) async fn serve(
     ctx: &ConnCtx<'_>,
     log: &mut AccessLog,
 ) -> CloseReason {
-    let origin = match (route.upstream(), route.h1()) {
-        (Some(u), _) => Origin::H2(u.clone()),
-        (None, Some(h1)) => Origin::H1(h1.clone()),
-        (None, None) => {
-            log.detail = Some("no upstream for this route".into());
-            return CloseReason::Internal;
-        }
-    };
-    log.origin = Some(route.origin.key(None).origin.to_string());
+    let Some(origin) = origin(route, log) else { return CloseReason::Internal };
     // The client may speak either protocol, whatever the origin side speaks.
     let alpn = route.client.choose(&hello.alpn, |_| true);
-    let peer = log.client;
     let tls = match terminate_tls(client, hello, &route.client, alpn.as_deref(), ctx, log).await {
         Ok(tls) => tls,
         Err(reason) => return reason,
     };
     let handshake = tls.pending_handshake().map(|h| h as Arc<dyn EarlyData>);
-    // A reload that retires the route's origin connections (either kind) asks the client to
-    // finish (HTTP/2 GOAWAY, HTTP/1.1 close after the current response), so its next request
-    // comes in afresh on the new configuration.
+    let (service, retired) = service(origin, route, ctx, log, handshake);
+    // A client that moves no byte for `timeouts.idle` (silent between requests, or no longer
+    // reading a response) is closed, releasing every origin stream it held.
+    let tls = IdleTimeout::new(tls, ctx.snapshot.timeouts.idle);
+    let ended = if alpn.as_deref() == Some(b"h2".as_slice()) {
+        // HTTP/2 writes are gathered (many streams' responses leave in one write).
+        client::h2::serve(Batched::new(tls), service.clone(), ctx.stop, &retired, ctx.cut).await
+    } else {
+        let header_timeout = ctx.snapshot.timeouts.client_hello;
+        client::h1::serve(tls, service.clone(), header_timeout, ctx.stop, &retired, ctx.cut).await
+    };
+    close(ended, &service, log)
+}
+
+/// An HTTP/3 connection whose QUIC handshake the listener accepted for this route
+/// ([`crate::listener::quic`]): TLS is quinn's, so only the driver is left to pick. `handshake`
+/// is the handshake still running when requests may arrive in 0-RTT data.
+pub(crate) async fn serve_quic(
+    quic: quinn::Connection,
+    handshake: Option<Arc<dyn EarlyData>>,
+    route: &HttpRoute,
+    ctx: &ConnCtx<'_>,
+    log: &mut AccessLog,
+) -> CloseReason {
+    let Some(origin) = origin(route, log) else { return CloseReason::Internal };
+    let (service, retired) = service(origin, route, ctx, log, handshake);
+    let ended = client::h3::serve(quic, service.clone(), ctx.stop, &retired, ctx.cut).await;
+    close(ended, &service, log)
+}
+
+/// The route's origin, whichever kind it speaks.
+fn origin(route: &HttpRoute, log: &mut AccessLog) -> Option<Origin> {
+    let origin = match (route.upstream(), route.h1()) {
+        (Some(u), _) => Origin::H2(u.clone()),
+        (None, Some(h1)) => Origin::H1(h1.clone()),
+        (None, None) => {
+            log.detail = Some("no upstream for this route".into());
+            return None;
+        }
+    };
+    log.origin = Some(route.origin.key(None).origin.to_string());
+    Some(origin)
+}
+
+/// The request service for one client connection, and the token a reload cancels when it
+/// retires the route's origin connections (either kind): the driver then asks the client to
+/// finish (HTTP/2 and HTTP/3 GOAWAY, HTTP/1.1 close after the current response), so its next
+/// request comes in afresh on the new configuration.
+fn service(
+    origin: Origin,
+    route: &HttpRoute,
+    ctx: &ConnCtx<'_>,
+    log: &AccessLog,
+    handshake: Option<Arc<dyn EarlyData>>,
+) -> (Arc<Service>, tokio_util::sync::CancellationToken) {
+    let peer = log.client;
     let retired = origin.retired().clone();
     let service = Arc::new(Service::new(
         origin,
@@ -60,18 +105,13 @@ pub(crate) async fn serve(
             cut: ctx.cut.clone(),
             handshake,
             early_metrics: ctx.metrics.early.requests.clone(),
+            alt_svc: ctx.alt_svc.clone(),
         },
     ));
-    // A client that moves no byte for `timeouts.idle` (silent between requests, or no longer
-    // reading a response) is closed, releasing every origin stream it held.
-    let tls = IdleTimeout::new(tls, ctx.snapshot.timeouts.idle);
-    let ended = if alpn.as_deref() == Some(b"h2".as_slice()) {
-        // HTTP/2 writes are gathered (many streams' responses leave in one write).
-        client::h2::serve(Batched::new(tls), service.clone(), ctx.stop, &retired, ctx.cut).await
-    } else {
-        let header_timeout = ctx.snapshot.timeouts.client_hello;
-        client::h1::serve(tls, service.clone(), header_timeout, ctx.stop, &retired, ctx.cut).await
-    };
+    (service, retired)
+}
+
+fn close(ended: Ended, service: &Service, log: &mut AccessLog) -> CloseReason {
     log.bytes_up = service.up.load(Ordering::Relaxed);
     log.bytes_down = service.down.load(Ordering::Relaxed);
     match ended {

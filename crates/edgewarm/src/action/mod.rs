@@ -48,6 +48,8 @@ pub(crate) struct ConnCtx<'a> {
     /// Cancelled when the shutdown grace period is over.
     pub cut: &'a CancellationToken,
     pub accepted: Instant,
+    /// `Alt-Svc` for this listener's HTTP/1.1 and HTTP/2 responses when it serves HTTP/3 too.
+    pub alt_svc: Option<::http::HeaderValue>,
 }
 
 /// Hand the connection to its route's action.

@@ -6,6 +6,7 @@
 //! SNI patterns, duplicates, required fields). `edgewarm check` runs exactly the same code.
 //! Every key and its default is documented in docs/config.md.
 
+mod addr;
 mod duration;
 mod route;
 mod size;
@@ -17,12 +18,12 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
+pub use addr::OriginAddr;
 pub use route::{
     ActionConfig, EarlyData, ForwardHeader, ForwardHeaders, HttpConfig, Ktls, PrewarmConfig, ProxyVersion, RouteConfig,
     TerminateConfig, TunnelConfig, UpstreamConfig, UpstreamProtocol,
 };
 pub(crate) use validate::sni_pattern;
-pub use validate::OriginAddr;
 
 /// A configuration problem, always naming the key (`routes[2].origin`) it is about.
 #[derive(Debug, thiserror::Error)]
@@ -147,6 +148,17 @@ pub struct ListenerConfig {
     /// Off: a client's own forwarding headers are replaced, never trusted.
     #[serde(default)]
     pub trust_forwarded: bool,
+    /// Serve this listener's `http` routes over HTTP/3 (QUIC) too, on a UDP socket at the same
+    /// address and port; its HTTP/1.1 and HTTP/2 responses then carry `Alt-Svc`.
+    #[serde(default)]
+    pub http3: bool,
+    /// How long a browser may remember that HTTP/3 is here (`Alt-Svc: h3=":PORT"; ma=...`).
+    #[serde(default = "default_alt_svc_max_age", with = "duration")]
+    pub alt_svc_max_age: Duration,
+}
+
+fn default_alt_svc_max_age() -> Duration {
+    Duration::from_secs(24 * 3600)
 }
 
 fn default_tfo_queue() -> u32 {

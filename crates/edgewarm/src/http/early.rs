@@ -1,5 +1,5 @@
 //! Requests that arrive before the client's handshake is complete (TLS 1.3 early data over
-//! TCP; QUIC 0-RTT next), and RFC 8470's rules for them, written once for every client
+//! TCP, QUIC 0-RTT), and RFC 8470's rules for them, written once for every client
 //! protocol.
 //!
 //! Early data can be replayed by an attacker (RFC 8446 §8), so an edge forwards a request read
@@ -36,6 +36,43 @@ impl EarlyData for Handshake {
 
     fn handshake_done(&self) -> Pin<Box<dyn Future<Output = bool> + Send + '_>> {
         Box::pin(self.wait())
+    }
+}
+
+/// A QUIC connection's handshake (HTTP/3), while requests may arrive in its 0-RTT data.
+pub(crate) struct QuicHandshake {
+    conn: quinn::Connection,
+    done: tokio::sync::watch::Receiver<bool>,
+}
+
+impl QuicHandshake {
+    /// `accepted` is quinn's signal that the handshake completed (on a server it resolves
+    /// then, whatever its value); `None` for a handshake already complete.
+    pub(crate) fn new(conn: quinn::Connection, accepted: Option<quinn::ZeroRttAccepted>) -> Self {
+        let (tx, done) = tokio::sync::watch::channel(accepted.is_none());
+        if let Some(accepted) = accepted {
+            tokio::spawn(async move {
+                let _ = accepted.await;
+                let _ = tx.send(true);
+            });
+        }
+        Self { conn, done }
+    }
+}
+
+impl EarlyData for QuicHandshake {
+    fn in_early_data(&self) -> bool {
+        // The task above may not have run yet: the HANDSHAKE_DONE frame the server sends once
+        // the handshake completes says so at once.
+        !*self.done.borrow() && self.conn.stats().frame_tx.handshake_done == 0
+    }
+
+    fn handshake_done(&self) -> Pin<Box<dyn Future<Output = bool> + Send + '_>> {
+        Box::pin(async move {
+            let mut done = self.done.clone();
+            let _ = done.wait_for(|d| *d).await;
+            self.conn.close_reason().is_none()
+        })
     }
 }
 

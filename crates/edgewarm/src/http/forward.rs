@@ -80,6 +80,7 @@ fn via(version: Version) -> &'static str {
     match version {
         Version::HTTP_10 => "1.0 edgewarm",
         Version::HTTP_2 => "2 edgewarm",
+        Version::HTTP_3 => "3 edgewarm",
         _ => "1.1 edgewarm",
     }
 }
@@ -247,6 +248,9 @@ pub(crate) fn head<B>(client_req: &Request<B>, target: Uri, client: &ClientFacts
 /// The client-bound response headers for an origin's response (`via`: add our hop).
 pub(crate) fn response_headers(headers: &mut HeaderMap, via: bool) {
     strip_hop_by_hop(headers);
+    // The origin's alternative services are the origin's, not the edge's: a client told of
+    // them would go around the edge (ours, if any, is the listener's: `listeners[].http3`).
+    headers.remove(header::ALT_SVC);
     if via {
         headers.append(header::VIA, HeaderValue::from_static("2 edgewarm"));
     }

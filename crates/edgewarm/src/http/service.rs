@@ -58,6 +58,8 @@ pub(crate) struct Service {
     /// The client's handshake, while requests may arrive in its early data.
     handshake: Option<Arc<dyn EarlyData>>,
     early_metrics: Family<RouteEarly, Counter>,
+    /// Added to every response (`Alt-Svc: h3=…` on a listener that serves HTTP/3 too).
+    alt_svc: Option<http::HeaderValue>,
 }
 
 /// What a [`Service`] is built from, besides its origin.
@@ -71,6 +73,7 @@ pub(crate) struct ServiceParts {
     pub(crate) cut: CancellationToken,
     pub(crate) handshake: Option<Arc<dyn EarlyData>>,
     pub(crate) early_metrics: Family<RouteEarly, Counter>,
+    pub(crate) alt_svc: Option<http::HeaderValue>,
 }
 
 impl Service {
@@ -91,6 +94,7 @@ impl Service {
             cut: p.cut,
             handshake: p.handshake,
             early_metrics: p.early_metrics,
+            alt_svc: p.alt_svc,
         }
     }
 
@@ -103,10 +107,14 @@ impl Service {
     {
         let started = Instant::now();
         let mut rlog = RequestLog::new(&req, self.client, &self.route);
-        match self.proxy(req, &mut rlog, started).await {
+        let mut response = match self.proxy(req, &mut rlog, started).await {
             Ok(sent) => self.respond(sent, rlog, started),
             Err(e) => self.fail(rlog, started, &e),
+        };
+        if let Some(alt_svc) = &self.alt_svc {
+            response.headers_mut().insert(http::header::ALT_SVC, alt_svc.clone());
         }
+        response
     }
 
     async fn proxy<B>(&self, req: Request<B>, rlog: &mut RequestLog, started: Instant) -> Result<Sent, ProxyError>

@@ -15,10 +15,9 @@ use tokio::sync::OwnedSemaphorePermit;
 
 use super::Context;
 use crate::accesslog::AccessLog;
-use crate::action::{self, ConnCtx};
+use crate::action;
 use crate::config::ListenerConfig;
 use crate::error::CloseReason;
-use crate::metrics::ReasonLabel;
 use crate::peek::clienthello::HelloError;
 use crate::peek::{self, PeekError};
 use crate::transport::sockopt;
@@ -82,33 +81,11 @@ pub(crate) fn handle(
                 break 'conn CloseReason::UnknownSni;
             };
             log.route = Some(route.name.clone());
-            let rm = route.metrics(metrics);
-            route_metrics = Some(rm);
-            let ctx = ConnCtx {
-                snapshot: &snapshot,
-                route,
-                route_metrics: rm,
-                metrics,
-                trust_forwarded: config.trust_forwarded,
-                stop: &cx.stop,
-                cut: &cx.cut,
-                accepted,
-            };
+            let ctx = cx.conn_ctx(&snapshot, route, config, log.listener.port(), accepted);
+            route_metrics = Some(ctx.route_metrics);
             action::serve(client, hello, &ctx, &mut log).await
         };
-
-        log.reason = reason;
-        log.duration = accepted.elapsed();
-        if reason.is_hello_rejection() {
-            metrics.hello_rejected.get_or_create(&ReasonLabel { reason }).inc();
-        }
-        match route_metrics {
-            Some(m) => m.closed(reason),
-            None => metrics.closed_unrouted(reason),
-        }
-        metrics.active.dec();
-        log.emit();
-        drop(permit);
+        cx.finish(log, reason, route_metrics, accepted, permit);
     }
 }
 

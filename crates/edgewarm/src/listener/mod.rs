@@ -8,6 +8,7 @@
 //! readable; other accept errors concern only the one connection and are skipped.
 
 pub(crate) mod conn;
+pub(crate) mod quic;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -17,8 +18,16 @@ use tokio::sync::{watch, Semaphore};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
+use std::time::Instant;
+
+use tokio::sync::OwnedSemaphorePermit;
+
+use crate::accesslog::AccessLog;
+use crate::action::ConnCtx;
 use crate::config::ListenerConfig;
-use crate::metrics::{AcceptError, AcceptErrorLabel, ListenerLabel, Metrics};
+use crate::error::CloseReason;
+use crate::metrics::{AcceptError, AcceptErrorLabel, ListenerLabel, Metrics, ReasonLabel, RouteMetrics};
+use crate::route::Route;
 use crate::snapshot::Snapshot;
 use crate::workers::Placement;
 
@@ -105,6 +114,65 @@ fn spawn(
             Err(e) => tracing::warn!(error = %e, "a worker cannot take an accepted connection"),
         }
     }));
+}
+
+impl Context {
+    /// What the action needs of a connection accepted at `accepted` on a listener (`config`,
+    /// bound to `port`) and routed to `route`.
+    pub(crate) fn conn_ctx<'a>(
+        &'a self,
+        snapshot: &'a Arc<Snapshot>,
+        route: &'a Route,
+        config: &ListenerConfig,
+        port: u16,
+        accepted: Instant,
+    ) -> ConnCtx<'a> {
+        ConnCtx {
+            snapshot,
+            route,
+            route_metrics: route.metrics(&self.metrics),
+            metrics: &self.metrics,
+            trust_forwarded: config.trust_forwarded,
+            stop: &self.stop,
+            cut: &self.cut,
+            accepted,
+            alt_svc: alt_svc(config, port),
+        }
+    }
+
+    /// Every connection's single exit, TCP or QUIC: its close reason counted (per route once
+    /// routed), its access-log line written, its place in `max_connections` given back.
+    pub(crate) fn finish(
+        &self,
+        mut log: AccessLog,
+        reason: CloseReason,
+        route: Option<&RouteMetrics>,
+        accepted: Instant,
+        permit: OwnedSemaphorePermit,
+    ) {
+        let metrics = &self.metrics;
+        log.reason = reason;
+        log.duration = accepted.elapsed();
+        if reason.is_hello_rejection() {
+            metrics.hello_rejected.get_or_create(&ReasonLabel { reason }).inc();
+        }
+        match route {
+            Some(m) => m.closed(reason),
+            None => metrics.closed_unrouted(reason),
+        }
+        metrics.active.dec();
+        log.emit();
+        drop(permit);
+    }
+}
+
+/// `Alt-Svc` for a listener that serves HTTP/3 on `port` too (RFC 7838: `h3` at the same host,
+/// for `alt_svc_max_age`); `None` for one that does not.
+pub(crate) fn alt_svc(config: &ListenerConfig, port: u16) -> Option<http::HeaderValue> {
+    if !config.http3 {
+        return None;
+    }
+    http::HeaderValue::from_str(&format!("h3=\":{port}\"; ma={}", config.alt_svc_max_age.as_secs())).ok()
 }
 
 fn is_resource_exhaustion(e: &std::io::Error) -> bool {

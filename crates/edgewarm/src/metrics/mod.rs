@@ -40,10 +40,12 @@ macro_rules! label_enum {
 
 mod http;
 mod origin;
+mod quic;
 mod tls;
 
 pub use http::*;
 pub use origin::*;
+pub use quic::*;
 pub use tls::*;
 /// A route's name (its SNI pattern): shared, so a label costs a reference count, not a copy.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, PartialOrd, Ord)]
@@ -144,6 +146,7 @@ pub struct Metrics {
     pub http: HttpMetrics,
     pub upstream: UpstreamMetrics,
     pub early: EarlyMetrics,
+    pub quic: QuicMetrics,
     pub ktls: Family<KtlsLabels, Counter>,
     pub relay_fallbacks: Family<RouteFallback, Counter>,
     registry: Registry,
@@ -204,6 +207,7 @@ impl Metrics {
             http: HttpMetrics::new(),
             upstream: UpstreamMetrics::new(),
             early: EarlyMetrics::default(),
+            quic: QuicMetrics::new(),
             ktls: Family::default(),
             relay_fallbacks: Family::default(),
             registry: Registry::default(),
@@ -239,6 +243,7 @@ impl Metrics {
         m.http.register(registry.sub_registry_with_prefix("http"));
         m.upstream.register(registry.sub_registry_with_prefix("upstream"));
         m.early.register(registry.sub_registry_with_prefix("tls"));
+        m.quic.register(registry.sub_registry_with_prefix("quic"));
         registry.register(
             "ktls_connections",
             "Terminated TLS sessions on routes with ktls, by side and by where their records were encrypted",

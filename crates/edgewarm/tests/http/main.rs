@@ -71,6 +71,7 @@ async fn echo_round_trips(tls: &mut (impl tokio::io::AsyncRead + tokio::io::Asyn
 
 mod clients;
 mod h1_origins;
+mod h3;
 mod requests;
 mod standing;
 mod upgrades;

@@ -28,17 +28,16 @@ use futures_util::stream::{FuturesUnordered, StreamExt};
 use futures_util::FutureExt;
 use h2::server::SendResponse;
 use h2::{RecvStream, SendStream};
-use http::{header, HeaderValue, Request, Response};
+use http::{Request, Response};
 use http_body::{Body as _, Frame, SizeHint};
 use http_body_util::BodyExt;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio_util::sync::CancellationToken;
 
-use super::{Ended, MAX_CLIENT_STREAMS, MAX_HEADER_BYTES};
+use super::{content_length, finish_head, handler_panicked, stopping, Ended, MAX_CLIENT_STREAMS, MAX_HEADER_BYTES};
 use crate::http::flow::Frames;
 use crate::http::service::Service;
 use crate::http::Body;
-use crate::metrics::{Fault, HttpError};
 
 /// hyper's HTTP/2 server defaults, kept: windows large enough for a fast client over a long
 /// path, frames of the protocol's default size, and a bounded send buffer.
@@ -80,14 +79,7 @@ where
         },
         () = &mut cut_wait => return Ended::Cut,
     };
-    // Pinned once: a cancellation future registers with its token when first polled, which
-    // should not be redone on every turn of the loop.
-    let mut stop_wait = pin!(async {
-        tokio::select! {
-            () = stop.cancelled() => {}
-            () = retired.cancelled() => {}
-        }
-    });
+    let mut stop_wait = pin!(stopping(stop, retired));
     let mut streams = FuturesUnordered::new();
     let mut closing = false;
     loop {
@@ -100,13 +92,7 @@ where
             }
             // Every ready stream runs before the connection is driven (below), so responses
             // that became ready together are written together.
-            Some(done) = streams.next(), if !streams.is_empty() => {
-                let done: std::thread::Result<()> = done;
-                if done.is_err() {
-                    shared.metrics.error(&shared.route, HttpError::Internal, Fault::Edge);
-                    tracing::error!(route = %shared.route, client = %shared.client, "a request's handler panicked; its stream was reset");
-                }
-            }
+            Some(done) = streams.next(), if !streams.is_empty() => handler_panicked(&shared, done),
             next = conn.accept() => match next {
                 // A panic is caught per stream: with every stream in this one task, it would
                 // otherwise end the client's whole connection (hyper's task per stream
@@ -137,18 +123,8 @@ async fn stream(shared: Arc<Service>, req: Request<RecvStream>, mut respond: Sen
         }
     };
     let (mut head, body) = response.into_parts();
-    if !head.headers.contains_key(header::DATE) {
-        // Only the answers edgewarm writes itself lack one (origins send theirs).
-        if let Ok(date) = HeaderValue::from_str(&httpdate::fmt_http_date(std::time::SystemTime::now())) {
-            head.headers.insert(header::DATE, date);
-        }
-    }
+    finish_head(&mut head, &body);
     let end = body.is_end_stream();
-    if !end && !head.headers.contains_key(header::CONTENT_LENGTH) {
-        if let Some(n) = body.size_hint().exact() {
-            head.headers.insert(header::CONTENT_LENGTH, HeaderValue::from(n));
-        }
-    }
     match respond.send_response(Response::from_parts(head, ()), end) {
         Ok(tx) if !end => pipe(body, tx).await,
         Ok(_) => {}
@@ -219,10 +195,6 @@ async fn pipe(mut body: Body, mut tx: SendStream<Bytes>) {
             }
         }
     }
-}
-
-fn content_length(headers: &http::HeaderMap) -> Option<u64> {
-    headers.get(header::CONTENT_LENGTH)?.to_str().ok()?.trim().parse().ok()
 }
 
 /// A client's request body on HTTP/2. Its window is given back as each chunk is read; the

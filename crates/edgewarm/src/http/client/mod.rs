@@ -6,11 +6,59 @@
 
 pub(crate) mod h1;
 pub(crate) mod h2;
+pub(crate) mod h3;
+
+use http::{header, HeaderMap, HeaderValue};
+use http_body::Body as _;
+use tokio_util::sync::CancellationToken;
+
+use super::service::Service;
+use crate::metrics::{Fault, HttpError};
 
 /// Largest request head accepted (HTTP/1.1 buffer, HTTP/2 header list): 431 beyond.
 pub(crate) const MAX_HEADER_BYTES: usize = 64 * 1024;
 /// Streams one client may have open at once over HTTP/2.
 pub(crate) const MAX_CLIENT_STREAMS: u32 = 128;
+
+/// What hyper adds to a response head and the drivers on `h2` and `h3` add themselves: a
+/// `Date` on the answers edgewarm writes (origins send theirs) and `Content-Length` from a body
+/// of known size.
+pub(crate) fn finish_head(head: &mut http::response::Parts, body: &super::Body) {
+    if !head.headers.contains_key(header::DATE) {
+        if let Ok(date) = HeaderValue::from_str(&httpdate::fmt_http_date(std::time::SystemTime::now())) {
+            head.headers.insert(header::DATE, date);
+        }
+    }
+    if !body.is_end_stream() && !head.headers.contains_key(header::CONTENT_LENGTH) {
+        if let Some(n) = body.size_hint().exact() {
+            head.headers.insert(header::CONTENT_LENGTH, HeaderValue::from(n));
+        }
+    }
+}
+
+/// Resolves once the connection should finish gracefully: shutdown, or a reload retiring the
+/// route's origin connections. Pin it once per connection: a cancellation future registers
+/// with its token when first polled, which should not be redone on every turn of a loop.
+pub(crate) async fn stopping(stop: &CancellationToken, retired: &CancellationToken) {
+    tokio::select! {
+        () = stop.cancelled() => {}
+        () = retired.cancelled() => {}
+    }
+}
+
+/// A stream's handler panicked (caught per stream: with every stream in its connection's task,
+/// it would otherwise end the client's whole connection): counted and logged.
+pub(crate) fn handler_panicked(shared: &Service, done: std::thread::Result<()>) {
+    if done.is_err() {
+        shared.metrics.error(&shared.route, HttpError::Internal, Fault::Edge);
+        tracing::error!(route = %shared.route, client = %shared.client, "a request's handler panicked; its stream was reset");
+    }
+}
+
+/// A request's declared `Content-Length`, if any.
+pub(crate) fn content_length(headers: &HeaderMap) -> Option<u64> {
+    headers.get(header::CONTENT_LENGTH)?.to_str().ok()?.trim().parse().ok()
+}
 
 /// How a client connection ended.
 #[derive(Debug)]

@@ -1,0 +1,245 @@
+"""An HTTP/3 test client on aioquic (a real QUIC stack with resumption and 0-RTT).
+
+    h3client.py HOST PORT SNI CA [options] REQUEST...
+
+REQUEST is METHOD:PATH or METHOD:PATH:N (a body of N pattern bytes: byte i is i % 251, the
+test origin's pattern). Options:
+    --ticket-out F   save the session ticket the server sends (for a later resumption)
+    --ticket-in F    resume with the ticket saved in F
+    --early          send the first request in 0-RTT data (with --ticket-in)
+    --clients N      N connections at once, each sending every REQUEST
+    --capture F      write the datagrams of the first flight (Initial + 0-RTT) to F
+    --replay F       send the datagrams saved in F as they are (a replayed first flight) and
+                     wait 1 s for answers; prints how many datagrams came back
+    --flood N        send the first flights (Initial packets) of N new connections and never
+                     answer; prints how many answers came back and how many were Retry packets
+    --garbage        send datagrams that cannot be QUIC: 5 bytes, a long header claiming a
+                     200-byte connection ID, a 300-byte version 1 Initial
+Prints one JSON object: the responses (status, headers, body length, SHA-256 and its first 4 KiB
+as text) and what the
+handshake did (resumed, early data accepted).
+"""
+import asyncio
+import hashlib
+import json
+import pickle
+import socket
+import ssl
+import sys
+import time
+
+from aioquic.asyncio import connect
+from aioquic.asyncio.protocol import QuicConnectionProtocol
+from aioquic.h3.connection import H3_ALPN, H3Connection
+from aioquic.h3.events import DataReceived, HeadersReceived
+from aioquic.quic.configuration import QuicConfiguration
+from aioquic.quic.connection import QuicConnection
+
+BLOCK = bytes(i % 251 for i in range((1 << 20) + 251))
+
+
+def pattern(offset, n):
+    out = bytearray()
+    while len(out) < n:
+        k = min(n - len(out), 1 << 20)
+        s = offset % 251
+        out += BLOCK[s:s + k]
+        offset += k
+    return bytes(out)
+
+
+class Client(QuicConnectionProtocol):
+    def __init__(self, *a, **kw):
+        super().__init__(*a, **kw)
+        self.h3 = H3Connection(self._quic)
+        self.streams = {}
+
+    def quic_event_received(self, event):
+        for ev in self.h3.handle_event(event):
+            st = self.streams.get(getattr(ev, "stream_id", None))
+            if st is None:
+                continue
+            if isinstance(ev, HeadersReceived):
+                if st["headers"] is None:
+                    st["headers"] = {k.decode(): v.decode() for k, v in ev.headers}
+            elif isinstance(ev, DataReceived):
+                st["sha"].update(ev.data)
+                st["length"] += len(ev.data)
+                if len(st["text"]) < 4096:
+                    st["text"] += ev.data[:4096]
+            if getattr(ev, "stream_ended", False):
+                st["done"].set_result(None)
+
+    async def request(self, method, path, authority, size):
+        sid = self._quic.get_next_available_stream_id()
+        headers = [(b":method", method.encode()), (b":scheme", b"https"), (b":authority", authority.encode()),
+                   (b":path", path.encode()), (b"user-agent", b"edgewarm-test-aioquic")]
+        if size is not None:
+            headers.append((b"content-length", str(size).encode()))
+        st = {"headers": None, "sha": hashlib.sha256(), "length": 0, "text": b"",
+              "done": asyncio.get_running_loop().create_future()}
+        self.streams[sid] = st
+        self.h3.send_headers(sid, headers, end_stream=size is None)
+        self.transmit()
+        if size is not None:
+            at = 0
+            while at < size:
+                n = min(size - at, 64 * 1024)
+                self.h3.send_data(sid, pattern(at, n), end_stream=at + n == size)
+                at += n
+                self.transmit()
+                # Let the connection drain what it may send before queueing more.
+                await asyncio.sleep(0)
+            if size == 0:
+                self.h3.send_data(sid, b"", end_stream=True)
+                self.transmit()
+        await asyncio.wait_for(st["done"], 120)
+        h = st["headers"] or {}
+        return {"status": int(h.get(":status", "0")), "headers": h, "length": st["length"],
+                "sha256": st["sha"].hexdigest(), "text": st["text"][:4096].decode("latin-1")}
+
+
+def configuration(args, tickets):
+    c = QuicConfiguration(is_client=True, alpn_protocols=H3_ALPN, server_name=args["sni"])
+    c.load_verify_locations(args["ca"])
+    if args.get("ticket_in"):
+        with open(args["ticket_in"], "rb") as f:
+            c.session_ticket = pickle.load(f)
+    return c
+
+
+def parse(argv):
+    args = {"host": argv[0], "port": int(argv[1]), "sni": argv[2], "ca": argv[3], "requests": [], "clients": 1}
+    it = iter(argv[4:])
+    for a in it:
+        if a == "--ticket-out":
+            args["ticket_out"] = next(it)
+        elif a == "--ticket-in":
+            args["ticket_in"] = next(it)
+        elif a == "--early":
+            args["early"] = True
+        elif a == "--clients":
+            args["clients"] = int(next(it))
+        elif a == "--capture":
+            args["capture"] = next(it)
+        elif a == "--replay":
+            args["replay"] = next(it)
+        elif a == "--flood":
+            args["flood"] = int(next(it))
+        elif a == "--garbage":
+            args["garbage"] = True
+        else:
+            parts = a.split(":")
+            args["requests"].append((parts[0], parts[1], int(parts[2]) if len(parts) > 2 else None))
+    return args
+
+
+async def one(args):
+    tickets = []
+    cfg = configuration(args, tickets)
+    out = {"responses": []}
+    async with connect(args["host"], args["port"], configuration=cfg, create_protocol=Client,
+                       session_ticket_handler=tickets.append, wait_connected=not args.get("early")) as p:
+        for method, path, size in args["requests"]:
+            out["responses"].append(await p.request(method, path, args["sni"], size))
+        tls = p._quic.tls
+        out["resumed"] = bool(tls.session_resumed)
+        out["early_accepted"] = bool(tls.early_data_accepted)
+        await asyncio.sleep(0.05)
+    if args.get("ticket_out") and tickets:
+        with open(args["ticket_out"], "wb") as f:
+            pickle.dump(tickets[-1], f)
+    return out
+
+
+def capture(args):
+    """The first flight of a resumed connection with a 0-RTT GET, written to a file unsent
+    over the network by this function: an attacker's copy of it."""
+    cfg = configuration(args, [])
+    quic = QuicConnection(configuration=cfg)
+    quic.connect((args["host"], args["port"]), now=time.time())
+    h3 = H3Connection(quic)
+    method, path, _ = args["requests"][0]
+    sid = quic.get_next_available_stream_id()
+    h3.send_headers(sid, [(b":method", method.encode()), (b":scheme", b"https"),
+                          (b":authority", args["sni"].encode()), (b":path", path.encode())], end_stream=True)
+    datagrams = [d for d, _ in quic.datagrams_to_send(now=time.time())]
+    with open(args["capture"], "wb") as f:
+        pickle.dump(datagrams, f)
+    return {"captured": len(datagrams)}
+
+
+def replay(args):
+    with open(args["replay"], "rb") as f:
+        datagrams = pickle.load(f)
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    s.settimeout(0.2)
+    for d in datagrams:
+        s.sendto(d, (args["host"], args["port"]))
+    answers, deadline = 0, time.time() + 1.0
+    while time.time() < deadline:
+        try:
+            s.recvfrom(65536)
+            answers += 1
+        except socket.timeout:
+            pass
+    return {"sent": len(datagrams), "answers": answers}
+
+
+def answers(s, seconds):
+    got = []
+    deadline = time.time() + seconds
+    while time.time() < deadline:
+        try:
+            got.append(s.recvfrom(65536)[0])
+        except socket.timeout:
+            pass
+    return got
+
+
+def flood(args):
+    addr = (args["host"], args["port"])
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    s.settimeout(0.05)
+    for _ in range(args["flood"]):
+        cfg = QuicConfiguration(is_client=True, alpn_protocols=H3_ALPN, server_name=args["sni"])
+        quic = QuicConnection(configuration=cfg)
+        quic.connect(addr, now=time.time())
+        for d, _ in quic.datagrams_to_send(now=time.time()):
+            s.sendto(d, addr)
+    got = answers(s, 1.0)
+    retries = sum(1 for d in got if d[0] & 0x80 and d[0] & 0x30 == 0x30)
+    return {"sent": args["flood"], "answers": len(got), "retries": retries}
+
+
+def garbage(args):
+    addr = (args["host"], args["port"])
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    s.settimeout(0.05)
+    long_cid = bytes([0xC0, 0, 0, 0, 1, 200]) + bytes(1194)
+    small_initial = bytes([0xC0, 0, 0, 0, 1, 8]) + bytes(8) + bytes([8]) + bytes(8) + bytes(277)
+    sent = [b"\x00" * 5, long_cid, small_initial]
+    for d in sent:
+        s.sendto(d, addr)
+    return {"sent": len(sent), "answers": len(answers(s, 0.3))}
+
+
+async def main():
+    args = parse(sys.argv[1:])
+    if args.get("capture"):
+        out = capture(args)
+    elif args.get("replay"):
+        out = replay(args)
+    elif args.get("flood"):
+        out = flood(args)
+    elif args.get("garbage"):
+        out = garbage(args)
+    elif args["clients"] > 1:
+        results = await asyncio.gather(*(one(args) for _ in range(args["clients"])), return_exceptions=True)
+        out = {"clients": [r if isinstance(r, dict) else {"error": repr(r)} for r in results]}
+    else:
+        out = await one(args)
+    print(json.dumps(out))
+
+
+asyncio.run(main())

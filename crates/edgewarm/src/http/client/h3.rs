@@ -1,0 +1,253 @@
+//! HTTP/3 clients (RFC 9114) on `h3` over a QUIC connection from quinn: as for HTTP/2
+//! ([`super::h2`]), every request stream of a connection runs inside that connection's own
+//! task, and each is handed to the one request service. The QUIC handshake, 0-RTT and the UDP
+//! socket are the listener's ([`crate::listener::quic`]); this driver sees a connection whose
+//! route is already known.
+//!
+//! Flow control is QUIC's: a response chunk is handed to quinn only once it has taken the last
+//! one, so a slow client slows the origin instead of growing our buffers; a request body is
+//! read from the stream as the upload to the origin asks for it.
+
+use std::panic::AssertUnwindSafe;
+use std::pin::{pin, Pin};
+use std::sync::Arc;
+use std::task::{ready, Context, Poll};
+
+use bytes::{Buf, Bytes};
+use futures_util::stream::{FuturesUnordered, StreamExt};
+use futures_util::FutureExt;
+use h3::server::{RequestResolver, RequestStream};
+use http::Response;
+use http_body::{Frame, SizeHint};
+use http_body_util::BodyExt;
+use tokio_util::sync::CancellationToken;
+
+use super::{content_length, finish_head, handler_panicked, stopping, Ended, MAX_HEADER_BYTES};
+use crate::http::service::Service;
+use crate::http::Body;
+
+/// H3_NO_ERROR (RFC 9114 §8.1): how a connection is closed when all went well.
+const H3_NO_ERROR: u32 = 0x100;
+
+type Resolver = RequestResolver<h3_quinn::Connection, Bytes>;
+type SendHalf = RequestStream<h3_quinn::SendStream<Bytes>, Bytes>;
+type RecvHalf = RequestStream<h3_quinn::RecvStream, Bytes>;
+
+/// Serve one HTTP/3 connection until it ends. `stop` (shutdown, or a reload retiring the
+/// route's origin connections) sends GOAWAY and lets the requests in flight finish; `cut` then
+/// closes whatever is left.
+pub(crate) async fn serve(
+    quic: quinn::Connection,
+    shared: Arc<Service>,
+    stop: &CancellationToken,
+    retired: &CancellationToken,
+    cut: &CancellationToken,
+) -> Ended {
+    let mut cut_wait = pin!(cut.cancelled());
+    let mut builder = h3::server::builder();
+    // h3's default is no limit at all.
+    builder.max_field_section_size(MAX_HEADER_BYTES as u64);
+    let build = builder.build::<_, Bytes>(h3_quinn::Connection::new(quic.clone()));
+    let mut conn = tokio::select! {
+        r = build => match r {
+            Ok(conn) => conn,
+            Err(e) => return ended(&quic, e.to_string()),
+        },
+        // Nothing in flight yet: a shutdown need not wait for this client.
+        () = stop.cancelled() => {
+            quic.close(H3_NO_ERROR.into(), b"");
+            return Ended::Done;
+        }
+    };
+    let mut stop_wait = pin!(stopping(stop, retired));
+    let mut streams = FuturesUnordered::new();
+    let mut closing = false;
+    loop {
+        tokio::select! {
+            biased;
+            () = &mut cut_wait, if closing => {
+                quic.close(H3_NO_ERROR.into(), b"");
+                return Ended::Cut;
+            }
+            () = &mut stop_wait, if !closing => {
+                closing = true;
+                // GOAWAY: requests already accepted finish, later ones are refused unprocessed
+                // (the client may send them again on a new connection).
+                if conn.shutdown(0).await.is_err() || streams.is_empty() {
+                    quic.close(H3_NO_ERROR.into(), b"");
+                    return Ended::Done;
+                }
+            }
+            Some(done) = streams.next(), if !streams.is_empty() => {
+                handler_panicked(&shared, done);
+                // After GOAWAY the connection ends with its last request: h3 would otherwise
+                // wait for the client's own GOAWAY, which not every client sends.
+                if closing && streams.is_empty() {
+                    quic.close(H3_NO_ERROR.into(), b"");
+                    return Ended::Done;
+                }
+            }
+            next = conn.accept() => match next {
+                // A panic is caught per stream, as for HTTP/2: it must not end the connection.
+                Ok(Some(resolver)) => {
+                    streams.push(AssertUnwindSafe(request(shared.clone(), resolver)).catch_unwind());
+                }
+                Ok(None) => return Ended::Done,
+                Err(e) => return ended(&quic, e.to_string()),
+            },
+        }
+    }
+}
+
+/// How a connection whose h3 layer failed ended: a close by the client (any code: aioquic
+/// closes with 0, browsers with H3_NO_ERROR) or the idle timeout is a normal end.
+fn ended(quic: &quinn::Connection, error: String) -> Ended {
+    match quic.close_reason() {
+        Some(quinn::ConnectionError::ApplicationClosed(_) | quinn::ConnectionError::TimedOut) => Ended::Done,
+        Some(quinn::ConnectionError::LocallyClosed) => Ended::Done,
+        _ => Ended::Failed(error),
+    }
+}
+
+/// One request stream: its head read, the request handled, the response sent (head, then the
+/// body as quinn takes it).
+async fn request(shared: Arc<Service>, resolver: Resolver) {
+    let (req, stream) = match resolver.resolve_request().await {
+        Ok(r) => r,
+        Err(e) => {
+            // A malformed head is refused by h3 itself (stream error); nothing reached us.
+            tracing::debug!(error = %e, "HTTP/3 request head not read");
+            return;
+        }
+    };
+    let (mut send, recv) = stream.split();
+    let length = content_length(req.headers());
+    let req = req.map(|()| H3Body::new(recv, length));
+    let response = shared.handle(req).await;
+    let (mut head, body) = response.into_parts();
+    finish_head(&mut head, &body);
+    if let Err(e) = send.send_response(Response::from_parts(head, ())).await {
+        tracing::debug!(error = %e, "HTTP/3 response head not sent");
+        return;
+    }
+    pipe(body, send).await;
+}
+
+/// Copy a response body to the client's stream; `send_data` returns once quinn has taken the
+/// chunk (its stream window), so at most one chunk waits here.
+async fn pipe(mut body: Body, mut send: SendHalf) {
+    loop {
+        match body.frame().await {
+            None => {
+                let _ = send.finish().await;
+                return;
+            }
+            Some(Ok(frame)) => match frame.into_data() {
+                Ok(data) => {
+                    if !data.is_empty() && send.send_data(data).await.is_err() {
+                        // The client stopped the stream: dropping the body frees the origin's.
+                        return;
+                    }
+                }
+                Err(frame) => {
+                    if let Ok(trailers) = frame.into_trailers() {
+                        if send.send_trailers(trailers).await.is_ok() {
+                            let _ = send.finish().await;
+                        }
+                        return;
+                    }
+                }
+            },
+            Some(Err(e)) => {
+                // The origin's response failed after its head went out: the client's stream is
+                // reset, never finished as if the body were whole.
+                tracing::debug!(error = %e, "response body failed; resetting the client's stream");
+                send.stop_stream(h3::error::Code::H3_INTERNAL_ERROR);
+                return;
+            }
+        }
+    }
+}
+
+/// A client's request body on HTTP/3: DATA frames as they arrive, then the trailers if any.
+pub(crate) struct H3Body {
+    recv: RecvHalf,
+    /// A frame read ahead by [`H3Body::settle`], given out first.
+    peeked: Option<Result<Frame<Bytes>, h3::error::StreamError>>,
+    data_done: bool,
+    done: bool,
+    /// What is left of the declared `Content-Length`.
+    length: Option<u64>,
+}
+
+impl H3Body {
+    fn new(recv: RecvHalf, length: Option<u64>) -> Self {
+        let mut body = Self { recv, peeked: None, data_done: false, done: false, length };
+        body.settle();
+        body
+    }
+
+    /// Find out without waiting whether the stream has already ended. HTTP/3 has no flag on
+    /// the request head saying "no body" (HTTP/2's END_STREAM): a GET's end is its stream's FIN,
+    /// which nearly always arrived with the head. The early-data gate and the replay decision
+    /// need to know that before anything reads the body.
+    fn settle(&mut self) {
+        let mut cx = Context::from_waker(std::task::Waker::noop());
+        if let Poll::Ready(frame) = http_body::Body::poll_frame(Pin::new(&mut *self), &mut cx) {
+            self.peeked = frame;
+            if self.peeked.is_none() {
+                self.done = true;
+            }
+        }
+    }
+
+    fn next_frame(&mut self, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, h3::error::StreamError>>> {
+        if !self.data_done {
+            match ready!(self.recv.poll_recv_data(cx)) {
+                Ok(Some(mut chunk)) => {
+                    let data = chunk.copy_to_bytes(chunk.remaining());
+                    if let Some(left) = self.length.as_mut() {
+                        *left = left.saturating_sub(data.len() as u64);
+                    }
+                    return Poll::Ready(Some(Ok(Frame::data(data))));
+                }
+                Ok(None) => self.data_done = true,
+                Err(e) => {
+                    self.done = true;
+                    return Poll::Ready(Some(Err(e)));
+                }
+            }
+        }
+        let trailers = ready!(self.recv.poll_recv_trailers(cx));
+        self.done = true;
+        self.length = Some(0);
+        match trailers {
+            Ok(Some(trailers)) => Poll::Ready(Some(Ok(Frame::trailers(trailers)))),
+            Ok(None) => Poll::Ready(None),
+            Err(e) => Poll::Ready(Some(Err(e))),
+        }
+    }
+}
+
+impl http_body::Body for H3Body {
+    type Data = Bytes;
+    type Error = h3::error::StreamError;
+
+    fn poll_frame(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, Self::Error>>> {
+        if let Some(frame) = self.peeked.take() {
+            return Poll::Ready(Some(frame));
+        }
+        if self.done {
+            return Poll::Ready(None);
+        }
+        self.next_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.done && self.peeked.is_none()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.length.map_or_else(SizeHint::default, SizeHint::with_exact)
+    }
+}

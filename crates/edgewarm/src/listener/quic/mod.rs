@@ -1,0 +1,245 @@
+//! HTTP/3 listeners (`listeners[].http3`): a QUIC endpoint (quinn) on a UDP socket at the TCP
+//! listener's address and port, serving that listener's `http` routes.
+//!
+//! A connection attempt goes: address check (a Retry when unvalidated handshakes pile up) →
+//! connection limit → QUIC handshake, whose server name picks the route with the TCP lookup
+//! rules ([`tls`]) → on a worker, like a TCP connection → the route's HTTP/3 driver
+//! ([`crate::action::http::serve_quic`]) → one access-log line with `alpn=h3`.
+//!
+//! One endpoint per listener, its socket I/O on the main runtime; each connection's requests
+//! run on a worker. Datagrams that cannot be QUIC for us are counted as they arrive
+//! ([`socket`]) and dropped by quinn before they cost more than a parse.
+
+mod socket;
+mod tls;
+
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Instant;
+
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+
+use super::Context;
+use crate::accesslog::AccessLog;
+use crate::config::{EarlyData as EarlyDataConfig, ListenerConfig};
+use crate::error::CloseReason;
+use crate::http::early::{EarlyData, QuicHandshake};
+use crate::metrics::{ListenerLabel, QuicHandshake as Outcome, QuicResult, RouteLabel, RouteName};
+use crate::route::RouteAction;
+
+/// Handshakes in progress (accepted, not yet complete) above which a client whose address is
+/// not validated yet is sent a Retry: it costs an honest client one round trip, and a spoofed
+/// flood of Initial packets nothing but the Retry itself (RFC 9000 §8.1).
+const RETRY_ABOVE: usize = 32;
+
+/// The endpoint for a bound UDP socket. Inside the runtime: quinn spawns its driver there.
+pub(crate) fn endpoint(
+    socket: std::net::UdpSocket,
+    config: &ListenerConfig,
+    cx: &Context,
+) -> std::io::Result<quinn::Endpoint> {
+    let snapshot = cx.snapshot.borrow().clone();
+    let settings = tls::QuicSettings {
+        streams: crate::http::client::MAX_CLIENT_STREAMS,
+        idle: snapshot.timeouts.idle,
+        max_connections: config.max_connections,
+    };
+    let replays = cx.metrics.early.replays.get_or_create(&RouteLabel { route: RouteName::new(SESSIONS_LABEL) }).clone();
+    let server =
+        tls::server_config(cx.snapshot.clone(), tls::sessions(replays), &settings).map_err(std::io::Error::other)?;
+    let listener = socket.local_addr()?.to_string();
+    let socket = quinn::Runtime::wrap_udp_socket(&quinn::TokioRuntime, socket)?;
+    let socket = Arc::new(socket::Counted::new(socket, &cx.metrics.quic, &listener));
+    quinn::Endpoint::new_with_abstract_socket(
+        quinn::EndpointConfig::default(),
+        Some(server),
+        socket,
+        Arc::new(quinn::TokioRuntime),
+    )
+}
+
+/// The `route` label of the HTTP/3 session store's replay counter (one store per listener).
+const SESSIONS_LABEL: &str = "<h3>";
+
+pub(crate) async fn accept_loop(endpoint: quinn::Endpoint, config: ListenerConfig, cx: Arc<Context>) {
+    let Ok(local) = endpoint.local_addr() else { return };
+    let limit = Arc::new(Semaphore::new(config.max_connections));
+    let handshaking = Arc::new(AtomicUsize::new(0));
+    let config = Arc::new(config);
+    let count =
+        |result| cx.metrics.quic.handshakes.get_or_create(&QuicResult { listener: local.to_string(), result }).inc();
+    tracing::info!(listen = %local, "listening for HTTP/3 (QUIC)");
+    loop {
+        let incoming = tokio::select! {
+            i = endpoint.accept() => match i { Some(i) => i, None => break },
+            () = cx.stop.cancelled() => break,
+        };
+        let piling_up = handshaking.load(Ordering::Relaxed) >= RETRY_ABOVE;
+        // `may_retry` is false for a client already answering a Retry: it is not sent another.
+        if piling_up && !incoming.remote_address_validated() && incoming.may_retry() {
+            count(Outcome::Retry);
+            let _ = incoming.retry();
+            continue;
+        }
+        let Ok(permit) = limit.clone().try_acquire_owned() else {
+            count(Outcome::Refused);
+            incoming.refuse();
+            continue;
+        };
+        let guard = Handshaking::enter(&handshaking);
+        spawn(incoming, local, guard, config.clone(), cx.clone(), permit);
+    }
+    // No new connections; those open finish on `stop` (GOAWAY) or `cut`.
+    endpoint.set_server_config(None);
+}
+
+/// Counts a handshake as in progress until dropped.
+struct Handshaking(Arc<AtomicUsize>);
+
+impl Handshaking {
+    fn enter(n: &Arc<AtomicUsize>) -> Self {
+        n.fetch_add(1, Ordering::Relaxed);
+        Self(n.clone())
+    }
+}
+
+impl Drop for Handshaking {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+/// Serve the connection on the next worker (or here, without workers), as TCP connections are.
+fn spawn(
+    incoming: quinn::Incoming,
+    local: SocketAddr,
+    guard: Handshaking,
+    config: Arc<ListenerConfig>,
+    cx: Arc<Context>,
+    permit: OwnedSemaphorePermit,
+) {
+    let task = cx.tracker.track_future(connection(incoming, local, guard, config, cx.clone(), permit));
+    match cx.workers.next() {
+        Some((_, worker)) => {
+            worker.spawn(task);
+        }
+        None => {
+            tokio::spawn(task);
+        }
+    }
+}
+
+/// One QUIC connection, start to end, with one access-log line, as [`super::conn::handle`] for
+/// TCP.
+async fn connection(
+    incoming: quinn::Incoming,
+    local: SocketAddr,
+    guard: Handshaking,
+    config: Arc<ListenerConfig>,
+    cx: Arc<Context>,
+    permit: OwnedSemaphorePermit,
+) {
+    let accepted = Instant::now();
+    let metrics = &*cx.metrics;
+    let mut log = AccessLog::new(incoming.remote_address(), local);
+    log.alpn_selected = Some("h3".into());
+    log.tls_version = Some("TLSv1_3".into());
+    metrics.active.inc();
+    let snapshot = cx.snapshot.borrow().clone();
+    let count =
+        |result| metrics.quic.handshakes.get_or_create(&QuicResult { listener: local.to_string(), result }).inc();
+    let mut route_metrics = None;
+    let mut quic = None;
+    let reason = 'conn: {
+        let mut connecting = match incoming.accept() {
+            Ok(c) => c,
+            Err(e) => {
+                count(Outcome::Failed);
+                log.detail = Some(e.to_string());
+                break 'conn CloseReason::ClientTls;
+            }
+        };
+        // The server name is known once the ClientHello is read (the certificate was chosen
+        // from it then): well before the handshake completes.
+        let data = match tokio::time::timeout(snapshot.timeouts.client_hello, connecting.handshake_data()).await {
+            Err(_) => {
+                count(Outcome::Failed);
+                break 'conn CloseReason::HelloTimeout;
+            }
+            Ok(Err(e)) => {
+                // No certificate for the name (no `http` route for it) ends here too.
+                count(Outcome::Failed);
+                log.detail = Some(e.to_string());
+                break 'conn CloseReason::ClientTls;
+            }
+            Ok(Ok(d)) => d,
+        };
+        log.hello_time = Some(accepted.elapsed());
+        log.sni = data.downcast::<quinn::crypto::rustls::HandshakeData>().ok().and_then(|d| d.server_name);
+        log.alpn = vec!["h3".into()];
+        // The same lookup the certificate came from; a reload in between may have changed it.
+        let Some(route) = snapshot.routes.lookup(log.sni.as_deref()) else {
+            count(Outcome::Failed);
+            break 'conn CloseReason::UnknownSni;
+        };
+        let RouteAction::Http(http) = &route.action else {
+            count(Outcome::Failed);
+            break 'conn CloseReason::UnknownSni;
+        };
+        log.route = Some(route.name.clone());
+        let ctx = cx.conn_ctx(&snapshot, route, &config, local.port(), accepted);
+        route_metrics = Some(ctx.route_metrics);
+        // Server side, quinn always goes on before the handshake completes (0.5-RTT): requests
+        // may arrive in 0-RTT data from here.
+        let (conn, zero_rtt) = match connecting.into_0rtt() {
+            Ok((conn, accepted)) => (conn, Some(accepted)),
+            // Only a client without a session to resume is refused 0-RTT; kept for safety.
+            Err(connecting) => match connecting.await {
+                Ok(conn) => (conn, None),
+                Err(e) => {
+                    log.detail = Some(e.to_string());
+                    break 'conn CloseReason::ClientTls;
+                }
+            },
+        };
+        quic = Some(conn.clone());
+        let handshake = Arc::new(QuicHandshake::new(conn.clone(), zero_rtt));
+        {
+            let (handshake, handshakes) = (handshake.clone(), metrics.quic.handshakes.clone());
+            let label = local.to_string();
+            tokio::spawn(async move {
+                let result = if handshake.handshake_done().await { Outcome::Ok } else { Outcome::Failed };
+                handshakes.get_or_create(&QuicResult { listener: label, result }).inc();
+                drop(guard);
+            });
+        }
+        let early = if http.client.early_data == EarlyDataConfig::Safe {
+            log.early_data = handshake.in_early_data();
+            Some(handshake as Arc<dyn EarlyData>)
+        } else {
+            // Not a 0-RTT route: nothing is read before the handshake completes, so nothing
+            // read can be a replay. A shutdown does not wait for handshakes.
+            let completed = tokio::select! {
+                ok = handshake.handshake_done() => ok,
+                () = cx.stop.cancelled() => {
+                    conn.close(0u32.into(), b"");
+                    break 'conn CloseReason::Shutdown;
+                }
+            };
+            if !completed {
+                break 'conn CloseReason::ClientTls;
+            }
+            None
+        };
+        Box::pin(crate::action::http::serve_quic(conn, early, http, &ctx, &mut log)).await
+    };
+    if let Some(conn) = quic {
+        let stats = conn.stats();
+        let label = ListenerLabel { listener: local.to_string() };
+        metrics.quic.lost_packets.get_or_create(&label).inc_by(stats.path.lost_packets);
+        metrics.quic.sent_packets.get_or_create(&label).inc_by(stats.path.sent_packets);
+        metrics.quic.rtt.get_or_create(&label).observe(stats.path.rtt.as_secs_f64());
+    }
+    cx.finish(log, reason, route_metrics, accepted, permit);
+}

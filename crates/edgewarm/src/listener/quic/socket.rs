@@ -1,0 +1,174 @@
+//! The HTTP/3 listener's UDP socket: quinn's own (GSO and GRO where the kernel has them),
+//! wrapped to count the datagrams that cannot be QUIC for us. quinn drops those silently; an
+//! internet-facing UDP port needs them seen. [`check`] is a pure function over one datagram.
+
+use std::fmt;
+use std::io::{self, IoSliceMut};
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use prometheus_client::metrics::counter::Counter;
+use quinn::udp::{RecvMeta, Transmit};
+use quinn::{AsyncUdpSocket, UdpPoller};
+
+use crate::metrics::{QuicDropped, QuicDroppedLabel, QuicMetrics};
+
+/// Why a datagram cannot be a QUIC packet for this endpoint (RFC 9000 §17, §14.1).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Unusable {
+    /// Shorter than any packet this endpoint could accept.
+    Truncated,
+    /// A long header whose connection ID lengths break the limit of 20 bytes.
+    Malformed,
+    /// A client's Initial in a datagram under 1200 bytes, which a server must discard (it
+    /// would let a spoofed source amplify more than three times).
+    SmallInitial,
+}
+
+/// The least a short-header packet to us holds: a flags byte, our 8-byte connection ID, a
+/// packet number byte and the 16-byte AEAD tag.
+const MIN_SHORT: usize = 1 + 8 + 1 + 16;
+/// Version 1 (RFC 9000), the one whose Initial type bits we read.
+const V1: u32 = 1;
+
+/// What is wrong with one datagram, if anything visible before decryption.
+pub(crate) fn check(d: &[u8]) -> Option<Unusable> {
+    let first = *d.first()?;
+    if first & 0x80 == 0 {
+        return (d.len() < MIN_SHORT).then_some(Unusable::Truncated);
+    }
+    // Long header: flags, version (4), DCID length and DCID, SCID length and SCID.
+    let Some(&dcid_len) = d.get(5) else { return Some(Unusable::Truncated) };
+    if dcid_len > 20 {
+        return Some(Unusable::Malformed);
+    }
+    let scid_at = 6 + usize::from(dcid_len);
+    let Some(&scid_len) = d.get(scid_at) else { return Some(Unusable::Truncated) };
+    if scid_len > 20 {
+        return Some(Unusable::Malformed);
+    }
+    let version = u32::from_be_bytes([d[1], d[2], d[3], d[4]]);
+    let initial = first & 0x30 == 0;
+    if version == V1 && initial && d.len() < 1200 {
+        return Some(Unusable::SmallInitial);
+    }
+    None
+}
+
+/// quinn's socket, counting unusable datagrams as they are received (quinn then drops them).
+pub(crate) struct Counted {
+    inner: Arc<dyn AsyncUdpSocket>,
+    truncated: Counter,
+    malformed: Counter,
+    small_initial: Counter,
+}
+
+impl Counted {
+    pub(crate) fn new(inner: Arc<dyn AsyncUdpSocket>, metrics: &QuicMetrics, listener: &str) -> Self {
+        let counter = |reason| {
+            metrics.dropped.get_or_create(&QuicDroppedLabel { listener: listener.to_string(), reason }).clone()
+        };
+        Self {
+            inner,
+            truncated: counter(QuicDropped::Truncated),
+            malformed: counter(QuicDropped::Malformed),
+            small_initial: counter(QuicDropped::SmallInitial),
+        }
+    }
+
+    fn count(&self, datagram: &[u8]) {
+        let counter = match check(datagram) {
+            None => return,
+            Some(Unusable::Truncated) => &self.truncated,
+            Some(Unusable::Malformed) => &self.malformed,
+            Some(Unusable::SmallInitial) => &self.small_initial,
+        };
+        counter.inc();
+    }
+}
+
+impl fmt::Debug for Counted {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Counted").field("inner", &self.inner).finish_non_exhaustive()
+    }
+}
+
+impl AsyncUdpSocket for Counted {
+    fn create_io_poller(self: Arc<Self>) -> Pin<Box<dyn UdpPoller>> {
+        self.inner.clone().create_io_poller()
+    }
+
+    fn try_send(&self, transmit: &Transmit) -> io::Result<()> {
+        self.inner.try_send(transmit)
+    }
+
+    fn poll_recv(
+        &self,
+        cx: &mut Context,
+        bufs: &mut [IoSliceMut<'_>],
+        meta: &mut [RecvMeta],
+    ) -> Poll<io::Result<usize>> {
+        let n = match self.inner.poll_recv(cx, bufs, meta) {
+            Poll::Ready(Ok(n)) => n,
+            other => return other,
+        };
+        for (buf, m) in bufs.iter().zip(meta.iter()).take(n) {
+            // With GRO one buffer holds several datagrams, `stride` bytes apart.
+            let stride = m.stride.max(1);
+            for datagram in buf[..m.len.min(buf.len())].chunks(stride) {
+                self.count(datagram);
+            }
+        }
+        Poll::Ready(Ok(n))
+    }
+
+    fn local_addr(&self) -> io::Result<SocketAddr> {
+        self.inner.local_addr()
+    }
+
+    fn max_transmit_segments(&self) -> usize {
+        self.inner.max_transmit_segments()
+    }
+
+    fn max_receive_segments(&self) -> usize {
+        self.inner.max_receive_segments()
+    }
+
+    fn may_fragment(&self) -> bool {
+        self.inner.may_fragment()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn long(first: u8, dcid: &[u8], scid: &[u8], len: usize) -> Vec<u8> {
+        let mut d = vec![first, 0, 0, 0, 1, dcid.len() as u8];
+        d.extend_from_slice(dcid);
+        d.push(scid.len() as u8);
+        d.extend_from_slice(scid);
+        d.resize(len.max(d.len()), 0);
+        d
+    }
+
+    #[test]
+    fn datagrams_that_cannot_be_quic_are_told_apart() {
+        assert_eq!(check(&[]), None, "nothing to count");
+        assert_eq!(check(&[0x40; 10]), Some(Unusable::Truncated));
+        assert_eq!(check(&[0x40; MIN_SHORT]), None);
+        assert_eq!(check(&[0xc0, 0, 0, 0]), Some(Unusable::Truncated));
+        let mut huge_cid = long(0xc0, &[1; 8], &[2; 8], 1200);
+        huge_cid[5] = 200;
+        assert_eq!(check(&huge_cid), Some(Unusable::Malformed));
+        assert_eq!(check(&long(0xc0, &[1; 8], &[2; 21], 1200)), Some(Unusable::Malformed));
+        assert_eq!(check(&long(0xc0, &[1; 8], &[2; 8], 300)), Some(Unusable::SmallInitial));
+        assert_eq!(check(&long(0xc0, &[1; 8], &[2; 8], 1200)), None, "a client Initial");
+        // A Handshake packet (type 2) may be small.
+        assert_eq!(check(&long(0xe0, &[1; 8], &[2; 8], 100)), None);
+        // A length byte pointing past the end.
+        assert_eq!(check(&long(0xc0, &[1; 8], &[], 15)[..14]), Some(Unusable::Truncated));
+    }
+}

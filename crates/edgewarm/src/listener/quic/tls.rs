@@ -1,0 +1,101 @@
+//! TLS for HTTP/3 (QUIC, RFC 9001): one rustls configuration per listener, whose certificate is
+//! chosen per connection from the route the handshake's server name leads to.
+//!
+//! Over TCP each route has a rustls configuration of its own, picked after the ClientHello was
+//! peeked. quinn takes one configuration per endpoint and starts the TLS session from the very
+//! first packet, so here the route is looked up from inside the handshake instead: the
+//! certificate resolver finds the route by name in the current snapshot (the same lookup as
+//! TCP's) and presents that route's certificate. A name whose route is not `http` gets no
+//! certificate, and the handshake fails.
+//!
+//! 0-RTT: QUIC requires early data to be offered as all or nothing (`max_early_data_size` of
+//! `u32::MAX`), so every HTTP/3 ticket allows it; a route without `early_data: safe` makes its
+//! connections wait for the handshake before reading a request
+//! ([`super`]). The listener's sessions live in a single-use store, as 0-RTT
+//! routes' do over TCP: a ticket resumes once, and a replayed first flight finds no session.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use rustls::server::{ClientHello, ResolvesServerCert};
+use rustls::sign::CertifiedKey;
+use tokio::sync::watch;
+
+use crate::route::RouteAction;
+use crate::snapshot::Snapshot;
+use crate::tls::sessions::SessionStore;
+
+/// ALPN for HTTP/3 (RFC 9114 §3.1).
+const H3: &[u8] = b"h3";
+/// How long HTTP/3 sessions are kept for resumption and 0-RTT.
+const SESSION_TTL: Duration = Duration::from_secs(2 * 3600);
+/// Unidirectional streams a client may open: HTTP/3's control stream and QPACK's two, with room
+/// for the reserved (grease) types clients may send.
+const MAX_UNI_STREAMS: u32 = 16;
+
+/// The certificate of the route a handshake's name leads to, in the snapshot current at the
+/// handshake.
+struct RouteCerts {
+    snapshot: watch::Receiver<Arc<Snapshot>>,
+}
+
+impl std::fmt::Debug for RouteCerts {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RouteCerts").finish_non_exhaustive()
+    }
+}
+
+impl ResolvesServerCert for RouteCerts {
+    fn resolve(&self, hello: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
+        let snapshot = self.snapshot.borrow().clone();
+        let route = snapshot.routes.lookup(hello.server_name())?;
+        match &route.action {
+            RouteAction::Http(http) => http.client.config(None).cert_resolver.resolve(hello),
+            _ => None,
+        }
+    }
+}
+
+/// What a QUIC listener is built with.
+pub(crate) struct QuicSettings {
+    /// HTTP requests a client may have open at once (as HTTP/2's stream limit).
+    pub streams: u32,
+    /// A connection with no packet either way for this long is closed (`timeouts.idle`).
+    pub idle: Duration,
+    /// QUIC connections (handshaking or established) at once (`max_connections`).
+    pub max_connections: usize,
+}
+
+/// The listener's quinn server configuration.
+pub(crate) fn server_config(
+    snapshot: watch::Receiver<Arc<Snapshot>>,
+    sessions: Arc<SessionStore>,
+    settings: &QuicSettings,
+) -> Result<quinn::ServerConfig, String> {
+    let mut tls = rustls::ServerConfig::builder_with_provider(crate::tls::provider())
+        .with_protocol_versions(&[&rustls::version::TLS13])
+        .map_err(|e| e.to_string())?
+        .with_no_client_auth()
+        .with_cert_resolver(Arc::new(RouteCerts { snapshot }));
+    tls.alpn_protocols = vec![H3.to_vec()];
+    // Stateful tickets only (rustls offers 0-RTT only then), kept in a single-use store.
+    tls.session_storage = sessions;
+    tls.max_early_data_size = u32::MAX;
+    tls.send_tls13_tickets = 2;
+    let crypto = quinn::crypto::rustls::QuicServerConfig::try_from(tls).map_err(|e| e.to_string())?;
+    let mut server = quinn::ServerConfig::with_crypto(Arc::new(crypto));
+    let mut transport = quinn::TransportConfig::default();
+    let idle = quinn::IdleTimeout::try_from(settings.idle).map_err(|e| format!("timeouts.idle: {e}"))?;
+    transport
+        .max_concurrent_bidi_streams(settings.streams.into())
+        .max_concurrent_uni_streams(MAX_UNI_STREAMS.into())
+        .max_idle_timeout(Some(idle));
+    server.transport_config(Arc::new(transport));
+    server.max_incoming(settings.max_connections);
+    Ok(server)
+}
+
+/// The listener's single-use session store.
+pub(crate) fn sessions(replays: prometheus_client::metrics::counter::Counter) -> Arc<SessionStore> {
+    Arc::new(SessionStore::new(SESSION_TTL, replays, Default::default()))
+}

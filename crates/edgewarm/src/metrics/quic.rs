@@ -1,0 +1,92 @@
+//! HTTP/3 listeners' metrics, registered under the `quic` prefix: what arrives on the UDP
+//! socket and what becomes of it. Requests are counted with everyone else's (`http_*`).
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::{Family, MetricConstructor};
+use prometheus_client::metrics::histogram::Histogram;
+use prometheus_client::registry::Registry;
+
+use super::{latency_histogram, ListenerLabel};
+
+label_enum! {
+    /// What became of a QUIC connection attempt (`edgewarm_quic_handshakes_total`): completed;
+    /// answered with a Retry (the client must prove its address first); refused before any
+    /// handshake work (over the listener's connection limit); failed (no `http` route for its
+    /// name, bad TLS, or timed out).
+    QuicHandshake {
+        Ok => "ok",
+        Retry => "retry",
+        Refused => "refused",
+        Failed => "failed",
+    }
+}
+label_enum! {
+    /// Why a datagram to an HTTP/3 listener was dropped before any decryption: shorter than any
+    /// packet for us, impossible header fields, or a client Initial under 1200 bytes.
+    QuicDropped {
+        Truncated => "truncated",
+        Malformed => "malformed",
+        SmallInitial => "small_initial",
+    }
+}
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct QuicDroppedLabel {
+    pub listener: String,
+    pub reason: QuicDropped,
+}
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct QuicResult {
+    pub listener: String,
+    pub result: QuicHandshake,
+}
+
+#[derive(Clone)]
+pub struct Rtt;
+impl MetricConstructor<Histogram> for Rtt {
+    fn new_metric(&self) -> Histogram {
+        latency_histogram()
+    }
+}
+
+#[derive(Clone, Debug)]
+pub struct QuicMetrics {
+    /// Connection attempts (Initial packets from a new client), by outcome.
+    pub handshakes: Family<QuicResult, Counter>,
+    /// Packets the edge sent that were declared lost, over every ended connection.
+    pub lost_packets: Family<ListenerLabel, Counter>,
+    /// Packets the edge sent, over every ended connection (the denominator for loss).
+    pub sent_packets: Family<ListenerLabel, Counter>,
+    /// Smoothed round-trip time of each connection when it ended.
+    pub rtt: Family<ListenerLabel, Histogram, Rtt>,
+    /// Datagrams that cannot be QUIC for us, by why.
+    pub dropped: Family<QuicDroppedLabel, Counter>,
+}
+
+impl QuicMetrics {
+    pub(crate) fn new() -> Self {
+        Self {
+            handshakes: Family::default(),
+            lost_packets: Family::default(),
+            sent_packets: Family::default(),
+            rtt: Family::new_with_constructor(Rtt),
+            dropped: Family::default(),
+        }
+    }
+
+    pub(super) fn register(&self, r: &mut Registry) {
+        r.register(
+            "handshakes",
+            "QUIC connection attempts, by outcome (ok, retry: address validation asked, refused: over the limit, failed)",
+            self.handshakes.clone(),
+        );
+        r.register("lost_packets", "Packets sent to HTTP/3 clients and declared lost", self.lost_packets.clone());
+        r.register("sent_packets", "Packets sent to HTTP/3 clients", self.sent_packets.clone());
+        r.register("rtt_seconds", "Smoothed round-trip time of HTTP/3 connections as they ended", self.rtt.clone());
+        r.register(
+            "dropped_datagrams",
+            "Datagrams dropped unread: truncated, malformed header, or a client Initial under 1200 bytes",
+            self.dropped.clone(),
+        );
+    }
+}

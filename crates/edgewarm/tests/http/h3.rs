@@ -1,0 +1,200 @@
+//! HTTP/3 (`listeners[].http3`) with a real QUIC client (aioquic): the same request path, the
+//! same standing origin connections, 0-RTT under RFC 8470's rules, `Alt-Svc` on the TCP side.
+
+use super::*;
+
+fn ca(fx: &Pki) -> std::path::PathBuf {
+    fx.path.join("edge/ca.pem")
+}
+
+/// GET and POST over HTTP/3 reach the HTTP/2 origin on the standing connections (no origin
+/// handshake per client), with the forwarding headers, and come back whole; the access log and
+/// metrics count them like any other request.
+#[tokio::test(flavor = "multi_thread")]
+#[cfg_attr(not(feature = "system-tests"), ignore = "system test (aioquic): scripts/test.sh runs it")]
+async fn get_and_post_over_http3_ride_the_standing_connections() {
+    let fx = fixture();
+    let (origin, stats) = h2_origin(&fx.origin, H2Opts::default()).await;
+    let edge = edge(&fx.route(origin, ""), "", "http3: true").await;
+    wait_for(&edge, OPENED, &[("route", "b.test")], 2.0).await;
+    let size = 3 * 1024 * 1024 + 17;
+    let out =
+        h3_client(edge.addr, "b.test", &ca(&fx), &["GET:/hello", &format!("POST:/sink:{size}"), "GET:/source/1048576"])
+            .await;
+    let r = &out["responses"];
+    assert_eq!(r[0]["status"], 200, "{out}");
+    assert_eq!(r[0]["length"], "hello /hello".len(), "{out}");
+    assert_eq!(r[1]["status"], 200, "{out}");
+    assert_eq!(r[1]["text"], pattern_sha256(size), "the origin hashed the upload: {out}");
+    assert_eq!(r[2]["length"], 1_048_576, "{out}");
+    assert_eq!(r[2]["sha256"], pattern_sha256(1_048_576), "{out}");
+    // The origin saw our forwarding headers and the HTTP/3 hop.
+    let seen = stats.seen.lock().unwrap().clone();
+    let first = &seen[0];
+    assert_eq!(first["x-forwarded-proto"], "https");
+    assert_eq!(first["via"], "3 edgewarm");
+    assert_eq!(first["x-forwarded-for"], "127.0.0.1");
+    assert_eq!(stats.connections.load(Ordering::Relaxed), 2, "no origin connection per HTTP/3 client");
+    assert_eq!(edge.metric("edgewarm_quic_handshakes_total", &[("result", "ok")]), 1.0);
+    edge.stop().await;
+}
+
+/// A name whose route is not `http` (here a tunnel) is refused in the QUIC handshake, and so is
+/// a name with no route: edgewarm is never an open proxy, over UDP either.
+#[tokio::test(flavor = "multi_thread")]
+#[cfg_attr(not(feature = "system-tests"), ignore = "system test (aioquic): scripts/test.sh runs it")]
+async fn names_without_an_http_route_are_refused_over_quic() {
+    let fx = fixture();
+    let (origin, _) = h2_origin(&fx.origin, H2Opts::default()).await;
+    let routes = format!("{}  - {{sni: a.test, action: tunnel, origin: \"{origin}\"}}\n", fx.route(origin, ""));
+    let edge = edge(&routes, "", "http3: true").await;
+    for sni in ["a.test", "nobody.test"] {
+        let out = h3_client_result(edge.addr, sni, &ca(&fx), &["GET:/"]).await;
+        assert!(out.is_err(), "{sni}: {out:?}");
+    }
+    assert_eq!(edge.metric("edgewarm_quic_handshakes_total", &[("result", "failed")]), 2.0);
+    edge.stop().await;
+}
+
+/// `Alt-Svc` tells HTTP/1.1 and HTTP/2 clients of a listener with `http3` where HTTP/3 is (the
+/// same port, a day by default); a listener without it says nothing, and an origin's own
+/// `Alt-Svc` never passes (it names the origin, not the edge).
+#[tokio::test]
+async fn alt_svc_is_the_listener_s_not_the_origin_s() {
+    let fx = fixture();
+    let (origin, _) = h2_origin(&fx.origin, H2Opts::default()).await;
+    let with = edge(&fx.route(origin, ""), "", "http3: true\n    alt_svc_max_age: 1h").await;
+    let without = edge(&fx.route(origin, ""), "", "").await;
+    for h2 in [true, false] {
+        let mut c = HttpClient::connect(&fx.edge, with.addr, "b.test", h2).await.unwrap();
+        let (head, _) = c.send("GET", "b.test", "/alt-svc", &[], vec![]).await.unwrap();
+        let port = with.addr.port();
+        assert_eq!(head.headers["alt-svc"], format!("h3=\":{port}\"; ma=3600").as_str(), "h2: {h2}");
+        let mut c = HttpClient::connect(&fx.edge, without.addr, "b.test", h2).await.unwrap();
+        let (head, _) = c.send("GET", "b.test", "/alt-svc", &[], vec![]).await.unwrap();
+        assert!(!head.headers.contains_key("alt-svc"), "h2: {h2}: {:?}", head.headers);
+    }
+    with.stop().await;
+    without.stop().await;
+}
+
+/// A fresh ticket from a full handshake on a route with `early_data: safe`: its file.
+async fn ticket(edge: &Edge, fx: &Pki, dir: &std::path::Path, name: &str) -> String {
+    let path = dir.join(name).display().to_string();
+    let out = h3_client(edge.addr, "b.test", &ca(fx), &["--ticket-out", &path, "GET:/first"]).await;
+    assert_eq!(out["responses"][0]["status"], 200, "{out}");
+    assert_eq!(out["resumed"], false, "{out}");
+    path
+}
+
+/// QUIC 0-RTT under RFC 8470, as over TCP: a resumed client's GET sent in 0-RTT data is
+/// forwarded before the handshake completes, marked `Early-Data: 1`; a POST sent in 0-RTT data
+/// reaches the origin only after it, unmarked. (Whether the edge reads the GET before the
+/// client's Finished arrives is a race on loopback: up to eight resumptions, one must.)
+#[tokio::test(flavor = "multi_thread")]
+#[cfg_attr(not(feature = "system-tests"), ignore = "system test (aioquic): scripts/test.sh runs it")]
+async fn zero_rtt_gets_are_forwarded_early_and_posts_wait() {
+    let fx = fixture();
+    let (origin, stats) = h2_origin(&fx.origin, H2Opts::default()).await;
+    let edge = edge(&fx.route(origin, "    early_data: safe\n"), "", "http3: true").await;
+    let dir = tempfile::tempdir().unwrap();
+    let early = || stats.seen.lock().unwrap().iter().filter(|h| h.get("early-data").is_some_and(|v| v == "1")).count();
+    let metric = |outcome| edge.metric("edgewarm_tls_early_requests_total", &[("outcome", outcome)]);
+    for i in 0..8 {
+        let t = ticket(&edge, &fx, dir.path(), &format!("get{i}")).await;
+        let out = h3_client(edge.addr, "b.test", &ca(&fx), &["--ticket-in", &t, "--early", "GET:/zero"]).await;
+        assert_eq!((out["resumed"].clone(), out["early_accepted"].clone()), (true.into(), true.into()), "{out}");
+        assert_eq!(out["responses"][0]["status"], 200, "{out}");
+        let t = ticket(&edge, &fx, dir.path(), &format!("post{i}")).await;
+        let out = h3_client(edge.addr, "b.test", &ca(&fx), &["--ticket-in", &t, "--early", "POST:/echo:100"]).await;
+        assert_eq!(out["early_accepted"], true, "{out}");
+        assert_eq!(out["responses"][0]["length"], 100, "{out}");
+        // Only what was forwarded early is marked: never a POST.
+        assert_eq!(early() as f64, metric("forwarded"));
+        if metric("forwarded") >= 1.0 && metric("held") >= 1.0 {
+            break;
+        }
+    }
+    assert!(metric("forwarded") >= 1.0, "no 0-RTT GET was forwarded before the handshake completed in eight tries");
+    assert!(metric("held") >= 1.0, "no 0-RTT POST was read (and held) before the handshake completed in eight tries");
+    edge.stop().await;
+}
+
+/// A captured first flight (Initial and 0-RTT packets with a GET) sent twice: the first copy
+/// resumes the session and its GET is forwarded (a safe request: that is RFC 8470's bargain);
+/// the second finds its ticket used up, so its early data is never read and nothing more
+/// reaches the origin. The replay is counted. (While the first copy's connection lives, quinn
+/// takes the second for a duplicate of its Initial and drops it: the idle timeout is short so
+/// the second copy meets the ticket store.)
+#[tokio::test(flavor = "multi_thread")]
+#[cfg_attr(not(feature = "system-tests"), ignore = "system test (aioquic): scripts/test.sh runs it")]
+async fn a_replayed_zero_rtt_flight_forwards_nothing_more() {
+    let fx = fixture();
+    let (origin, stats) = h2_origin(&fx.origin, H2Opts::default()).await;
+    let edge = edge(&fx.route(origin, "    early_data: safe\n"), "timeouts: {idle: 1s}", "http3: true").await;
+    let dir = tempfile::tempdir().unwrap();
+    let t = ticket(&edge, &fx, dir.path(), "t").await;
+    let flight = dir.path().join("flight").display().to_string();
+    let out =
+        h3_client(edge.addr, "b.test", &ca(&fx), &["--ticket-in", &t, "--capture", &flight, "GET:/replayed"]).await;
+    assert!(out["captured"].as_u64().unwrap() >= 1, "{out}");
+    let replayed = || stats.seen.lock().unwrap().iter().filter(|h| h.get("early-data").is_some()).count();
+    let first = h3_client(edge.addr, "b.test", &ca(&fx), &["--replay", &flight]).await;
+    assert!(first["answers"].as_u64().unwrap() >= 1, "the first copy is answered: {first}");
+    wait_until(|| replayed() == 1).await;
+    // The first copy's connection times out (its handshake never completes).
+    wait_for(&edge, "edgewarm_quic_handshakes_total", &[("result", "failed")], 1.0).await;
+    let second = h3_client(edge.addr, "b.test", &ca(&fx), &["--replay", &flight]).await;
+    assert!(second["answers"].as_u64().unwrap() >= 1, "the second copy gets a full handshake: {second}");
+    wait_for(&edge, "edgewarm_tls_ticket_replays_total", &[("route", "<h3>")], 1.0).await;
+    // Give a wrongly accepted copy the time to reach the origin.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(replayed(), 1, "the replayed copy's GET reached the origin");
+    edge.stop().await;
+}
+
+/// Bounded wait (5 s) for a condition the edge reaches asynchronously.
+async fn wait_until(cond: impl Fn() -> bool) {
+    for _ in 0..500 {
+        if cond() {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    panic!("condition never reached");
+}
+
+/// Datagrams that cannot be QUIC are dropped and counted by why, and the listener goes on
+/// serving.
+#[tokio::test(flavor = "multi_thread")]
+#[cfg_attr(not(feature = "system-tests"), ignore = "system test (aioquic): scripts/test.sh runs it")]
+async fn garbage_datagrams_are_counted_and_cost_nothing() {
+    let fx = fixture();
+    let (origin, _) = h2_origin(&fx.origin, H2Opts::default()).await;
+    let edge = edge(&fx.route(origin, ""), "", "http3: true").await;
+    let out = h3_client(edge.addr, "b.test", &ca(&fx), &["--garbage"]).await;
+    assert_eq!(out["answers"], 0, "garbage is never answered: {out}");
+    for reason in ["truncated", "malformed", "small_initial"] {
+        wait_for(&edge, "edgewarm_quic_dropped_datagrams_total", &[("reason", reason)], 1.0).await;
+    }
+    let out = h3_client(edge.addr, "b.test", &ca(&fx), &["GET:/after"]).await;
+    assert_eq!(out["responses"][0]["status"], 200, "{out}");
+    edge.stop().await;
+}
+
+/// A flood of Initial packets (handshakes that never complete, bounded: 48 from one socket to
+/// 127.0.0.1) piles up handshakes; past the threshold new clients are sent a Retry, and a real
+/// client (which answers the Retry) is still served.
+#[tokio::test(flavor = "multi_thread")]
+#[cfg_attr(not(feature = "system-tests"), ignore = "system test (aioquic): scripts/test.sh runs it")]
+async fn an_initial_flood_triggers_retry_and_clients_are_still_served() {
+    let fx = fixture();
+    let (origin, _) = h2_origin(&fx.origin, H2Opts::default()).await;
+    let edge = edge(&fx.route(origin, ""), "", "http3: true").await;
+    let out = h3_client(edge.addr, "b.test", &ca(&fx), &["--flood", "48"]).await;
+    assert!(out["retries"].as_u64().unwrap() >= 1, "{out}");
+    assert!(edge.metric("edgewarm_quic_handshakes_total", &[("result", "retry")]) >= 1.0);
+    let out = h3_client(edge.addr, "b.test", &ca(&fx), &["GET:/still-here"]).await;
+    assert_eq!(out["responses"][0]["status"], 200, "{out}");
+    edge.stop().await;
+}
