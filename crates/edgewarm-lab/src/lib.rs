@@ -5,7 +5,8 @@
 //! - [`netns`]: the three hosts (client, edge, origin) as network namespaces.
 //! - [`delaybox`]: the emulated links: TUN pairs with a user-space delay per direction.
 //! - [`origin`]: the lab's HTTPS origin (`edgewarm-lab origin`).
-//! - [`load`]: the load generator (`edgewarm-lab load`): every request a new connection.
+//! - [`load`]: the load generator (`edgewarm-lab load`): every request a new connection;
+//!   [`load_h3`] its HTTP/3 client (quinn).
 //! - [`model`]: the round-trip minimum of each mode.
 //! - [`scenario`]: what a run measures (named scenarios, files, command-line narrowing).
 //! - [`run`]: `edgewarm-lab lab`: topology, processes, measurement.
@@ -18,6 +19,7 @@
 pub mod delaybox;
 pub mod error;
 pub mod load;
+pub mod load_h3;
 pub mod model;
 pub mod netns;
 pub mod origin;

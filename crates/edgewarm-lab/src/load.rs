@@ -60,8 +60,8 @@ pub struct LoadOpts {
     /// Give up on one request after this long.
     #[arg(long, value_parser = humantime::parse_duration, default_value = "10s")]
     pub timeout: Duration,
-    /// ALPN to offer: http/1.1 or h2 (HTTP/2 through hyper; TTFB is then the arrival of the
-    /// response headers).
+    /// ALPN to offer: http/1.1, h2 (HTTP/2 through hyper) or h3 (HTTP/3 over QUIC, quinn); with
+    /// h2 and h3 TTFB is the arrival of the response headers.
     #[arg(long, default_value = "http/1.1")]
     pub alpn: String,
     /// TLS 1.3 0-RTT: with a resumable session, send the request as early data (implies
@@ -90,8 +90,10 @@ pub enum LoadError {
     Ca(String),
     #[error("--tls must be 1.2, 1.3 or both")]
     TlsVersion,
-    #[error("--alpn must be http/1.1 or h2")]
+    #[error("--alpn must be http/1.1, h2 or h3")]
     Alpn,
+    #[error("HTTP/3 client: {0}")]
+    H3(String),
     #[error("--page needs --alpn h2 (sub-resources are multiplexed on the page's connection)")]
     PageNeedsH2,
 }
@@ -150,6 +152,8 @@ struct Target {
     resolver: edgewarm::transport::Resolver,
     /// Sub-resources fetched after the page (0: just the one request).
     page: usize,
+    /// `--alpn h3`: the QUIC client and where it connects.
+    h3: Option<(crate::load_h3::H3Client, SocketAddr)>,
 }
 
 fn parse_url(url: &str) -> Option<(String, u16, String)> {
@@ -185,7 +189,7 @@ pub async fn run(opts: &LoadOpts) -> Result<LoadReport, LoadError> {
         .map_err(|_| LoadError::TlsVersion)?
         .with_root_certificates(roots)
         .with_no_client_auth();
-    if !matches!(opts.alpn.as_str(), "http/1.1" | "h2") {
+    if !matches!(opts.alpn.as_str(), "http/1.1" | "h2" | "h3") {
         return Err(LoadError::Alpn);
     }
     if opts.page > 0 && opts.alpn != "h2" {
@@ -200,6 +204,19 @@ pub async fn run(opts: &LoadOpts) -> Result<LoadReport, LoadError> {
         Some(a) => OriginAddr { host: a.ip().to_string(), port: a.port() },
         None => OriginAddr { host: host.clone(), port },
     };
+    let h3 = if opts.alpn == "h3" {
+        let to = match opts.connect_to {
+            Some(a) => a,
+            None => tokio::net::lookup_host((host.as_str(), port))
+                .await
+                .ok()
+                .and_then(|mut a| a.next())
+                .ok_or_else(|| LoadError::H3(format!("cannot resolve {host}")))?,
+        };
+        Some((crate::load_h3::H3Client::new(tls.clone(), to).map_err(LoadError::H3)?, to))
+    } else {
+        None
+    };
     let target = Arc::new(Target {
         host,
         addr,
@@ -210,6 +227,7 @@ pub async fn run(opts: &LoadOpts) -> Result<LoadReport, LoadError> {
         timeout: opts.timeout,
         resolver: edgewarm::transport::Resolver::new(Duration::from_secs(3600)),
         page: opts.page,
+        h3,
     });
 
     warm_up_crypto(&target);
@@ -279,6 +297,11 @@ async fn one(t: &Target, t0: Instant, run_start: Instant) -> Result<Sample, &'st
 }
 
 async fn attempt(t: &Target, t0: Instant, at: Duration) -> Result<Sample, &'static str> {
+    if let Some((client, addr)) = &t.h3 {
+        let s = client.get(*addr, &t.host, &t.path, t.zero_rtt, t0).await?;
+        let (connect, tls) = (s.handshake, s.handshake);
+        return Ok(Sample { at, connect, tls, ttfb: s.ttfb, total: s.total, resumed: s.early, early: s.early });
+    }
     let (tcp, _) =
         connect::connect(&t.resolver, &t.addr, t.tfo, t.timeout, &[]).await.map_err(|e| e.close_reason().label())?;
     let connect = t0.elapsed();

@@ -22,7 +22,7 @@ struct Cli {
 enum Command {
     /// Emulate WAN round trips in network namespaces and measure TTFB per mode (needs root).
     Lab(edgewarm_lab::run::LabOpts),
-    /// Load generator: every request on a new TCP + TLS connection.
+    /// Load generator: every request on a new TCP + TLS (or QUIC) connection.
     Load(edgewarm_lab::load::LoadOpts),
     /// The lab's HTTPS origin (HTTP/1.1 and HTTP/2).
     Origin(edgewarm_lab::origin::OriginOpts),

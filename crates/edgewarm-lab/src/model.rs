@@ -12,6 +12,8 @@
 //! | prewarm | r | r (terminated at the edge) | r+R | 3r+R | 4r+R |
 //! | http | r | r (terminated at the edge) | r+R (a stream on a standing connection) | 3r+R | 4r+R |
 //!
+//! | h3 (HTTP/3 over QUIC) | - | r (QUIC and TLS 1.3 together) | r+R | 2r+R | - |
+//!
 //! Client TCP Fast Open removes one `r` (the request or hello rides the client's SYN), as does
 //! TLS 1.3 0-RTT on a resumed session; with both on a pre-warmed route the floor is `r+R`.
 
@@ -27,6 +29,8 @@ pub enum Mode {
     TunnelTfo,
     Prewarm,
     Http,
+    /// An `http` route over HTTP/3 (QUIC).
+    H3,
 }
 
 impl Mode {
@@ -37,6 +41,7 @@ impl Mode {
             Self::TunnelTfo => "tunnel + origin TFO",
             Self::Prewarm => "prewarm",
             Self::Http => "http",
+            Self::H3 => "h3",
         }
     }
 }
@@ -48,6 +53,9 @@ pub fn round_trips(mode: Mode, tls12: bool, client_tfo: bool, zero_rtt: bool) ->
         Mode::Direct | Mode::Tunnel => (2 + tls, 2 + tls),
         Mode::TunnelTfo => (2 + tls, 1 + tls),
         Mode::Prewarm | Mode::Http => (2 + tls, 1),
+        // QUIC: one round trip of handshake (transport and TLS 1.3 together) to the edge, then
+        // the request; no TCP, so nothing for Fast Open to save. 0-RTT saves the handshake's.
+        Mode::H3 => return (2 - u32::from(zero_rtt), 1),
     };
     let saved = u32::from(client_tfo) + u32::from(zero_rtt && !tls12);
     (on_r - saved, on_big_r)
@@ -94,6 +102,10 @@ mod tests {
         assert_eq!(min_ttfb(Mode::Http, false, r, big_r, false, false), 160 * MS);
         assert_eq!(min_ttfb(Mode::Http, true, 16 * MS, 265 * MS, false, false), 329 * MS);
         assert_eq!(min_ttfb(Mode::Http, false, r, big_r, true, false), 140 * MS);
+        // HTTP/3: 2r+R new, r+R with 0-RTT: the floor without Fast Open.
+        assert_eq!(min_ttfb(Mode::H3, false, r, big_r, false, false), 140 * MS);
+        assert_eq!(min_ttfb(Mode::H3, false, r, big_r, false, true), 120 * MS);
+        assert_eq!(formula(round_trips(Mode::H3, false, false, true)), "r+R");
     }
 
     #[test]

@@ -64,7 +64,7 @@ impl LabReport {
     pub fn markdown(&self) -> String {
         let s = &self.scenario;
         let mut t = format!(
-            "# edgewarm lab: {} (r = {} ms, R = {} ms, TLS {})\n\n{}, each a new TCP + TLS connection and one request. \
+            "# edgewarm lab: {} (r = {} ms, R = {} ms, TLS {})\n\n{}, each a new connection (TCP + TLS; QUIC for h3) and one request. \
              TTFB is from the start of the TCP connect to the first response byte. Delay box worst lateness: {:.2} ms.\n\n\
              | mode | R ms | ok | errors | TTFB p50 ms | TTFB p99 ms | minimum | minimum ms | p50 / minimum | pool hit rate | waste | origin conns / 1000 clients |\n\
              |---|---|---|---|---|---|---|---|---|---|---|---|\n",

@@ -171,8 +171,8 @@ async fn run_part(part: Part<'_>) -> Result<(Vec<ModeResult>, Vec<PoolSample>, u
                 (Mode::TunnelTfo, _) => ("t.test", EDGE_A),
                 (Mode::Prewarm, false) => ("b.test", EDGE_A),
                 (Mode::Prewarm, true) => ("p.test", EDGE_A),
-                (Mode::Http, false) => ("h.test", EDGE_A),
-                (Mode::Http, true) => ("z.test", EDGE_A),
+                (Mode::Http | Mode::H3, false) => ("h.test", EDGE_A),
+                (Mode::Http | Mode::H3, true) => ("z.test", EDGE_A),
             };
             (run, run.label(), name, SocketAddrV4::new(ip, 443), None)
         })
@@ -222,8 +222,8 @@ async fn run_part(part: Part<'_>) -> Result<(Vec<ModeResult>, Vec<PoolSample>, u
         // The 0-RTT routes verify the origin under another of its names, so they have origin
         // connections (and counts) of their own: pools and upstreams are shared by origin key.
         let route = match (mode, run.zero_rtt) {
-            (Mode::Http, false) => "h.test",
-            (Mode::Http, true) => "z.test",
+            (Mode::Http | Mode::H3, false) => "h.test",
+            (Mode::Http | Mode::H3, true) => "z.test",
             (_, true) => "p.test",
             _ => "b.test",
         };
@@ -270,8 +270,8 @@ async fn run_part(part: Part<'_>) -> Result<(Vec<ModeResult>, Vec<PoolSample>, u
             (None, None)
         };
         let clients = (report.ok + report.errors.values().sum::<usize>()).max(1) as f64;
-        let mut origin_conns_per_1000 =
-            (!peer && matches!(mode, Mode::Prewarm | Mode::Http)).then(|| (after[3] - before[3]) / clients * 1000.0);
+        let mut origin_conns_per_1000 = (!peer && matches!(mode, Mode::Prewarm | Mode::Http | Mode::H3))
+            .then(|| (after[3] - before[3]) / clients * 1000.0);
         // A peer that exposes its pool (ATS): its own hits, misses and origin handshakes.
         let (mut hit_rate, mut waste) = (hit_rate, waste);
         if let (Some(b), Some(a)) = (peer_before, peer_after) {
@@ -310,7 +310,7 @@ fn spawn(cmd: std::process::Command, log: &Path) -> Result<Guard, LabError> {
 fn edge_config(d: &str, page: bool) -> String {
     let alpn = if page { "    alpn: [h2, http/1.1]\n" } else { "" };
     format!(
-        "admin: {{listen: \"127.0.0.1:9900\"}}\nlisteners: [{{listen: \"{EDGE_A}:443\", tcp_fastopen: 256}}]\nroutes:\n\
+        "admin: {{listen: \"127.0.0.1:9900\"}}\nlisteners: [{{listen: \"{EDGE_A}:443\", tcp_fastopen: 256, http3: true}}]\nroutes:\n\
          \x20 - {{sni: a.test, action: tunnel, origin: \"{ORIGIN}:443\"}}\n\
          \x20 - {{sni: t.test, action: tunnel, origin: \"{ORIGIN}:443\", origin_tcp_fastopen: true}}\n\
          \x20 - sni: b.test\n    action: prewarm\n    origin: \"{ORIGIN}:443\"\n    cert: {d}/edge.pem\n    key: {d}/edge.key\n\
@@ -458,6 +458,9 @@ async fn load(
     }
     if run.zero_rtt {
         args.push("--zero-rtt");
+    }
+    if run.mode == Mode::H3 {
+        args.extend(["--alpn", "h3"]);
     }
     let page = scenario.page.to_string();
     if scenario.page > 0 {

@@ -134,6 +134,8 @@ impl ModeRun {
             "client_tfo_http" => run(Mode::Http, true, true),
             "client_tfo_http_x25519" => run(Mode::Http, false, true),
             "0rtt_http" => zero(Mode::Http, false),
+            "h3" => run(Mode::H3, true, false),
+            "0rtt_h3" => zero(Mode::H3, false),
             "client_tfo_0rtt_http" => zero(Mode::Http, true),
             "client_tfo_0rtt_prewarm" => zero(Mode::Prewarm, true),
             _ => None,
@@ -281,13 +283,17 @@ impl Scenario {
                     "0rtt_http",
                     "client_tfo_0rtt_http",
                     "client_tfo_0rtt_prewarm",
+                    "h3",
+                    "0rtt_h3",
                 ];
                 let modes = modes.iter().filter_map(|m| ModeRun::parse(m)).collect();
                 return Some(base(20.0, 100.0, false, modes));
             }
             _ => return None,
         };
-        Some(base(r, big_r, tls12, all))
+        // HTTP/3 is TLS 1.3 only: measured where the scenario is TLS 1.3.
+        let modes = if tls12 { all } else { all.into_iter().chain([pq(Mode::H3)]).collect() };
+        Some(base(r, big_r, tls12, modes))
     }
 
     pub(crate) fn r(&self) -> Duration {

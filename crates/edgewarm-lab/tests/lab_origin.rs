@@ -100,3 +100,23 @@ async fn origin_closes_idle_connections() {
     let r = tokio::time::timeout(Duration::from_secs(20), tls.read(&mut buf)).await.expect("origin never closed");
     assert!(matches!(r, Ok(0) | Err(_)), "{r:?}");
 }
+
+/// The load generator over HTTP/3 (quinn) through an edge with `http3` on 127.0.0.1: every
+/// request a new QUIC connection; with `--zero-rtt`, after the first, each resumes and its
+/// request is taken as 0-RTT data.
+#[tokio::test(flavor = "multi_thread")]
+async fn load_generator_over_http3() {
+    let fx = common::pki("http");
+    let (origin, _) = common::h2_origin(&fx.origin, common::H2Opts::default()).await;
+    let edge = common::edge(&fx.route(origin, "    early_data: safe\n"), "", "http3: true").await;
+    let mut o = opts(edge.addr, &fx.path.join("edge"), "h3", "1.3");
+    o.url = "https://b.test/".into();
+    let report = load::run(&o).await.unwrap();
+    assert_eq!(report.ok, 20, "{:?}", report.errors);
+    assert!(report.ttfb_ms.p50 <= report.total_ms.p50);
+    (o.zero_rtt, o.concurrency) = (true, 1);
+    let report = load::run(&o).await.unwrap();
+    assert_eq!(report.ok, 20, "{:?}", report.errors);
+    assert!(report.early_data >= 19, "0-RTT taken on {} of 20", report.early_data);
+    edge.stop().await;
+}

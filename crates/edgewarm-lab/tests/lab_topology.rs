@@ -114,8 +114,8 @@ fn a_short_lab_run_reports_every_mode_and_cleans_up() {
     assert!(run.status.success(), "{}", String::from_utf8_lossy(&run.stderr));
     let report: serde_json::Value = serde_json::from_slice(&run.stdout).unwrap();
     let results = report["results"].as_array().unwrap();
-    // direct, tunnel, tunnel + origin TFO (PQ and X25519 hellos), prewarm, http.
-    assert_eq!(results.len(), 6);
+    // direct, tunnel, tunnel + origin TFO (PQ and X25519 hellos), prewarm, http, h3.
+    assert_eq!(results.len(), 7);
     for m in results {
         assert_eq!(m["load"]["ok"], 5, "{m}");
         assert!(m["min_ms"].as_f64().unwrap() > 0.0);
@@ -124,6 +124,8 @@ fn a_short_lab_run_reports_every_mode_and_cleans_up() {
         |label: &str| results.iter().find(|m| m["label"] == label).unwrap()["load"]["ttfb_ms"]["p50"].as_f64().unwrap();
     assert!(p50("prewarm") < p50("tunnel"), "prewarm {} ms vs tunnel {} ms", p50("prewarm"), p50("tunnel"));
     assert!(p50("http") < p50("tunnel"), "http {} ms vs tunnel {} ms", p50("http"), p50("tunnel"));
+    // HTTP/3 saves the TCP handshake's round trip to the edge: 2r+R against 3r+R.
+    assert!(p50("h3") < p50("http"), "h3 {} ms vs http {} ms", p50("h3"), p50("http"));
     let dir = std::path::PathBuf::from(report["run_dir"].as_str().unwrap());
     assert!(std::fs::read_to_string(dir.join("report.md")).unwrap().contains("| prewarm |"));
     assert_eq!(lab_namespaces(pid), 0, "{}", namespaces());

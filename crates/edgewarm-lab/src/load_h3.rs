@@ -1,0 +1,88 @@
+//! HTTP/3 for the load generator (`--alpn h3`): every request on a new QUIC connection (quinn,
+//! rustls on aws-lc-rs), one GET, timed like the TCP path. With `--zero-rtt` a connection
+//! resumes with the ticket of an earlier one and its request leaves in the first flight, as
+//! 0-RTT data.
+//!
+//! TTFB is the arrival of the response headers. QUIC has no separate connect: `connect` and
+//! `tls` are both the handshake (with 0-RTT, the moment the request could be sent: at once).
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+/// What one HTTP/3 request measured.
+pub(crate) struct H3Sample {
+    pub(crate) handshake: Duration,
+    pub(crate) ttfb: Duration,
+    pub(crate) total: Duration,
+    /// The request went in 0-RTT data and the server took it.
+    pub(crate) early: bool,
+}
+
+/// One client endpoint (one UDP socket) for the whole run, and its configuration: its session
+/// cache is where tickets wait for the next connection.
+pub(crate) struct H3Client {
+    endpoint: quinn::Endpoint,
+    config: quinn::ClientConfig,
+}
+
+impl H3Client {
+    /// `tls` as the TCP path builds it (roots, key exchange, resumption, early data); ALPN
+    /// becomes `h3`.
+    pub(crate) fn new(mut tls: rustls::ClientConfig, target: SocketAddr) -> Result<Self, String> {
+        tls.alpn_protocols = vec![b"h3".to_vec()];
+        let crypto = quinn::crypto::rustls::QuicClientConfig::try_from(tls).map_err(|e| e.to_string())?;
+        let config = quinn::ClientConfig::new(Arc::new(crypto));
+        let any: SocketAddr = if target.is_ipv4() { ([0, 0, 0, 0], 0).into() } else { ([0u16; 8], 0).into() };
+        let endpoint = quinn::Endpoint::client(any).map_err(|e| e.to_string())?;
+        Ok(Self { endpoint, config })
+    }
+
+    /// GET `path` from `host` at `addr` on a new connection, timed from `t0`.
+    pub(crate) async fn get(
+        &self,
+        addr: SocketAddr,
+        host: &str,
+        path: &str,
+        zero_rtt: bool,
+        t0: Instant,
+    ) -> Result<H3Sample, &'static str> {
+        let connecting = self.endpoint.connect_with(self.config.clone(), addr, host).map_err(|_| "connect")?;
+        let (conn, accepted) = if zero_rtt {
+            match connecting.into_0rtt() {
+                Ok((conn, accepted)) => (conn, Some(accepted)),
+                // No ticket yet (the first connection): a full handshake.
+                Err(connecting) => (connecting.await.map_err(|_| "quic")?, None),
+            }
+        } else {
+            (connecting.await.map_err(|_| "quic")?, None)
+        };
+        let handshake = t0.elapsed();
+        let (mut driver, mut send) =
+            h3::client::new(h3_quinn::Connection::new(conn.clone())).await.map_err(|_| "h3")?;
+        let drive = tokio::spawn(async move { std::future::poll_fn(|cx| driver.poll_close(cx)).await });
+        let result = async {
+            let req = http::Request::get(format!("https://{host}{path}")).body(()).map_err(|_| "bad_request")?;
+            let mut stream = send.send_request(req).await.map_err(|_| "h3")?;
+            stream.finish().await.map_err(|_| "h3")?;
+            let response = stream.recv_response().await.map_err(|_| "h3")?;
+            let ttfb = t0.elapsed();
+            if !response.status().is_success() {
+                return Err("http_status");
+            }
+            while stream.recv_data().await.map_err(|_| "h3")?.is_some() {}
+            Ok((ttfb, t0.elapsed()))
+        }
+        .await;
+        let early = match accepted {
+            Some(accepted) => accepted.await,
+            None => false,
+        };
+        conn.close(0u32.into(), b"");
+        drive.abort();
+        let (ttfb, total) = result?;
+        Ok(H3Sample { handshake, ttfb, total, early })
+    }
+}
