@@ -52,14 +52,6 @@ rps() { # port -> requests/s
   h2load -c 50 -m 10 -n "$requests" --connect-to="127.0.0.1:$1" "https://b.test:$1/" 2>/dev/null \
     | awk '/^finished in/ {gsub(",", "", $4); print $4} /succeeded,/ {if ($10 != 0 || $12 != 0) print "ERRORS: " $0 > "/dev/stderr"}'
 }
-# CPU time (user + system, clock ticks) of a process and its children (nginx's workers).
-ticks() {
-  local total=0 p
-  for p in $1 $(pgrep -P "$1"); do
-    [ -r "/proc/$p/stat" ] && total=$((total + $(awk '{print $14 + $15}' "/proc/$p/stat")))
-  done
-  echo "$total"
-}
 hz=$(getconf CLK_TCK)
 declare -A all cpu
 for pair in "${contenders[@]}"; do all[${pair%%:*}]=""; cpu[${pair%%:*}]=""; done
@@ -76,7 +68,6 @@ for round in $(seq "$rounds"); do
     echo "round $round $name $r req/s, $us µs CPU/request"
   done
 done
-median() { tr ' ' '\n' | grep -v '^$' | sort -n | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
 e=$(echo "${all[edgewarm]}" | median) ce=$(echo "${cpu[edgewarm]}" | median)
 row() { # name label
   local r c

@@ -32,6 +32,19 @@ bench_cert() {
   cat "$dir/$1.pem" "$dir/$1.key" > "$dir/$1.bundle"
 }
 
+# ticks PID: CPU time (user + system, clock ticks) of a process and its children (nginx's
+# workers).
+ticks() {
+  local total=0 p
+  for p in $1 $(pgrep -P "$1"); do
+    [ -r "/proc/$p/stat" ] && total=$((total + $(awk '{print $14 + $15}' "/proc/$p/stat")))
+  done
+  echo "$total"
+}
+
+# median: the median of the numbers on stdin (space or newline separated).
+median() { tr ' ' '\n' | grep -v '^$' | sort -n | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
+
 # wait_ports PORT...: until each accepts a connection on 127.0.0.1 (20 s at most each).
 wait_ports() {
   local port

@@ -108,7 +108,6 @@ for name in nginx nginx-plain nginx-https haproxy haproxy-plain haproxy-https ed
 wait_ports $origin $ew $ns $ht $nh $hh $np $hp
 sleep 1
 
-ticks() { local t=0 p; for p in $1 $(pgrep -P "$1"); do [ -r /proc/$p/stat ] && t=$((t + $(awk '{print $14 + $15}' /proc/$p/stat))); done; echo $t; }
 fds() { local t=0 p; for p in $1 $(pgrep -P "$1"); do t=$((t + $(ls "/proc/$p/fd" 2>/dev/null | wc -l))); done; echo $t; }
 rss_kib() { local t=0 p; for p in $1 $(pgrep -P "$1"); do t=$((t + $(awk '/VmRSS/ {print $2}' /proc/$p/status 2>/dev/null || echo 0))); done; echo $t; }
 hz=$(getconf CLK_TCK)

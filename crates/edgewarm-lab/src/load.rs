@@ -73,7 +73,7 @@ pub struct LoadOpts {
     #[arg(long)]
     pub classic_kx: bool,
     /// Page workload: after the first response, fetch this many sub-resources at once on the
-    /// same HTTP/2 connection (needs --alpn h2); `total_ms` is then the page time, from the
+    /// same connection (needs --alpn h2 or h3); `total_ms` is then the page time, from the
     /// connect to the last sub-resource's last byte.
     #[arg(long, default_value_t = 0)]
     pub page: usize,
@@ -94,7 +94,7 @@ pub enum LoadError {
     Alpn,
     #[error("HTTP/3 client: {0}")]
     H3(String),
-    #[error("--page needs --alpn h2 (sub-resources are multiplexed on the page's connection)")]
+    #[error("--page needs --alpn h2 or h3 (sub-resources are multiplexed on the page's connection)")]
     PageNeedsH2,
 }
 
@@ -192,7 +192,7 @@ pub async fn run(opts: &LoadOpts) -> Result<LoadReport, LoadError> {
     if !matches!(opts.alpn.as_str(), "http/1.1" | "h2" | "h3") {
         return Err(LoadError::Alpn);
     }
-    if opts.page > 0 && opts.alpn != "h2" {
+    if opts.page > 0 && opts.alpn == "http/1.1" {
         return Err(LoadError::PageNeedsH2);
     }
     tls.alpn_protocols = vec![opts.alpn.as_bytes().to_vec()];
@@ -298,7 +298,7 @@ async fn one(t: &Target, t0: Instant, run_start: Instant) -> Result<Sample, &'st
 
 async fn attempt(t: &Target, t0: Instant, at: Duration) -> Result<Sample, &'static str> {
     if let Some((client, addr)) = &t.h3 {
-        let s = client.get(*addr, &t.host, &t.path, t.zero_rtt, t0).await?;
+        let s = client.get(*addr, &t.host, &t.path, t.zero_rtt, t.page, t0).await?;
         let (connect, tls) = (s.handshake, s.handshake);
         return Ok(Sample { at, connect, tls, ttfb: s.ttfb, total: s.total, resumed: s.early, early: s.early });
     }

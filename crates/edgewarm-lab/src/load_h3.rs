@@ -40,13 +40,15 @@ impl H3Client {
         Ok(Self { endpoint, config })
     }
 
-    /// GET `path` from `host` at `addr` on a new connection, timed from `t0`.
+    /// GET `path` from `host` at `addr` on a new connection, timed from `t0`; then `page`
+    /// sub-resources at once on the same connection (`total` is then the page time).
     pub(crate) async fn get(
         &self,
         addr: SocketAddr,
         host: &str,
         path: &str,
         zero_rtt: bool,
+        page: usize,
         t0: Instant,
     ) -> Result<H3Sample, &'static str> {
         let connecting = self.endpoint.connect_with(self.config.clone(), addr, host).map_err(|_| "connect")?;
@@ -64,15 +66,15 @@ impl H3Client {
             h3::client::new(h3_quinn::Connection::new(conn.clone())).await.map_err(|_| "h3")?;
         let drive = tokio::spawn(async move { std::future::poll_fn(|cx| driver.poll_close(cx)).await });
         let result = async {
-            let req = http::Request::get(format!("https://{host}{path}")).body(()).map_err(|_| "bad_request")?;
-            let mut stream = send.send_request(req).await.map_err(|_| "h3")?;
-            stream.finish().await.map_err(|_| "h3")?;
-            let response = stream.recv_response().await.map_err(|_| "h3")?;
-            let ttfb = t0.elapsed();
-            if !response.status().is_success() {
-                return Err("http_status");
+            let ttfb = fetch(&mut send, format!("https://{host}{path}"), t0).await?;
+            let subs = (0..page).map(|i| {
+                let mut send = send.clone();
+                let uri = format!("https://{host}{path}?sub={i}");
+                async move { fetch(&mut send, uri, t0).await }
+            });
+            for done in futures_util::future::join_all(subs).await {
+                done?;
             }
-            while stream.recv_data().await.map_err(|_| "h3")?.is_some() {}
             Ok((ttfb, t0.elapsed()))
         }
         .await;
@@ -85,4 +87,20 @@ impl H3Client {
         let (ttfb, total) = result?;
         Ok(H3Sample { handshake, ttfb, total, early })
     }
+}
+
+type Send = h3::client::SendRequest<h3_quinn::OpenStreams, bytes::Bytes>;
+
+/// One GET on the connection: when its response headers came (from `t0`), once its body ended.
+async fn fetch(send: &mut Send, uri: String, t0: Instant) -> Result<Duration, &'static str> {
+    let req = http::Request::get(uri).body(()).map_err(|_| "bad_request")?;
+    let mut stream = send.send_request(req).await.map_err(|_| "h3")?;
+    stream.finish().await.map_err(|_| "h3")?;
+    let response = stream.recv_response().await.map_err(|_| "h3")?;
+    let ttfb = t0.elapsed();
+    if !response.status().is_success() {
+        return Err("http_status");
+    }
+    while stream.recv_data().await.map_err(|_| "h3")?.is_some() {}
+    Ok(ttfb)
 }

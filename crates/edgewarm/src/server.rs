@@ -36,10 +36,11 @@ pub struct Bound {
     pub listeners: Vec<Listener>,
 }
 
-/// One configured listener's sockets: TCP, and UDP at the same address and port for HTTP/3.
+/// One configured listener's sockets: TCP, and for HTTP/3 one UDP socket per worker at the same
+/// address and port.
 pub struct Listener {
     pub tcp: TcpListener,
-    pub udp: Option<std::net::UdpSocket>,
+    pub udp: Vec<std::net::UdpSocket>,
     pub config: ListenerConfig,
 }
 
@@ -55,10 +56,10 @@ impl Bound {
                 // The same port as TCP's (port 0 in tests: the one TCP was given), so that one
                 // `Alt-Svc` names both.
                 let addr = std.local_addr()?;
-                let udp = l
-                    .http3
-                    .then(|| std::net::UdpSocket::bind(addr))
-                    .transpose()
+                let sockets = if l.http3 { config.worker_count().max(1) } else { 0 };
+                let udp = (0..sockets)
+                    .map(|_| sockopt::bind_udp(addr, sockets > 1))
+                    .collect::<std::io::Result<Vec<_>>>()
                     .map_err(|e| std::io::Error::new(e.kind(), format!("cannot listen on udp {addr}: {e}")))?;
                 Ok(Listener { tcp: TcpListener::from_std(std)?, udp, config: l.clone() })
             })
@@ -191,14 +192,12 @@ impl Server {
     pub async fn run(self: &Arc<Self>, listeners: Vec<Listener>) {
         let mut accept_loops = tokio::task::JoinSet::new();
         for l in listeners {
-            if let Some(udp) = l.udp {
-                match listener::quic::endpoint(udp, &l.config, &self.listeners) {
-                    Ok(endpoint) => {
-                        accept_loops.spawn(listener::quic::accept_loop(
-                            endpoint,
-                            l.config.clone(),
-                            self.listeners.clone(),
-                        ));
+            if !l.udp.is_empty() {
+                match listener::quic::serve(l.udp, &l.config, &self.listeners) {
+                    Ok(loops) => {
+                        for done in loops {
+                            accept_loops.spawn(done);
+                        }
                     }
                     Err(e) => tracing::error!(listen = %l.config.listen, error = %e, "cannot serve HTTP/3"),
                 }

@@ -56,6 +56,20 @@ pub fn bind_listener(addr: SocketAddr, fastopen_queue: u32) -> io::Result<std::n
     Ok(socket.into())
 }
 
+/// A UDP socket for a QUIC listener at `addr`. With `reuse_port`, several such sockets share the
+/// address (SO_REUSEPORT): the kernel hands each client's datagrams (by their address and port)
+/// to one of them, so each worker serves its own QUIC connections from its own socket.
+pub fn bind_udp(addr: SocketAddr, reuse_port: bool) -> io::Result<std::net::UdpSocket> {
+    let socket = Socket::new(Domain::for_address(addr), Type::DGRAM, Some(Protocol::UDP))?;
+    if addr.is_ipv6() {
+        socket.set_only_v6(true)?;
+    }
+    socket.set_reuse_port(reuse_port)?;
+    socket.set_nonblocking(true)?;
+    socket.bind(&addr.into())?;
+    Ok(socket.into())
+}
+
 /// TCP_NODELAY. Always on for proxied sockets: with Nagle, the small TLS flights that follow a
 /// partial write wait for an ACK and the handshake loses a round trip.
 pub fn set_nodelay(fd: &impl AsFd) -> io::Result<()> {

@@ -6,8 +6,7 @@
 //! rules ([`tls`]) → on a worker, like a TCP connection → the route's HTTP/3 driver
 //! ([`crate::action::http::serve_quic`]) → one access-log line with `alpn=h3`.
 //!
-//! One endpoint per listener, its socket I/O on the main runtime; each connection's requests
-//! run on a worker. Datagrams that cannot be QUIC for us are counted as they arrive
+//! One endpoint per worker ([`serve`]), each with its own socket on the shared port. Datagrams that cannot be QUIC for us are counted as they arrive
 //! ([`socket`]) and dropped by quinn before they cost more than a parse.
 
 mod socket;
@@ -33,12 +32,32 @@ use crate::route::RouteAction;
 /// flood of Initial packets nothing but the Retry itself (RFC 9000 §8.1).
 const RETRY_ABOVE: usize = 32;
 
-/// The endpoint for a bound UDP socket. Inside the runtime: quinn spawns its driver there.
-pub(crate) fn endpoint(
-    socket: std::net::UdpSocket,
+/// What a listener's endpoints share: one connection limit and one count of handshakes in
+/// progress for the listener, whichever worker a client lands on.
+struct Shared {
+    config: Arc<ListenerConfig>,
+    limit: Arc<Semaphore>,
+    handshaking: Arc<AtomicUsize>,
+}
+
+/// An accept loop, to be awaited until it has stopped accepting.
+pub(crate) type Loop = std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>;
+
+/// Serve a listener's HTTP/3: one endpoint per UDP socket (they share the port through
+/// SO_REUSEPORT), each on its own worker, so that a QUIC connection's datagrams, its packets'
+/// processing and its requests stay on one core as a TCP connection's do. The endpoints share
+/// one server configuration: one session store (a ticket resumes whichever worker the client
+/// lands on next time) and one key for address-validation tokens.
+///
+/// A client whose address or port changes mid-connection (NAT rebinding, migration) may land on
+/// another worker's socket, whose endpoint does not know the connection: its packets are
+/// dropped and the client, after its own timeout, opens a new connection. Steering by
+/// connection ID (an eBPF program on the socket group) would remove that; not done.
+pub(crate) fn serve(
+    sockets: Vec<std::net::UdpSocket>,
     config: &ListenerConfig,
-    cx: &Context,
-) -> std::io::Result<quinn::Endpoint> {
+    cx: &Arc<Context>,
+) -> std::io::Result<Vec<Loop>> {
     let snapshot = cx.snapshot.borrow().clone();
     let settings = tls::QuicSettings {
         streams: crate::http::client::MAX_CLIENT_STREAMS,
@@ -48,6 +67,40 @@ pub(crate) fn endpoint(
     let replays = cx.metrics.early.replays.get_or_create(&RouteLabel { route: RouteName::new(SESSIONS_LABEL) }).clone();
     let server =
         tls::server_config(cx.snapshot.clone(), tls::sessions(replays), &settings).map_err(std::io::Error::other)?;
+    let shared = Arc::new(Shared {
+        config: Arc::new(config.clone()),
+        limit: Arc::new(Semaphore::new(config.max_connections)),
+        handshaking: Arc::new(AtomicUsize::new(0)),
+    });
+    let mut loops: Vec<Loop> = Vec::new();
+    for (i, socket) in sockets.into_iter().enumerate() {
+        let (server, shared, cx2) = (server.clone(), shared.clone(), cx.clone());
+        let run = async move {
+            match endpoint(socket, server, &cx2) {
+                Ok(endpoint) => accept_loop(endpoint, shared, cx2).await,
+                Err(e) => tracing::error!(error = %e, "cannot serve HTTP/3 on a worker"),
+            }
+        };
+        match cx.workers.get(i) {
+            Some(worker) => {
+                let handle = worker.spawn(run);
+                loops.push(Box::pin(async move {
+                    let _ = handle.await;
+                }));
+            }
+            None => loops.push(Box::pin(run)),
+        }
+    }
+    Ok(loops)
+}
+
+/// The endpoint for a bound UDP socket, in the runtime that calls it (quinn spawns its driver
+/// there). Undecodable datagrams are counted on the way in ([`socket`]).
+fn endpoint(
+    socket: std::net::UdpSocket,
+    server: quinn::ServerConfig,
+    cx: &Context,
+) -> std::io::Result<quinn::Endpoint> {
     let listener = socket.local_addr()?.to_string();
     let socket = quinn::Runtime::wrap_udp_socket(&quinn::TokioRuntime, socket)?;
     let socket = Arc::new(socket::Counted::new(socket, &cx.metrics.quic, &listener));
@@ -62,33 +115,32 @@ pub(crate) fn endpoint(
 /// The `route` label of the HTTP/3 session store's replay counter (one store per listener).
 const SESSIONS_LABEL: &str = "<h3>";
 
-pub(crate) async fn accept_loop(endpoint: quinn::Endpoint, config: ListenerConfig, cx: Arc<Context>) {
+async fn accept_loop(endpoint: quinn::Endpoint, shared: Arc<Shared>, cx: Arc<Context>) {
     let Ok(local) = endpoint.local_addr() else { return };
-    let limit = Arc::new(Semaphore::new(config.max_connections));
-    let handshaking = Arc::new(AtomicUsize::new(0));
-    let config = Arc::new(config);
     let count =
         |result| cx.metrics.quic.handshakes.get_or_create(&QuicResult { listener: local.to_string(), result }).inc();
-    tracing::info!(listen = %local, "listening for HTTP/3 (QUIC)");
+    tracing::info!(listen = %local, worker = ?crate::workers::current(), "listening for HTTP/3 (QUIC)");
     loop {
         let incoming = tokio::select! {
             i = endpoint.accept() => match i { Some(i) => i, None => break },
             () = cx.stop.cancelled() => break,
         };
-        let piling_up = handshaking.load(Ordering::Relaxed) >= RETRY_ABOVE;
+        let piling_up = shared.handshaking.load(Ordering::Relaxed) >= RETRY_ABOVE;
         // `may_retry` is false for a client already answering a Retry: it is not sent another.
         if piling_up && !incoming.remote_address_validated() && incoming.may_retry() {
             count(Outcome::Retry);
             let _ = incoming.retry();
             continue;
         }
-        let Ok(permit) = limit.clone().try_acquire_owned() else {
+        let Ok(permit) = shared.limit.clone().try_acquire_owned() else {
             count(Outcome::Refused);
             incoming.refuse();
             continue;
         };
-        let guard = Handshaking::enter(&handshaking);
-        spawn(incoming, local, guard, config.clone(), cx.clone(), permit);
+        let guard = Handshaking::enter(&shared.handshaking);
+        // Served here, on this endpoint's worker.
+        let task = connection(incoming, local, guard, shared.config.clone(), cx.clone(), permit);
+        tokio::spawn(cx.tracker.track_future(task));
     }
     // No new connections; those open finish on `stop` (GOAWAY) or `cut`.
     endpoint.set_server_config(None);
@@ -107,26 +159,6 @@ impl Handshaking {
 impl Drop for Handshaking {
     fn drop(&mut self) {
         self.0.fetch_sub(1, Ordering::Relaxed);
-    }
-}
-
-/// Serve the connection on the next worker (or here, without workers), as TCP connections are.
-fn spawn(
-    incoming: quinn::Incoming,
-    local: SocketAddr,
-    guard: Handshaking,
-    config: Arc<ListenerConfig>,
-    cx: Arc<Context>,
-    permit: OwnedSemaphorePermit,
-) {
-    let task = cx.tracker.track_future(connection(incoming, local, guard, config, cx.clone(), permit));
-    match cx.workers.next() {
-        Some((_, worker)) => {
-            worker.spawn(task);
-        }
-        None => {
-            tokio::spawn(task);
-        }
     }
 }
 

@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# HTTP/3 against HTTP/2 through the same edgewarm `http` route and the same nginx HTTP/2 origin,
+# in one run: requests/s and the edge's CPU per request, alternating rounds, medians. Each
+# client connection fetches a page and then PAGE sub-resources at once (`edgewarm-lab load
+# --page`), as a browser does: one handshake per PAGE+1 requests, so the figure is mostly the
+# cost of a request on an open connection. Needs: nginx, openssl (scripts/deps.sh).
+#
+#   scripts/bench-h3.sh [ROUNDS] [CONNECTIONS] [PAGE] [CONCURRENCY]
+set -euo pipefail
+rounds=${1:-5} conns=${2:-300} page=${3:-30} concurrency=${4:-10}
+root=$(cd "$(dirname "$0")/.." && pwd)
+# shellcheck source=scripts/bench-lib.sh
+. "$root/scripts/bench-lib.sh"
+cargo build --release -q -p edgewarm -p edgewarm-lab --manifest-path "$root/Cargo.toml"
+edgewarm="$root/target/release/edgewarm" lab="$root/target/release/edgewarm-lab"
+bench_workdir
+bench_http_pki
+origin=18743 edge=19743 admin=19990
+bench_h2_origin $origin 2
+bench_http_edge $edge $admin $origin | sed "s/{listen: \"127.0.0.1:$edge\"}/{listen: \"127.0.0.1:$edge\", http3: true}/" > "$dir/edge.yaml"
+nginx -c "$dir/origin.conf" & pids+=($!)
+RUST_LOG=warn "$edgewarm" run --config "$dir/edge.yaml" 2>"$dir/edge.log" & pids+=($!); pid=$!
+wait_ports $origin $edge
+hz=$(getconf CLK_TCK)
+declare -A rps cpu
+for round in $(seq "$rounds"); do
+  # Alternating which goes first, so neither always runs on a warmer machine.
+  order="h2 h3"; [ $((round % 2)) -eq 0 ] && order="h3 h2"
+  for alpn in $order; do
+    c0=$(ticks $pid) t0=$(date +%s.%N)
+    out=$("$lab" load https://b.test/ --connect-to "127.0.0.1:$edge" --cacert "$dir/ca.pem" --alpn "$alpn" \
+      --page "$page" --requests "$conns" --concurrency "$concurrency" --json)
+    t1=$(date +%s.%N) c1=$(ticks $pid)
+    ok=$(printf '%s' "$out" | python3 -c "import json,sys; print(json.load(sys.stdin)['ok'])")
+    [ "$ok" = "$conns" ] || echo "round $round $alpn: $ok of $conns connections succeeded" >&2
+    n=$((ok * (page + 1)))
+    r=$(awk "BEGIN {printf \"%.0f\", $n / ($t1 - $t0)}")
+    us=$(awk "BEGIN {printf \"%.1f\", ($c1 - $c0) * 1e6 / $hz / $n}")
+    rps[$alpn]="${rps[$alpn]:-} $r" cpu[$alpn]="${cpu[$alpn]:-} $us"
+    echo "round $round $alpn: $r req/s, $us µs edge CPU per request"
+  done
+done
+echo
+echo "| client protocol ($conns connections x $((page + 1)) requests, $concurrency at once; median of $rounds) | req/s | edge CPU µs per request |"
+echo "|---|---|---|"
+for alpn in h2 h3; do
+  echo "| $alpn | $(echo "${rps[$alpn]}" | median) | $(echo "${cpu[$alpn]}" | median) |"
+done
+awk -v a="$(echo "${cpu[h3]}" | median)" -v b="$(echo "${cpu[h2]}" | median)" \
+  'BEGIN {printf "HTTP/3 CPU per request / HTTP/2 = %.2f\n", a / b}'
