@@ -48,7 +48,8 @@ pub struct H2Opts {
 }
 
 /// An HTTP/2 origin over TLS (ALPN h2), driven with the `h2` crate so tests control GOAWAY and
-/// stream limits. Paths: `/echo` answers with the request body; `/slow` never answers;
+/// stream limits. Paths: `/echo` answers with the request body; `/page` is an HTML page with
+/// sub-resources (for browsers); `/slow` never answers;
 /// `/delay` answers after 500 ms; `/sink` answers the SHA-256 of the request body and
 /// `/source/N` sends N pattern bytes (both streamed, for transfers of any size); any other path
 /// answers `hello <path>`. Each response carries `x-origin-conn` (which connection).
@@ -141,8 +142,18 @@ async fn h2_answer(
         let _ = recv.flow_control().release_capacity(chunk.len());
         body.extend_from_slice(&chunk);
     }
-    let reply = if path == "/echo" { body } else { format!("hello {path}").into_bytes() };
-    let response = http::Response::builder().status(200).header("x-origin-conn", conn.to_string()).body(()).unwrap();
+    let reply = match path.as_str() {
+        "/echo" => body,
+        "/page" => PAGE.as_bytes().to_vec(),
+        _ => format!("hello {path}").into_bytes(),
+    };
+    let kind = if path == "/page" { "text/html" } else { "text/plain" };
+    let response = http::Response::builder()
+        .status(200)
+        .header("x-origin-conn", conn.to_string())
+        .header("content-type", kind)
+        .body(())
+        .unwrap();
     let Ok(mut tx) = respond.send_response(response, reply.is_empty()) else { return };
     let mut reply = bytes::Bytes::from(reply);
     while !reply.is_empty() {
@@ -154,6 +165,20 @@ async fn h2_answer(
         }
     }
 }
+
+/// `/page`: HTML with four sub-resources; once loaded, it writes the protocol the browser used
+/// for the page and for each sub-resource (Navigation and Resource Timing's `nextHopProtocol`)
+/// into `data-protocols` on its body, where a headless browser's `--dump-dom` shows it.
+const PAGE: &str = r#"<!doctype html><html><head><title>edgewarm</title>
+<link rel="stylesheet" href="/res/a.css"><script src="/res/b.js"></script></head>
+<body><img src="/res/c.png"><img src="/res/d.png"><script>
+addEventListener("load", () => setTimeout(() => {
+  const nav = performance.getEntriesByType("navigation")[0];
+  const res = performance.getEntriesByType("resource").map(r => r.name.split("/").pop() + "=" + r.nextHopProtocol);
+  document.body.setAttribute("data-protocols", ["page=" + nav.nextHopProtocol, ...res].join(" "));
+}, 0));
+</script></body></html>
+"#;
 
 /// An RFC 8441 WebSocket stream: `200`, then every DATA frame echoed until the client ends
 /// the stream.

@@ -114,6 +114,8 @@ fn service(
 fn close(ended: Ended, service: &Service, log: &mut AccessLog) -> CloseReason {
     log.bytes_up = service.up.load(Ordering::Relaxed);
     log.bytes_down = service.down.load(Ordering::Relaxed);
+    // Over QUIC this is how the edge learns that 0-RTT was used: a request came in it.
+    log.early_data |= service.early_seen.load(Ordering::Relaxed);
     match ended {
         Ended::Done => CloseReason::Done,
         Ended::Cut => CloseReason::Shutdown,

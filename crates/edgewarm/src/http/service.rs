@@ -60,6 +60,8 @@ pub(crate) struct Service {
     early_metrics: Family<RouteEarly, Counter>,
     /// Added to every response (`Alt-Svc: h3=…` on a listener that serves HTTP/3 too).
     alt_svc: Option<http::HeaderValue>,
+    /// A request arrived in early data (0-RTT) on this connection: for its log line.
+    pub(crate) early_seen: AtomicBool,
 }
 
 /// What a [`Service`] is built from, besides its origin.
@@ -95,6 +97,7 @@ impl Service {
             handshake: p.handshake,
             early_metrics: p.early_metrics,
             alt_svc: p.alt_svc,
+            early_seen: AtomicBool::new(false),
         }
     }
 
@@ -154,6 +157,7 @@ impl Service {
     }
 
     fn count_early(&self, outcome: EarlyOutcome) {
+        self.early_seen.store(true, Ordering::Relaxed);
         self.early_metrics.get_or_create(&RouteEarly { route: self.route.clone(), outcome }).inc();
     }
 

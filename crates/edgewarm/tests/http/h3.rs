@@ -198,3 +198,77 @@ async fn an_initial_flood_triggers_retry_and_clients_are_still_served() {
     assert_eq!(out["responses"][0]["status"], 200, "{out}");
     edge.stop().await;
 }
+
+/// Big bodies over HTTP/3, hashed at both ends: a gibibyte down and 256 MiB up through the edge
+/// (flow control both ways, nothing buffered whole); then 200 clients at once, every request
+/// answered.
+#[tokio::test(flavor = "multi_thread")]
+#[cfg_attr(not(feature = "system-tests"), ignore = "system test (aioquic): scripts/test.sh runs it")]
+async fn a_gibibyte_down_256_mib_up_and_200_clients_over_http3() {
+    let fx = fixture();
+    let (origin, _) = h2_origin(&fx.origin, H2Opts::default()).await;
+    let edge = edge(&fx.route(origin, ""), "", "http3: true").await;
+    let (down, up) = (1u64 << 30, 256u64 << 20);
+    let out =
+        h3_client(edge.addr, "b.test", &ca(&fx), &[&format!("GET:/source/{down}"), &format!("POST:/sink:{up}")]).await;
+    let r = &out["responses"];
+    assert_eq!(r[0]["length"], down, "{out}");
+    assert_eq!(r[0]["sha256"], pattern_sha256(down), "the gibibyte arrived intact");
+    assert_eq!(r[1]["text"], pattern_sha256(up), "the origin hashed the 256 MiB upload: {out}");
+    let out = h3_client(edge.addr, "b.test", &ca(&fx), &["--clients", "200", "GET:/many"]).await;
+    let clients = out["clients"].as_array().unwrap();
+    assert_eq!(clients.len(), 200);
+    let failed: Vec<_> = clients.iter().filter(|c| c["responses"][0]["status"] != 200).collect();
+    assert!(failed.is_empty(), "{} of 200 failed: {:?}", failed.len(), failed.first());
+    edge.stop().await;
+}
+
+/// Headless Chromium loads a page and its four sub-resources over HTTP/3 through the edge, and
+/// says so itself: every entry's `nextHopProtocol` (Navigation and Resource Timing) is `h3`.
+/// Chromium is pointed at the edge with `--origin-to-force-quic-on` and trusts its certificate
+/// by the SHA-256 of its public key; nothing leaves 127.0.0.1.
+#[tokio::test(flavor = "multi_thread")]
+#[cfg_attr(not(feature = "system-tests"), ignore = "system test (Chromium): scripts/test.sh runs it")]
+async fn chromium_loads_a_page_over_http3() {
+    let fx = fixture();
+    let (origin, stats) = h2_origin(&fx.origin, H2Opts::default()).await;
+    let edge = edge(&fx.route(origin, ""), "", "http3: true").await;
+    let cert = fx.path.join("edge/cert.pem");
+    let spki = std::process::Command::new("sh")
+        .arg("-c")
+        .arg(format!(
+            "openssl x509 -pubkey -noout -in {} | openssl pkey -pubin -outform der | openssl dgst -sha256 -binary | base64",
+            cert.display()
+        ))
+        .output()
+        .unwrap();
+    let spki = String::from_utf8(spki.stdout).unwrap().trim().to_string();
+    let profile = tempfile::tempdir().unwrap();
+    let port = edge.addr.port();
+    let mut chromium = tokio::process::Command::new("chromium");
+    chromium
+        .args(["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking"])
+        .args(["--disable-component-update", "--disable-sync", "--no-first-run", "--virtual-time-budget=10000"])
+        .arg(format!("--user-data-dir={}", profile.path().display()))
+        .arg(format!("--origin-to-force-quic-on=b.test:{port}"))
+        .arg("--host-resolver-rules=MAP b.test 127.0.0.1")
+        .arg(format!("--ignore-certificate-errors-spki-list={spki}"))
+        .args(["--dump-dom", &format!("https://b.test:{port}/page")])
+        .kill_on_drop(true);
+    let out = tokio::time::timeout(Duration::from_secs(60), chromium.output())
+        .await
+        .expect("Chromium ran over 60 s")
+        .unwrap();
+    let dom = String::from_utf8_lossy(&out.stdout);
+    let protocols = dom
+        .split("data-protocols=\"")
+        .nth(1)
+        .and_then(|rest| rest.split('"').next())
+        .unwrap_or_else(|| panic!("no protocols in the page: {dom}\n{}", String::from_utf8_lossy(&out.stderr)));
+    let entries: Vec<&str> = protocols.split_whitespace().collect();
+    assert_eq!(entries.len(), 5, "the page and four sub-resources: {protocols}");
+    assert!(entries.iter().all(|e| e.ends_with("=h3")), "{protocols}");
+    assert_eq!(stats.connections.load(Ordering::Relaxed), 2, "no origin connection for the browser");
+    assert!(edge.metric("edgewarm_quic_handshakes_total", &[("result", "ok")]) >= 1.0);
+    edge.stop().await;
+}

@@ -247,7 +247,6 @@ async fn connection(
             });
         }
         let early = if http.client.early_data == EarlyDataConfig::Safe {
-            log.early_data = handshake.in_early_data();
             Some(handshake as Arc<dyn EarlyData>)
         } else {
             // Not a 0-RTT route: nothing is read before the handshake completes, so nothing
