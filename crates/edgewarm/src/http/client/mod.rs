@@ -1,6 +1,5 @@
 //! Client connection drivers, one file per protocol. A driver reads requests off its
-//! connection, hands each to the [`Service`](super::service::Service) and writes the responses
-//! back; it knows nothing of origins (tests/layout.rs checks that no driver imports an origin
+//! connection, hands each to the [`Service`] and writes the responses back; it knows nothing of origins (tests/layout.rs checks that no driver imports an origin
 //! kind). Both end the same way ([`Ended`]) and both honour `stop` (shutdown, or a reload
 //! retiring the route's origin connections) by finishing gracefully, and `cut` by ending.
 
