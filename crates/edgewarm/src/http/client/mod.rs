@@ -1,7 +1,8 @@
-//! Client connection drivers, one file per protocol. A driver reads requests off its
-//! connection, hands each to the [`Service`] and writes the responses back; it knows nothing of origins (tests/layout.rs checks that no driver imports an origin
-//! kind). Both end the same way ([`Ended`]) and both honour `stop` (shutdown, or a reload
-//! retiring the route's origin connections) by finishing gracefully, and `cut` by ending.
+//! Client connection drivers, one file per protocol (HTTP/1.1, HTTP/2, HTTP/3). A driver reads
+//! requests off its connection, hands each to the [`Service`] and writes the responses back; it
+//! knows nothing of origins (tests/layout.rs checks that no driver imports an origin kind). All
+//! end the same way ([`Ended`]) and all honour `stop` (shutdown, or a reload retiring the
+//! route's origin connections) by finishing gracefully, and `cut` by ending.
 
 pub(crate) mod h1;
 pub(crate) mod h2;
