@@ -13,6 +13,8 @@ test origin's pattern). Options:
                      wait 1 s for answers; prints how many datagrams came back
     --flood N        send the first flights (Initial packets) of N new connections and never
                      answer; prints how many answers came back and how many were Retry packets
+    --hold S         after the requests keep the connection open up to S seconds, until the
+                     server closes it; prints the close's error code and when it came
     --garbage        send datagrams that cannot be QUIC: 5 bytes, a long header claiming a
                      200-byte connection ID, a 300-byte version 1 Initial
 Prints one JSON object: the responses (status, headers, body length, SHA-256 and its first 4 KiB
@@ -128,6 +130,8 @@ def parse(argv):
             args["flood"] = int(next(it))
         elif a == "--garbage":
             args["garbage"] = True
+        elif a == "--hold":
+            args["hold"] = float(next(it))
         else:
             parts = a.split(":")
             args["requests"].append((parts[0], parts[1], int(parts[2]) if len(parts) > 2 else None))
@@ -145,6 +149,14 @@ async def one(args):
         tls = p._quic.tls
         out["resumed"] = bool(tls.session_resumed)
         out["early_accepted"] = bool(tls.early_data_accepted)
+        if args.get("hold"):
+            held = time.monotonic()
+            try:
+                await asyncio.wait_for(p.wait_closed(), args["hold"])
+                ev = p._quic._close_event
+                out["closed"] = {"error_code": ev.error_code, "after_s": round(time.monotonic() - held, 3)}
+            except asyncio.TimeoutError:
+                out["closed"] = None
         await asyncio.sleep(0.05)
     if args.get("ticket_out") and tickets:
         with open(args["ticket_out"], "wb") as f:

@@ -272,3 +272,42 @@ async fn chromium_loads_a_page_over_http3() {
     assert!(edge.metric("edgewarm_quic_handshakes_total", &[("result", "ok")]) >= 1.0);
     edge.stop().await;
 }
+
+/// An HTTP/3 client between requests is asked to finish, as HTTP/2 clients are: by a reload
+/// that retires its route's origin connections, and by a shutdown. Either way the edge sends
+/// GOAWAY and closes the idle connection at once with H3_NO_ERROR (0x100), long before the
+/// client's own patience (20 s here) runs out.
+#[tokio::test(flavor = "multi_thread")]
+#[cfg_attr(not(feature = "system-tests"), ignore = "system test (aioquic): scripts/test.sh runs it")]
+async fn reloads_and_shutdowns_close_http3_clients_gracefully() {
+    let fx = fixture();
+    let (origin, _) = h2_origin(&fx.origin, H2Opts::default()).await;
+    let (other, _) = h2_origin(&fx.origin, H2Opts::default()).await;
+    let edge = edge(&fx.route(origin, ""), "", "http3: true").await;
+    let held = |edge: &Edge| {
+        let (addr, ca) = (edge.addr, ca(&fx));
+        tokio::spawn(async move { h3_client(addr, "b.test", &ca, &["--hold", "20", "GET:/before"]).await })
+    };
+    // A reload that moves the route to another origin retires the standing connections.
+    let client = held(&edge);
+    wait_for(&edge, "edgewarm_quic_handshakes_total", &[("result", "ok")], 1.0).await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let yaml = format!(
+        "listeners:\n  - listen: 127.0.0.1:0\n    http3: true\nadmin:\n  listen: 127.0.0.1:0\nroutes:\n{}",
+        fx.route(other, "")
+    );
+    edge.server.reload(&edgewarm::config::Config::parse(&yaml).unwrap()).unwrap();
+    let out = client.await.unwrap();
+    assert_eq!(out["responses"][0]["status"], 200, "{out}");
+    assert_eq!(out["closed"]["error_code"], 0x100, "closed by the edge with H3_NO_ERROR: {out}");
+    // A shutdown.
+    let client = held(&edge);
+    wait_for(&edge, "edgewarm_quic_handshakes_total", &[("result", "ok")], 2.0).await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    edge.server.shutdown();
+    let out = client.await.unwrap();
+    assert_eq!(out["responses"][0]["status"], 200, "{out}");
+    assert_eq!(out["closed"]["error_code"], 0x100, "{out}");
+    assert!(out["closed"]["after_s"].as_f64().unwrap() < 10.0, "{out}");
+    edge.stop().await;
+}
