@@ -16,6 +16,7 @@ use crate::http::early::EarlyData;
 use crate::http::forward::ClientFacts;
 use crate::http::origin::Origin;
 use crate::http::service::{Service, ServiceParts};
+use crate::metrics::ClientProtocol;
 use crate::peek::Hello;
 use crate::route::HttpRoute;
 use crate::transport::idle::IdleTimeout;
@@ -36,11 +37,13 @@ pub(crate) async fn serve(
         Err(reason) => return reason,
     };
     let handshake = tls.pending_handshake().map(|h| h as Arc<dyn EarlyData>);
-    let (service, retired) = service(origin, route, ctx, log, handshake);
+    let h2 = alpn.as_deref() == Some(b"h2".as_slice());
+    let protocol = if h2 { ClientProtocol::Http2 } else { ClientProtocol::Http1 };
+    let (service, retired) = service(origin, route, ctx, log, handshake, protocol);
     // A client that moves no byte for `timeouts.idle` (silent between requests, or no longer
     // reading a response) is closed, releasing every origin stream it held.
     let tls = IdleTimeout::new(tls, ctx.snapshot.timeouts.idle);
-    let ended = if alpn.as_deref() == Some(b"h2".as_slice()) {
+    let ended = if h2 {
         // HTTP/2 writes are gathered (many streams' responses leave in one write).
         client::h2::serve(Batched::new(tls), service.clone(), ctx.stop, &retired, ctx.cut).await
     } else {
@@ -61,7 +64,7 @@ pub(crate) async fn serve_quic(
     log: &mut AccessLog,
 ) -> CloseReason {
     let Some(origin) = origin(route, log) else { return CloseReason::Internal };
-    let (service, retired) = service(origin, route, ctx, log, handshake);
+    let (service, retired) = service(origin, route, ctx, log, handshake, ClientProtocol::Http3);
     let ended = client::h3::serve(quic, service.clone(), ctx.stop, &retired, ctx.cut).await;
     close(ended, &service, log)
 }
@@ -90,6 +93,7 @@ fn service(
     ctx: &ConnCtx<'_>,
     log: &AccessLog,
     handshake: Option<Arc<dyn EarlyData>>,
+    protocol: ClientProtocol,
 ) -> (Arc<Service>, tokio_util::sync::CancellationToken) {
     let peer = log.client;
     let retired = origin.retired().clone();
@@ -106,6 +110,7 @@ fn service(
             handshake,
             early_metrics: ctx.metrics.early.requests.clone(),
             alt_svc: ctx.alt_svc.clone(),
+            protocol,
         },
     ));
     (service, retired)

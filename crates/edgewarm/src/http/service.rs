@@ -28,7 +28,7 @@ use super::respond::ProxyError;
 use super::retry::{Next, Policy};
 use super::{Body, BoxError, ClientBody};
 use crate::accesslog::RequestLog;
-use crate::metrics::{EarlyOutcome, HttpMetrics, RouteEarly, RouteHttpMetrics, RouteName};
+use crate::metrics::{ClientProtocol, EarlyOutcome, HttpMetrics, RouteEarly, RouteHttpMetrics, RouteName};
 use crate::snapshot::Snapshot;
 
 /// Request bodies up to this size (with a known length) are kept so the request can be sent
@@ -76,6 +76,8 @@ pub(crate) struct ServiceParts {
     pub(crate) handshake: Option<Arc<dyn EarlyData>>,
     pub(crate) early_metrics: Family<RouteEarly, Counter>,
     pub(crate) alt_svc: Option<http::HeaderValue>,
+    /// The client's protocol (a label on the request metrics).
+    pub(crate) protocol: ClientProtocol,
 }
 
 impl Service {
@@ -83,7 +85,7 @@ impl Service {
         Self {
             origin,
             origin_response: p.snapshot.timeouts.origin_response,
-            route_metrics: Arc::new(p.metrics.for_route(&p.route)),
+            route_metrics: Arc::new(p.metrics.for_route(&p.route, p.protocol)),
             snapshot: p.snapshot,
             client: p.client,
             route: p.route,

@@ -45,10 +45,19 @@ label_enum! {
         ServerError => "5xx",
     }
 }
+label_enum! {
+    /// The protocol a request came in over, from the client.
+    ClientProtocol {
+        Http1 => "http/1.1",
+        Http2 => "h2",
+        Http3 => "h3",
+    }
+}
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct RouteStatus {
     pub route: RouteName,
     pub status: StatusClass,
+    pub protocol: ClientProtocol,
 }
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct RouteError {
@@ -75,28 +84,17 @@ impl HttpMetrics {
     }
 
     pub(super) fn register(&self, r: &mut Registry) {
-        r.register("requests", "Requests on http routes, by status class", self.requests.clone());
+        r.register("requests", "Requests on http routes, by status class and client protocol", self.requests.clone());
         r.register("request_duration_seconds", "Request to end of response", self.duration.clone());
         r.register("errors", "Requests answered by edgewarm with an error, by reason", self.errors.clone());
         r.register("retries", "Requests sent again because the origin refused the stream", self.retries.clone());
     }
 
-    pub fn request(&self, route: &RouteName, status: u16, took: std::time::Duration) {
-        let class = match status {
-            100..=199 => StatusClass::Informational,
-            200..=299 => StatusClass::Success,
-            300..=399 => StatusClass::Redirect,
-            400..=499 => StatusClass::ClientError,
-            _ => StatusClass::ServerError,
-        };
-        self.requests.get_or_create(&RouteStatus { route: route.clone(), status: class }).inc();
-        self.duration.get_or_create(&RouteLabel { route: route.clone() }).observe(took.as_secs_f64());
-    }
-
     /// One route's request handles, resolved once (per client connection) instead of per
     /// request.
-    pub fn for_route(&self, route: &RouteName) -> RouteHttpMetrics {
-        let class = |status| self.requests.get_or_create(&RouteStatus { route: route.clone(), status }).clone();
+    pub fn for_route(&self, route: &RouteName, protocol: ClientProtocol) -> RouteHttpMetrics {
+        let class =
+            |status| self.requests.get_or_create(&RouteStatus { route: route.clone(), status, protocol }).clone();
         RouteHttpMetrics {
             by_class: [
                 class(StatusClass::Informational),

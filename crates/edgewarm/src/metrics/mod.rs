@@ -296,19 +296,17 @@ impl Metrics {
         sample(&self.encode(), name, labels)
     }
 }
-/// Find one sample in an OpenMetrics text exposition; missing means not yet incremented.
+/// The sum of a metric's samples whose labels include `labels`, in an OpenMetrics text
+/// exposition (labels left out are summed over, as in PromQL's `sum`); `None` when no series
+/// matches yet.
 pub fn sample(text: &str, name: &str, labels: &[(&str, &str)]) -> Option<f64> {
-    text.lines().filter(|l| !l.starts_with('#')).find_map(|line| {
-        let (series, value) = line.rsplit_once(' ')?;
-        let (metric, rest) = series.split_once('{').unwrap_or((series, "}"));
-        if metric != name {
-            return None;
-        }
-        let all = labels.iter().all(|(k, v)| rest.contains(&format!("{k}=\"{v}\"")));
-        if all {
-            value.parse().ok()
-        } else {
-            None
-        }
-    })
+    text.lines()
+        .filter(|l| !l.starts_with('#'))
+        .filter_map(|line| {
+            let (series, value) = line.rsplit_once(' ')?;
+            let (metric, rest) = series.split_once('{').unwrap_or((series, "}"));
+            let all = labels.iter().all(|(k, v)| rest.contains(&format!("{k}=\"{v}\"")));
+            (metric == name && all).then(|| value.parse::<f64>().ok()).flatten()
+        })
+        .reduce(|a, b| a + b)
 }

@@ -311,3 +311,23 @@ async fn reloads_and_shutdowns_close_http3_clients_gracefully() {
     assert!(out["closed"]["after_s"].as_f64().unwrap() < 10.0, "{out}");
     edge.stop().await;
 }
+
+/// The request metrics say which protocol each request came in over.
+#[tokio::test(flavor = "multi_thread")]
+#[cfg_attr(not(feature = "system-tests"), ignore = "system test (aioquic): scripts/test.sh runs it")]
+async fn request_metrics_carry_the_client_protocol() {
+    let fx = fixture();
+    let (origin, _) = h2_origin(&fx.origin, H2Opts::default()).await;
+    let edge = edge(&fx.route(origin, ""), "", "http3: true").await;
+    let out = h3_client(edge.addr, "b.test", &ca(&fx), &["GET:/a", "GET:/b"]).await;
+    assert_eq!(out["responses"][1]["status"], 200, "{out}");
+    for h2 in [true, false] {
+        let mut c = HttpClient::connect(&fx.edge, edge.addr, "b.test", h2).await.unwrap();
+        c.send("GET", "b.test", "/c", &[], vec![]).await.unwrap();
+    }
+    let requests = |protocol| edge.metric("edgewarm_http_requests_total", &[("status", "2xx"), ("protocol", protocol)]);
+    wait_for(&edge, "edgewarm_http_requests_total", &[("protocol", "h3")], 2.0).await;
+    wait_for(&edge, "edgewarm_http_requests_total", &[("protocol", "http/1.1")], 1.0).await;
+    assert_eq!((requests("h3"), requests("h2"), requests("http/1.1")), (2.0, 1.0, 1.0));
+    edge.stop().await;
+}
