@@ -61,6 +61,8 @@ pub struct QuicMetrics {
     pub rtt: Family<ListenerLabel, Histogram, Rtt>,
     /// Datagrams that cannot be QUIC for us, by why.
     pub dropped: Family<QuicDroppedLabel, Counter>,
+    /// Handshakes that resumed a session (a returning client, which may send 0-RTT).
+    pub resumed: Family<ListenerLabel, Counter>,
 }
 
 impl QuicMetrics {
@@ -71,6 +73,7 @@ impl QuicMetrics {
             sent_packets: Family::default(),
             rtt: Family::new_with_constructor(Rtt),
             dropped: Family::default(),
+            resumed: Family::default(),
         }
     }
 
@@ -83,6 +86,11 @@ impl QuicMetrics {
         r.register("lost_packets", "Packets sent to HTTP/3 clients and declared lost", self.lost_packets.clone());
         r.register("sent_packets", "Packets sent to HTTP/3 clients", self.sent_packets.clone());
         r.register("rtt_seconds", "Smoothed round-trip time of HTTP/3 connections as they ended", self.rtt.clone());
+        r.register(
+            "resumed",
+            "HTTP/3 handshakes that resumed a session (returning clients; those may send 0-RTT)",
+            self.resumed.clone(),
+        );
         r.register(
             "dropped_datagrams",
             "Datagrams dropped unread: truncated, malformed header, or a client Initial under 1200 bytes",

@@ -65,8 +65,12 @@ pub(crate) fn serve(
         max_connections: config.max_connections,
     };
     let replays = cx.metrics.early.replays.get_or_create(&RouteLabel { route: RouteName::new(SESSIONS_LABEL) }).clone();
-    let server =
-        tls::server_config(cx.snapshot.clone(), tls::sessions(replays), &settings).map_err(std::io::Error::other)?;
+    // Labelled like the endpoints' own metrics: the address bound (port 0 resolved).
+    let bound =
+        sockets.first().and_then(|s| s.local_addr().ok()).map_or_else(|| config.listen.to_string(), |a| a.to_string());
+    let resumed = cx.metrics.quic.resumed.get_or_create(&ListenerLabel { listener: bound }).clone();
+    let server = tls::server_config(cx.snapshot.clone(), tls::sessions(replays, resumed), &settings)
+        .map_err(std::io::Error::other)?;
     let shared = Arc::new(Shared {
         config: Arc::new(config.clone()),
         limit: Arc::new(Semaphore::new(config.max_connections)),

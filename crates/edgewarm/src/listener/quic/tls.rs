@@ -17,7 +17,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use rustls::server::{ClientHello, ResolvesServerCert};
+use prometheus_client::metrics::counter::Counter;
+use rustls::server::{ClientHello, ResolvesServerCert, StoresServerSessions};
 use rustls::sign::CertifiedKey;
 use tokio::sync::watch;
 
@@ -69,7 +70,7 @@ pub(crate) struct QuicSettings {
 /// The listener's quinn server configuration.
 pub(crate) fn server_config(
     snapshot: watch::Receiver<Arc<Snapshot>>,
-    sessions: Arc<SessionStore>,
+    sessions: Arc<dyn StoresServerSessions>,
     settings: &QuicSettings,
 ) -> Result<quinn::ServerConfig, String> {
     let mut tls = rustls::ServerConfig::builder_with_provider(crate::tls::provider())
@@ -95,7 +96,38 @@ pub(crate) fn server_config(
     Ok(server)
 }
 
-/// The listener's single-use session store.
-pub(crate) fn sessions(replays: prometheus_client::metrics::counter::Counter) -> Arc<SessionStore> {
-    Arc::new(SessionStore::new(SESSION_TTL, replays, Default::default()))
+/// The listener's single-use session store, counting the sessions it gives back for resumption
+/// in `resumed`.
+pub(crate) fn sessions(replays: Counter, resumed: Counter) -> Arc<dyn StoresServerSessions> {
+    Arc::new(Resumed { store: SessionStore::new(SESSION_TTL, replays, Counter::default()), resumed })
+}
+
+/// A session store that counts resumptions: every session taken back is a returning client
+/// resuming (and, over QUIC, free to send 0-RTT), which quinn does not report itself.
+#[derive(Debug)]
+struct Resumed {
+    store: SessionStore,
+    resumed: Counter,
+}
+
+impl StoresServerSessions for Resumed {
+    fn put(&self, key: Vec<u8>, value: Vec<u8>) -> bool {
+        self.store.put(key, value)
+    }
+
+    fn get(&self, key: &[u8]) -> Option<Vec<u8>> {
+        self.store.get(key)
+    }
+
+    fn take(&self, key: &[u8]) -> Option<Vec<u8>> {
+        let taken = self.store.take(key);
+        if taken.is_some() {
+            self.resumed.inc();
+        }
+        taken
+    }
+
+    fn can_cache(&self) -> bool {
+        self.store.can_cache()
+    }
 }
