@@ -157,6 +157,11 @@ async def one(args):
                 out["closed"] = {"error_code": ev.error_code, "after_s": round(time.monotonic() - held, 3)}
             except asyncio.TimeoutError:
                 out["closed"] = None
+        # A ticket may trail the response (its packet lost and resent): wait for it, bounded.
+        for _ in range(40):
+            if tickets or not args.get("ticket_out"):
+                break
+            await asyncio.sleep(0.05)
         await asyncio.sleep(0.05)
     if args.get("ticket_out") and tickets:
         with open(args["ticket_out"], "wb") as f:
