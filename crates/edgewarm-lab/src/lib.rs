@@ -6,10 +6,11 @@
 //! - [`delaybox`]: the emulated links: TUN pairs with a user-space delay per direction.
 //! - [`origin`]: the lab's HTTPS origin (`edgewarm-lab origin`).
 //! - [`load`]: the load generator (`edgewarm-lab load`): every request a new connection;
-//!   [`load_h3`] its HTTP/3 client (quinn).
+//!   [`load_h2`] and [`load_h3`] its HTTP/2 (hyper) and HTTP/3 (quinn) requests.
 //! - [`model`]: the round-trip minimum of each mode.
 //! - [`scenario`]: what a run measures (named scenarios, files, command-line narrowing).
-//! - [`run`]: `edgewarm-lab lab`: topology, processes, measurement.
+//! - [`run`]: `edgewarm-lab lab`: topology, processes, measurement; [`files`]: the
+//!   certificates and edge configuration it writes first.
 //! - [`report`]: a run's results, JSON and Markdown; [`error`]: what can stop a run.
 //! - [`peers`]: other proxies (nginx, HAProxy) measured in the same run.
 //! - [`plot`]: SVG plots of a run.
@@ -18,7 +19,9 @@
 
 pub mod delaybox;
 pub mod error;
+pub(crate) mod files;
 pub mod load;
+pub(crate) mod load_h2;
 pub mod load_h3;
 pub mod model;
 pub mod netns;

@@ -128,32 +128,32 @@ pub struct LoadReport {
     pub start_ms: Vec<f64>,
 }
 
-struct Sample {
+pub(crate) struct Sample {
     /// When it was scheduled to start, from the run's start.
-    at: Duration,
-    connect: Duration,
-    tls: Duration,
-    ttfb: Duration,
-    total: Duration,
-    resumed: bool,
+    pub(crate) at: Duration,
+    pub(crate) connect: Duration,
+    pub(crate) tls: Duration,
+    pub(crate) ttfb: Duration,
+    pub(crate) total: Duration,
+    pub(crate) resumed: bool,
     /// The request went as early data and the server accepted it.
-    early: bool,
+    pub(crate) early: bool,
 }
 
-struct Target {
-    host: String,
-    addr: OriginAddr,
-    path: String,
-    tls: Arc<rustls::ClientConfig>,
-    tfo: bool,
-    zero_rtt: bool,
-    timeout: Duration,
+pub(crate) struct Target {
+    pub(crate) host: String,
+    pub(crate) addr: OriginAddr,
+    pub(crate) path: String,
+    pub(crate) tls: Arc<rustls::ClientConfig>,
+    pub(crate) tfo: bool,
+    pub(crate) zero_rtt: bool,
+    pub(crate) timeout: Duration,
     /// Resolves `addr` once for the whole run: a load generator measures the edge, not DNS.
-    resolver: edgewarm::transport::Resolver,
+    pub(crate) resolver: edgewarm::transport::Resolver,
     /// Sub-resources fetched after the page (0: just the one request).
-    page: usize,
+    pub(crate) page: usize,
     /// `--alpn h3`: the QUIC client and where it connects.
-    h3: Option<(crate::load_h3::H3Client, SocketAddr)>,
+    pub(crate) h3: Option<(crate::load_h3::H3Client, SocketAddr)>,
 }
 
 fn parse_url(url: &str) -> Option<(String, u16, String)> {
@@ -313,7 +313,7 @@ async fn attempt(t: &Target, t0: Instant, at: Duration) -> Result<Sample, &'stat
     let tls_done = t0.elapsed();
     let resumed = tls.get_ref().1.handshake_kind() == Some(rustls::HandshakeKind::Resumed);
     if tls.get_ref().1.alpn_protocol() == Some(b"h2") {
-        return h2_request(t, tls, t0, at, connect, tls_done, resumed).await;
+        return crate::load_h2::h2_request(t, tls, t0, at, connect, tls_done, resumed).await;
     }
     let req = format!("GET {} HTTP/1.1\r\nHost: {}\r\nConnection: close\r\n\r\n", t.path, t.host);
     tls.write_all(req.as_bytes()).await.map_err(|_| "io")?;
@@ -342,54 +342,6 @@ async fn attempt(t: &Target, t0: Instant, at: Duration) -> Result<Sample, &'stat
     let resumed = resumed || tls.get_ref().1.handshake_kind() == Some(rustls::HandshakeKind::Resumed);
     let early = tls.get_ref().1.is_early_data_accepted();
     Ok(Sample { at, connect, tls: tls_done, ttfb, total: t0.elapsed(), resumed, early })
-}
-
-/// One GET over HTTP/2 (hyper). TTFB is when the response headers arrive.
-async fn h2_request<S>(
-    t: &Target,
-    tls: S,
-    t0: Instant,
-    at: Duration,
-    connect: Duration,
-    tls_done: Duration,
-    resumed: bool,
-) -> Result<Sample, &'static str>
-where
-    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
-{
-    use http_body_util::BodyExt;
-    let io = hyper_util::rt::TokioIo::new(tls);
-    let (mut send, conn) =
-        hyper::client::conn::http2::handshake(hyper_util::rt::TokioExecutor::new(), io).await.map_err(|_| "http2")?;
-    tokio::spawn(conn);
-    let uri = format!("https://{}{}", t.host, t.path);
-    let req = hyper::Request::get(uri).body(http_body_util::Empty::<bytes::Bytes>::new()).map_err(|_| "http2")?;
-    let resp = send.send_request(req).await.map_err(|_| "http2")?;
-    let ttfb = t0.elapsed();
-    if !resp.status().is_success() {
-        return Err("http_status");
-    }
-    resp.into_body().collect().await.map_err(|_| "io")?;
-    // The page's sub-resources, all at once on this connection, as a browser does.
-    let mut subs = tokio::task::JoinSet::new();
-    for i in 0..t.page {
-        let mut send = send.clone();
-        let uri = format!("https://{}{}?sub={i}", t.host, t.path);
-        subs.spawn(async move {
-            let req =
-                hyper::Request::get(uri).body(http_body_util::Empty::<bytes::Bytes>::new()).map_err(|_| "http2")?;
-            let resp = send.send_request(req).await.map_err(|_| "http2")?;
-            if !resp.status().is_success() {
-                return Err("http_status");
-            }
-            resp.into_body().collect().await.map_err(|_| "io")?;
-            Ok(())
-        });
-    }
-    while let Some(done) = subs.join_next().await {
-        done.map_err(|_| "http2")??;
-    }
-    Ok(Sample { at, connect, tls: tls_done, ttfb, total: t0.elapsed(), resumed, early: false })
 }
 
 fn percentiles(h: &Histogram<u64>) -> Percentiles {

@@ -32,8 +32,6 @@ impl Drop for Guard {
     }
 }
 
-const NAMES: [&str; 7] = ["origin.test", "a.test", "t.test", "b.test", "h.test", "z.test", "p.test"];
-
 pub async fn run(opts: &LabOpts) -> Result<LabReport, LabError> {
     let mut scenario = match &opts.scenario_file {
         Some(path) => Scenario::from_file(path)?,
@@ -58,7 +56,7 @@ pub async fn run(opts: &LabOpts) -> Result<LabReport, LabError> {
     let stamp = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default().as_secs();
     let dir = opts.out.join(format!("{stamp}-{}", scenario.name));
     std::fs::create_dir_all(&dir)?;
-    write_certs(&dir)?;
+    crate::files::write_certs(&dir)?;
     let exe = std::env::current_exe()?;
     let exe = exe.to_string_lossy().to_string();
 
@@ -151,7 +149,7 @@ async fn run_part(part: Part<'_>) -> Result<(Vec<ModeResult>, Vec<PoolSample>, u
         ],
     );
     let _origin = spawn(origin_cmd, &dir.join(format!("origin{logs}.log")))?;
-    let yaml = edge_config(&d, scenario.page > 0);
+    let yaml = crate::files::edge_config(&d, scenario.page > 0);
     std::fs::write(dir.join("edge.yaml"), yaml)?;
     let edge_cmd = topo.command(&topo.edge, &[proxy, "run", "--config", &format!("{d}/edge.yaml")]);
     let _edge = spawn(edge_cmd, &dir.join(format!("edge{logs}.log")))?;
@@ -307,26 +305,6 @@ fn spawn(cmd: std::process::Command, log: &Path) -> Result<Guard, LabError> {
 }
 
 /// `page`: the prewarm route also offers h2 (the page workload's sub-resources are multiplexed).
-fn edge_config(d: &str, page: bool) -> String {
-    let alpn = if page { "    alpn: [h2, http/1.1]\n" } else { "" };
-    format!(
-        "admin: {{listen: \"127.0.0.1:9900\"}}\nlisteners: [{{listen: \"{EDGE_A}:443\", tcp_fastopen: 256, http3: true}}]\nroutes:\n\
-         \x20 - {{sni: a.test, action: tunnel, origin: \"{ORIGIN}:443\"}}\n\
-         \x20 - {{sni: t.test, action: tunnel, origin: \"{ORIGIN}:443\", origin_tcp_fastopen: true}}\n\
-         \x20 - sni: b.test\n    action: prewarm\n    origin: \"{ORIGIN}:443\"\n    cert: {d}/edge.pem\n    key: {d}/edge.key\n\
-         \x20   origin_tls: {{sni: origin.test, ca: {d}/ca.pem}}\n{alpn}    pool: {{min: 4, max_idle: 30s, period: 500ms}}\n\
-         \x20 - sni: h.test\n    action: http\n    origin: \"{ORIGIN}:443\"\n    cert: {d}/edge.pem\n    key: {d}/edge.key\n\
-         \x20   origin_tls: {{sni: origin.test, ca: {d}/ca.pem}}\n    upstream: {{connections: 2}}\n\
-         \x20 - sni: z.test\n    action: http\n    origin: \"{ORIGIN}:443\"\n    cert: {d}/edge.pem\n    key: {d}/edge.key\n\
-         \x20   origin_tls: {{sni: a.test, ca: {d}/ca.pem}}\n    upstream: {{connections: 2}}\n    early_data: safe\n\
-         \x20 - sni: p.test\n    action: prewarm\n    origin: \"{ORIGIN}:443\"\n    cert: {d}/edge.pem\n    key: {d}/edge.key\n\
-         \x20   origin_tls: {{sni: t.test, ca: {d}/ca.pem}}\n    pool: {{min: 4, max_idle: 30s, period: 500ms}}\n    early_data: opaque\n\
-         \x20 - {{sni: \"*\", action: reject}}\n"
-    )
-}
-
-/// One lab CA; the origin's certificate covers the names clients use directly and through
-/// the tunnel, the edge's the prewarm and http names.
 /// The `edgewarm` binary to run in the edge namespace: `--edgewarm`, else the one built beside
 /// this program (`cargo build` puts both in one folder), else whatever PATH has.
 fn proxy_binary(given: Option<&Path>) -> Result<String, LabError> {
@@ -345,25 +323,6 @@ fn proxy_binary(given: Option<&Path>) -> Result<String, LabError> {
     let path = found.ok_or_else(missing)?;
     // Absolute, because the edge runs it from inside `ip netns exec`.
     Ok(std::fs::canonicalize(&path)?.to_string_lossy().into_owned())
-}
-
-fn write_certs(dir: &Path) -> Result<(), LabError> {
-    let ca_key = rcgen::KeyPair::generate()?;
-    let mut ca_params = rcgen::CertificateParams::new(Vec::<String>::new())?;
-    ca_params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
-    ca_params.distinguished_name.push(rcgen::DnType::CommonName, "edgewarm lab CA");
-    let ca = ca_params.self_signed(&ca_key)?;
-    std::fs::write(dir.join("ca.pem"), ca.pem())?;
-    for (file, names) in [("origin", &NAMES[..3]), ("edge", &NAMES[3..])] {
-        let key = rcgen::KeyPair::generate()?;
-        let cert = rcgen::CertificateParams::new(names.iter().map(|n| n.to_string()).collect::<Vec<_>>())?
-            .signed_by(&key, &ca, &ca_key)?;
-        std::fs::write(dir.join(format!("{file}.pem")), cert.pem())?;
-        std::fs::write(dir.join(format!("{file}.key")), key.serialize_pem())?;
-        // Certificate and key in one file, as HAProxy's `crt` wants them.
-        std::fs::write(dir.join(format!("{file}.bundle.pem")), cert.pem() + &key.serialize_pem())?;
-    }
-    Ok(())
 }
 
 async fn admin(topo: &Topology, path: &str) -> Option<String> {

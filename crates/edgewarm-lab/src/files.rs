@@ -1,0 +1,51 @@
+//! What a lab run writes before it starts anything: the lab's certificates and the edge's
+//! configuration.
+
+use std::path::Path;
+
+use crate::error::LabError;
+use crate::netns::{EDGE_A, ORIGIN};
+
+/// The names clients ask for: the origin's (direct and through tunnels) first, then the edge's.
+const NAMES: [&str; 7] = ["origin.test", "a.test", "t.test", "b.test", "h.test", "z.test", "p.test"];
+
+/// The edge's configuration for a run in folder `d`: a route per mode (and per 0-RTT variant),
+/// HTTP/3 on the listener too.
+pub(crate) fn edge_config(d: &str, page: bool) -> String {
+    let alpn = if page { "    alpn: [h2, http/1.1]\n" } else { "" };
+    format!(
+        "admin: {{listen: \"127.0.0.1:9900\"}}\nlisteners: [{{listen: \"{EDGE_A}:443\", tcp_fastopen: 256, http3: true}}]\nroutes:\n\
+         \x20 - {{sni: a.test, action: tunnel, origin: \"{ORIGIN}:443\"}}\n\
+         \x20 - {{sni: t.test, action: tunnel, origin: \"{ORIGIN}:443\", origin_tcp_fastopen: true}}\n\
+         \x20 - sni: b.test\n    action: prewarm\n    origin: \"{ORIGIN}:443\"\n    cert: {d}/edge.pem\n    key: {d}/edge.key\n\
+         \x20   origin_tls: {{sni: origin.test, ca: {d}/ca.pem}}\n{alpn}    pool: {{min: 4, max_idle: 30s, period: 500ms}}\n\
+         \x20 - sni: h.test\n    action: http\n    origin: \"{ORIGIN}:443\"\n    cert: {d}/edge.pem\n    key: {d}/edge.key\n\
+         \x20   origin_tls: {{sni: origin.test, ca: {d}/ca.pem}}\n    upstream: {{connections: 2}}\n\
+         \x20 - sni: z.test\n    action: http\n    origin: \"{ORIGIN}:443\"\n    cert: {d}/edge.pem\n    key: {d}/edge.key\n\
+         \x20   origin_tls: {{sni: a.test, ca: {d}/ca.pem}}\n    upstream: {{connections: 2}}\n    early_data: safe\n\
+         \x20 - sni: p.test\n    action: prewarm\n    origin: \"{ORIGIN}:443\"\n    cert: {d}/edge.pem\n    key: {d}/edge.key\n\
+         \x20   origin_tls: {{sni: t.test, ca: {d}/ca.pem}}\n    pool: {{min: 4, max_idle: 30s, period: 500ms}}\n    early_data: opaque\n\
+         \x20 - {{sni: \"*\", action: reject}}\n"
+    )
+}
+
+/// One lab CA; the origin's certificate covers the names clients use directly and through
+/// the tunnel, the edge's the prewarm and http names.
+pub(crate) fn write_certs(dir: &Path) -> Result<(), LabError> {
+    let ca_key = rcgen::KeyPair::generate()?;
+    let mut ca_params = rcgen::CertificateParams::new(Vec::<String>::new())?;
+    ca_params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+    ca_params.distinguished_name.push(rcgen::DnType::CommonName, "edgewarm lab CA");
+    let ca = ca_params.self_signed(&ca_key)?;
+    std::fs::write(dir.join("ca.pem"), ca.pem())?;
+    for (file, names) in [("origin", &NAMES[..3]), ("edge", &NAMES[3..])] {
+        let key = rcgen::KeyPair::generate()?;
+        let cert = rcgen::CertificateParams::new(names.iter().map(|n| n.to_string()).collect::<Vec<_>>())?
+            .signed_by(&key, &ca, &ca_key)?;
+        std::fs::write(dir.join(format!("{file}.pem")), cert.pem())?;
+        std::fs::write(dir.join(format!("{file}.key")), key.serialize_pem())?;
+        // Certificate and key in one file, as HAProxy's `crt` wants them.
+        std::fs::write(dir.join(format!("{file}.bundle.pem")), cert.pem() + &key.serialize_pem())?;
+    }
+    Ok(())
+}
