@@ -3,16 +3,34 @@
 
 use std::path::Path;
 
+use base64::Engine as _;
+
 use crate::error::LabError;
 use crate::netns::{EDGE_A, ORIGIN};
 
-/// The names clients ask for: the origin's (direct and through tunnels) first, then the edge's.
-const NAMES: [&str; 7] = ["origin.test", "a.test", "t.test", "b.test", "h.test", "z.test", "p.test"];
+/// The names clients ask for: the origin's (direct and through tunnels), then the edge's. The
+/// browser lab's split page puts its assets on `static.` names.
+const ORIGIN_NAMES: [&str; 4] = ["origin.test", "a.test", "t.test", "static.a.test"];
+const EDGE_NAMES: [&str; 6] = ["b.test", "h.test", "z.test", "p.test", "static.b.test", "static.z.test"];
 
 /// The edge's configuration for a run in folder `d`: a route per mode (and per 0-RTT variant),
 /// HTTP/3 on the listener too.
 pub(crate) fn edge_config(d: &str, page: bool) -> String {
     let alpn = if page { "    alpn: [h2, http/1.1]\n" } else { "" };
+    // Page workloads: the browser lab's second host name, through the same kind of route. Each
+    // verifies the origin under a name of its own, so its pool is its own (pools are shared by
+    // origin key, and the lab's readiness check counts them per route).
+    let statics = if page {
+        format!(
+            "\x20 - {{sni: static.a.test, action: tunnel, origin: \"{ORIGIN}:443\"}}\n\
+             \x20 - sni: static.b.test\n    action: prewarm\n    origin: \"{ORIGIN}:443\"\n    cert: {d}/edge.pem\n    key: {d}/edge.key\n\
+             \x20   origin_tls: {{sni: static.a.test, ca: {d}/ca.pem}}\n{alpn}    pool: {{min: 1, max_idle: 30s, period: 500ms}}\n\
+             \x20 - sni: static.z.test\n    action: http\n    origin: \"{ORIGIN}:443\"\n    cert: {d}/edge.pem\n    key: {d}/edge.key\n\
+             \x20   origin_tls: {{sni: t.test, ca: {d}/ca.pem}}\n    upstream: {{connections: 2}}\n    early_data: safe\n"
+        )
+    } else {
+        String::new()
+    };
     format!(
         "admin: {{listen: \"127.0.0.1:9900\"}}\nlisteners: [{{listen: \"{EDGE_A}:443\", tcp_fastopen: 256, http3: true}}]\nroutes:\n\
          \x20 - {{sni: a.test, action: tunnel, origin: \"{ORIGIN}:443\"}}\n\
@@ -25,7 +43,7 @@ pub(crate) fn edge_config(d: &str, page: bool) -> String {
          \x20   origin_tls: {{sni: a.test, ca: {d}/ca.pem}}\n    upstream: {{connections: 2}}\n    early_data: safe\n\
          \x20 - sni: p.test\n    action: prewarm\n    origin: \"{ORIGIN}:443\"\n    cert: {d}/edge.pem\n    key: {d}/edge.key\n\
          \x20   origin_tls: {{sni: t.test, ca: {d}/ca.pem}}\n    pool: {{min: 4, max_idle: 30s, period: 500ms}}\n    early_data: opaque\n\
-         \x20 - {{sni: \"*\", action: reject}}\n"
+         {statics}\x20 - {{sni: \"*\", action: reject}}\n"
     )
 }
 
@@ -38,12 +56,15 @@ pub(crate) fn write_certs(dir: &Path) -> Result<(), LabError> {
     ca_params.distinguished_name.push(rcgen::DnType::CommonName, "edgewarm lab CA");
     let ca = ca_params.self_signed(&ca_key)?;
     std::fs::write(dir.join("ca.pem"), ca.pem())?;
-    for (file, names) in [("origin", &NAMES[..3]), ("edge", &NAMES[3..])] {
+    for (file, names) in [("origin", &ORIGIN_NAMES[..]), ("edge", &EDGE_NAMES[..])] {
         let key = rcgen::KeyPair::generate()?;
         let cert = rcgen::CertificateParams::new(names.iter().map(|n| n.to_string()).collect::<Vec<_>>())?
             .signed_by(&key, &ca, &ca_key)?;
         std::fs::write(dir.join(format!("{file}.pem")), cert.pem())?;
         std::fs::write(dir.join(format!("{file}.key")), key.serialize_pem())?;
+        // What Chromium is told to trust (the browser lab): the key's SHA-256, base64.
+        let spki = aws_lc_rs::digest::digest(&aws_lc_rs::digest::SHA256, &key.public_key_der());
+        std::fs::write(dir.join(format!("{file}.spki")), base64::engine::general_purpose::STANDARD.encode(spki))?;
         // Certificate and key in one file, as HAProxy's `crt` wants them.
         std::fs::write(dir.join(format!("{file}.bundle.pem")), cert.pem() + &key.serialize_pem())?;
     }

@@ -4,9 +4,12 @@
 //!
 //! - [`netns`]: the three hosts (client, edge, origin) as network namespaces.
 //! - [`delaybox`]: the emulated links: TUN pairs with a user-space delay per direction.
-//! - [`origin`]: the lab's HTTPS origin (`edgewarm-lab origin`).
+//! - [`origin`]: the lab's HTTPS origin (`edgewarm-lab origin`); [`pages`]: the synthetic
+//!   pages it serves to the browser lab.
 //! - [`load`]: the load generator (`edgewarm-lab load`): every request a new connection;
 //!   [`load_h2`] and [`load_h3`] its HTTP/2 (hyper) and HTTP/3 (quinn) requests.
+//! - [`browse`]: headless Chromium loading a page over the DevTools protocol
+//!   (`edgewarm-lab browse`).
 //! - [`model`]: the round-trip minimum of each mode.
 //! - [`scenario`]: what a run measures (named scenarios, files, command-line narrowing).
 //! - [`run`]: `edgewarm-lab lab`: topology, processes, measurement; [`files`]: the
@@ -14,9 +17,12 @@
 //! - [`report`]: a run's results, JSON and Markdown; [`error`]: what can stop a run.
 //! - [`peers`]: other proxies (nginx, HAProxy) measured in the same run.
 //! - [`plot`]: SVG plots of a run.
+//! - [`pages_lab`]: `lab --scenario pages`, the browser lab: Chromium loads [`pages`] through
+//!   every mode ([`browse`]); [`pages_report`] and [`plot_pages`] report it.
 //!
 //! The proxy itself runs as a process (the `edgewarm` binary), exactly as deployed.
 
+pub mod browse;
 pub mod delaybox;
 pub mod error;
 pub(crate) mod files;
@@ -26,8 +32,12 @@ pub mod load_h3;
 pub mod model;
 pub mod netns;
 pub mod origin;
+pub mod pages;
+pub mod pages_lab;
+pub mod pages_report;
 pub mod peers;
 pub mod plot;
+pub mod plot_pages;
 pub mod report;
 pub mod run;
 pub mod scenario;

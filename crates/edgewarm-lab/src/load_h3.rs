@@ -75,7 +75,7 @@ impl H3Client {
             for done in futures_util::future::join_all(subs).await {
                 done?;
             }
-            Ok((ttfb, t0.elapsed()))
+            Ok::<_, &'static str>((ttfb, t0.elapsed()))
         }
         .await;
         let early = match accepted {

@@ -24,7 +24,10 @@ enum Command {
     Lab(edgewarm_lab::run::LabOpts),
     /// Load generator: every request on a new TCP + TLS (or QUIC) connection.
     Load(edgewarm_lab::load::LoadOpts),
-    /// The lab's HTTPS origin (HTTP/1.1 and HTTP/2).
+    /// Headless Chromium loads a page, as a first and a returning visit, and reports its
+    /// timings as JSON (the browser lab runs it in the client namespace).
+    Browse(edgewarm_lab::browse::BrowseOpts),
+    /// The lab's HTTPS origin (HTTP/1.1 and HTTP/2), with the browser lab's pages.
     Origin(edgewarm_lab::origin::OriginOpts),
     /// A plain TCP forwarder from edgewarm's own connect and relay code, without the peek:
     /// the baseline that prices edgewarm's peek (scripts/bench-peek.sh).
@@ -55,6 +58,7 @@ fn main() -> ExitCode {
         match cli.command {
             Command::Lab(opts) => lab(opts).await,
             Command::Load(opts) => load(opts).await,
+            Command::Browse(opts) => browse(opts).await,
             Command::Origin(opts) => origin(opts).await,
             Command::Forward(opts) => forward(opts).await,
         }
@@ -62,9 +66,37 @@ fn main() -> ExitCode {
 }
 
 async fn lab(opts: edgewarm_lab::run::LabOpts) -> ExitCode {
+    if opts.scenario == "pages" {
+        return pages(opts).await;
+    }
     // Ctrl-C drops the lab future: its guards kill the children and remove the namespaces.
     tokio::select! {
         r = edgewarm_lab::run::run(&opts) => match r {
+            Ok(report) => {
+                if opts.json {
+                    println!("{}", serde_json::to_string_pretty(&report).unwrap_or_default());
+                } else {
+                    println!("{}", report.markdown());
+                    println!("saved in {}", report.run_dir.display());
+                }
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                eprintln!("edgewarm-lab lab: {e}");
+                if e.is_usage() { ExitCode::from(EXIT_USAGE) } else { ExitCode::FAILURE }
+            }
+        },
+        _ = tokio::signal::ctrl_c() => {
+            eprintln!("edgewarm-lab lab: interrupted, cleaning up");
+            ExitCode::from(130)
+        }
+    }
+}
+
+/// The browser lab (`--scenario pages`): its own report.
+async fn pages(opts: edgewarm_lab::run::LabOpts) -> ExitCode {
+    tokio::select! {
+        r = edgewarm_lab::pages_lab::run(&opts) => match r {
             Ok(report) => {
                 if opts.json {
                     println!("{}", serde_json::to_string_pretty(&report).unwrap_or_default());
@@ -99,6 +131,19 @@ async fn load(opts: edgewarm_lab::load::LoadOpts) -> ExitCode {
         Err(e) => {
             eprintln!("edgewarm-lab load: {e}");
             ExitCode::from(EXIT_USAGE)
+        }
+    }
+}
+
+async fn browse(opts: edgewarm_lab::browse::BrowseOpts) -> ExitCode {
+    match edgewarm_lab::browse::run(&opts).await {
+        Ok(loads) => {
+            println!("{}", serde_json::to_string(&loads).unwrap_or_default());
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("edgewarm-lab browse: {e}");
+            ExitCode::FAILURE
         }
     }
 }
@@ -147,6 +192,7 @@ fn bind(command: &str, addr: std::net::SocketAddr, fastopen: u32) -> Result<toki
 
 fn init_logging() {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+        // chromiumoxide warns of every DevTools event it has no type for.
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,chromiumoxide=error"));
     tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).init();
 }

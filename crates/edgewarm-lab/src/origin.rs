@@ -72,13 +72,13 @@ pub async fn serve(
             let Ok(tls) = acceptor.accept(tcp).await else { return };
             let activity = Arc::new(Activity::default());
             let tls = Tracked { inner: tls, activity: activity.clone() };
-            let service = service_fn(move |_req| {
+            let service = service_fn(move |req: hyper::Request<hyper::body::Incoming>| {
                 let body = body.clone();
                 async move {
                     if !think.is_zero() {
                         tokio::time::sleep(think).await;
                     }
-                    Ok::<_, std::convert::Infallible>(hyper::Response::new(Full::new(body)))
+                    Ok::<_, std::convert::Infallible>(respond(&req, body))
                 }
             });
             let builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
@@ -97,6 +97,26 @@ pub async fn serve(
             }
         });
     }
+}
+
+/// A page of the browser lab's ([`crate::pages`]) if the path names one, else the fixed body.
+fn respond<B>(req: &hyper::Request<B>, body: Bytes) -> hyper::Response<Full<Bytes>> {
+    let authority = req.uri().authority().map(|a| a.as_str());
+    let host = authority
+        .or_else(|| req.headers().get(hyper::header::HOST).and_then(|h| h.to_str().ok()))
+        .filter(|h| h.bytes().all(|b| b.is_ascii_alphanumeric() || b".-:".contains(&b)))
+        .unwrap_or("localhost");
+    let Some(page) = crate::pages::lookup(req.uri().path(), host) else {
+        return hyper::Response::new(Full::new(body));
+    };
+    let mut response = hyper::Response::new(Full::new(page.body));
+    let headers = response.headers_mut();
+    headers.insert(hyper::header::CONTENT_TYPE, hyper::header::HeaderValue::from_static(page.content_type));
+    headers.insert(hyper::header::CACHE_CONTROL, hyper::header::HeaderValue::from_static("no-store"));
+    headers.insert("timing-allow-origin", hyper::header::HeaderValue::from_static("*"));
+    // Fonts and API calls from the second host name are cross-origin.
+    headers.insert(hyper::header::ACCESS_CONTROL_ALLOW_ORIGIN, hyper::header::HeaderValue::from_static("*"));
+    response
 }
 
 /// Last time a byte moved on a connection, ms since `start`.

@@ -24,7 +24,7 @@ use crate::scenario::ModeRun;
 pub use crate::scenario::{LabOpts, Ramp, Scenario};
 
 /// A child process killed when dropped.
-struct Guard(Child);
+pub(crate) struct Guard(Child);
 
 impl Drop for Guard {
     fn drop(&mut self) {
@@ -76,7 +76,7 @@ pub async fn run(opts: &LabOpts) -> Result<LabReport, LabError> {
             exe: &exe,
             proxy: &proxy,
             logs,
-            requests: opts.requests,
+            requests: opts.requests.unwrap_or(40),
             bar: &bar,
             proxies: &proxies,
         };
@@ -89,7 +89,7 @@ pub async fn run(opts: &LabOpts) -> Result<LabReport, LabError> {
     let report = LabReport {
         delay_box_max_late_us: late,
         scenario,
-        requests_per_mode: opts.requests,
+        requests_per_mode: opts.requests.unwrap_or(40),
         results,
         timeline,
         run_dir: dir.clone(),
@@ -134,29 +134,9 @@ async fn run_part(part: Part<'_>) -> Result<(Vec<ModeResult>, Vec<PoolSample>, u
     let big_r = Duration::from_secs_f64(big_r_ms / 1e3);
     let topo = Topology::create(scenario.r(), big_r, scenario.bandwidth.as_deref())?;
     let d = dir.display().to_string();
-
-    let origin_cmd = topo.command(
-        &topo.origin,
-        &[
-            &exe,
-            "origin",
-            "--listen",
-            &format!("{ORIGIN}:443"),
-            "--cert",
-            &format!("{d}/origin.pem"),
-            "--key",
-            &format!("{d}/origin.key"),
-        ],
-    );
-    let _origin = spawn(origin_cmd, &dir.join(format!("origin{logs}.log")))?;
-    let yaml = crate::files::edge_config(&d, scenario.page > 0);
-    std::fs::write(dir.join("edge.yaml"), yaml)?;
-    let edge_cmd = topo.command(&topo.edge, &[proxy, "run", "--config", &format!("{d}/edge.yaml")]);
-    let _edge = spawn(edge_cmd, &dir.join(format!("edge{logs}.log")))?;
-    bar.inc(1);
     bar.set_message("waiting for edgewarm and its pools");
-    wait_ready(&topo, &dir.join(format!("edge{logs}.log"))).await?;
-    bar.inc(1);
+    let (_origin, _edge) = start_hosts(&topo, &exe, proxy, dir, &logs, scenario.page > 0).await?;
+    bar.inc(2);
 
     // What to measure: the scenario's modes, then each other proxy like a tunnel.
     let mut jobs: Vec<(ModeRun, String, &str, SocketAddrV4, Option<&str>)> = scenario
@@ -298,6 +278,38 @@ async fn run_part(part: Part<'_>) -> Result<(Vec<ModeResult>, Vec<PoolSample>, u
     Ok((results, timeline, topo.max_late_us()))
 }
 
+/// The lab origin and edgewarm (`page`: the prewarm route offers h2 too), each in its
+/// namespace, once edgewarm's pools are warm. Killed when the guards drop.
+pub(crate) async fn start_hosts(
+    topo: &Topology,
+    exe: &str,
+    proxy: &str,
+    dir: &Path,
+    logs: &str,
+    page: bool,
+) -> Result<(Guard, Guard), LabError> {
+    let d = dir.display().to_string();
+    let origin_cmd = topo.command(
+        &topo.origin,
+        &[
+            exe,
+            "origin",
+            "--listen",
+            &format!("{ORIGIN}:443"),
+            "--cert",
+            &format!("{d}/origin.pem"),
+            "--key",
+            &format!("{d}/origin.key"),
+        ],
+    );
+    let origin = spawn(origin_cmd, &dir.join(format!("origin{logs}.log")))?;
+    std::fs::write(dir.join("edge.yaml"), crate::files::edge_config(&d, page))?;
+    let edge_cmd = topo.command(&topo.edge, &[proxy, "run", "--config", &format!("{d}/edge.yaml")]);
+    let edge = spawn(edge_cmd, &dir.join(format!("edge{logs}.log")))?;
+    wait_ready(topo, &dir.join(format!("edge{logs}.log"))).await?;
+    Ok((origin, edge))
+}
+
 fn spawn(cmd: std::process::Command, log: &Path) -> Result<Guard, LabError> {
     let mut cmd = Command::from(cmd);
     cmd.stdout(Stdio::null()).stderr(std::fs::File::create(log)?).kill_on_drop(true);
@@ -307,7 +319,7 @@ fn spawn(cmd: std::process::Command, log: &Path) -> Result<Guard, LabError> {
 /// `page`: the prewarm route also offers h2 (the page workload's sub-resources are multiplexed).
 /// The `edgewarm` binary to run in the edge namespace: `--edgewarm`, else the one built beside
 /// this program (`cargo build` puts both in one folder), else whatever PATH has.
-fn proxy_binary(given: Option<&Path>) -> Result<String, LabError> {
+pub(crate) fn proxy_binary(given: Option<&Path>) -> Result<String, LabError> {
     let beside = std::env::current_exe()?.with_file_name("edgewarm");
     let found = match given {
         Some(p) => p.is_file().then(|| p.to_path_buf()),
@@ -331,7 +343,7 @@ async fn admin(topo: &Topology, path: &str) -> Option<String> {
     out.status.success().then(|| String::from_utf8_lossy(&out.stdout).into_owned())
 }
 
-async fn wait_ready(topo: &Topology, dir: &Path) -> Result<(), LabError> {
+async fn wait_ready(topo: &Topology, log: &Path) -> Result<(), LabError> {
     for _ in 0..300 {
         if let Some(m) = admin(topo, "/metrics").await {
             let warm = edgewarm::metrics::sample(&m, "edgewarm_pool_ready", &[("route", "b.test"), ("alpn", "none")])
@@ -347,7 +359,7 @@ async fn wait_ready(topo: &Topology, dir: &Path) -> Result<(), LabError> {
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    let log = std::fs::read_to_string(dir.join("edge.log")).unwrap_or_default();
+    let log = std::fs::read_to_string(log).unwrap_or_default();
     Err(LabError::NotReady {
         what: "edgewarm's prewarm pool and http origin connections",
         detail: log.lines().rev().take(5).collect::<Vec<_>>().join(" | "),

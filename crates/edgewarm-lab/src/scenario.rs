@@ -13,7 +13,9 @@ use crate::model::Mode;
 pub struct LabOpts {
     /// Named scenario: default (r 20 ms, R 100 ms, TLS 1.3), ats-poc (r 58 ms, R 10 ms,
     /// TLS 1.2), far-origin (r 16 ms, R 265 ms, TLS 1.2), ramp (prewarm only, arrivals rising
-    /// from 5 to 150 per second over 30 s, the pool's size followed over time).
+    /// from 5 to 150 per second over 30 s, the pool's size followed over time), floor, tfo,
+    /// pages (headless Chromium loads four real-shaped pages through every mode, first and
+    /// returning visits, at r 20/100/200 ms with R 100 ms and at r 16 ms with R 265 ms).
     #[arg(long, default_value = "default")]
     pub scenario: String,
     /// A scenario file (YAML; see docs/lab.md) instead of a named scenario.
@@ -42,9 +44,17 @@ pub struct LabOpts {
     /// Override the edge↔origin RTT.
     #[arg(long = "big-r", value_parser = humantime::parse_duration)]
     pub big_r: Option<Duration>,
-    /// New connections per mode.
-    #[arg(long, default_value_t = 40)]
-    pub requests: usize,
+    /// New connections per mode (default 40); for `pages`, loads per page, mode and visit
+    /// (default 10).
+    #[arg(long)]
+    pub requests: Option<usize>,
+    /// `pages` only: the pages to load (login, news, app, split; default all).
+    #[arg(long, value_delimiter = ',')]
+    pub pages: Vec<String>,
+    /// `pages` only: the modes to load them through (direct, tunnel, prewarm, http, h3; default
+    /// all).
+    #[arg(long, value_delimiter = ',')]
+    pub modes: Vec<String>,
     /// Page workload: each new connection fetches a page, then this many sub-resources at
     /// once over HTTP/2; the report adds the page time against its minimum (one more r+R).
     #[arg(long, default_value_t = 0)]

@@ -1,0 +1,162 @@
+//! `edgewarm-lab lab --scenario pages`: headless Chromium in the client namespace loads the
+//! lab's pages ([`crate::pages`]) through every mode, as first and returning visits
+//! ([`crate::browse`]), on a grid of link delays; [`crate::pages_report`] reports them.
+//!
+//! Names per mode: direct asks the origin for `a.test`; tunnel asks the edge for `a.test` (a
+//! tunnel route); prewarm `b.test`; http and h3 `z.test` (an `http` route with `early_data:
+//! safe`, so a returning HTTP/3 visit can send its request in 0-RTT). Each has a `static.` twin
+//! for the split page, routed the same way. Chromium is told where each name is
+//! (`--host-resolver-rules`) and which certificates to trust (their key hashes).
+
+use std::net::Ipv4Addr;
+use std::time::Duration;
+
+use tokio::process::Command;
+
+use crate::browse::Load;
+use crate::error::LabError;
+use crate::model::Mode;
+use crate::netns::{Topology, EDGE_A, ORIGIN};
+use crate::pages_report::{PageResult, PagesReport, Setting};
+use crate::scenario::LabOpts;
+
+/// The TFO study's client RTTs with R = 100 ms, then the far-origin setting.
+const GRID: [Setting; 4] = [
+    Setting { r_ms: 20.0, big_r_ms: 100.0 },
+    Setting { r_ms: 100.0, big_r_ms: 100.0 },
+    Setting { r_ms: 200.0, big_r_ms: 100.0 },
+    Setting { r_ms: 16.0, big_r_ms: 265.0 },
+];
+
+const MODES: [Mode; 5] = [Mode::Direct, Mode::Tunnel, Mode::Prewarm, Mode::Http, Mode::H3];
+
+/// What a run measures.
+pub struct Plan {
+    pub settings: Vec<Setting>,
+    pub pages: Vec<&'static str>,
+    pub modes: Vec<Mode>,
+}
+
+/// The plan from the command line: `--r`/`--big-r` pick grid settings (or name one outside
+/// it), `--pages` and `--modes` narrow the rest.
+pub fn plan(opts: &LabOpts) -> Result<Plan, LabError> {
+    let ms = |d: Option<Duration>| d.map(|d| d.as_secs_f64() * 1e3);
+    let (r, big_r) = (ms(opts.r), ms(opts.big_r));
+    let mut settings: Vec<Setting> =
+        GRID.into_iter().filter(|s| r.is_none_or(|r| s.r_ms == r) && big_r.is_none_or(|b| s.big_r_ms == b)).collect();
+    if settings.is_empty() {
+        settings.push(Setting { r_ms: r.unwrap_or(20.0), big_r_ms: big_r.unwrap_or(100.0) });
+    }
+    let bad = |what: &str, v: &str| LabError::ScenarioFile(format!("--{what}: unknown {v:?}"));
+    let pages = match opts.pages.as_slice() {
+        [] => crate::pages::PAGES.to_vec(),
+        given => given
+            .iter()
+            .map(|p| crate::pages::PAGES.into_iter().find(|k| k == p).ok_or_else(|| bad("pages", p)))
+            .collect::<Result<_, _>>()?,
+    };
+    let modes = match opts.modes.as_slice() {
+        [] => MODES.to_vec(),
+        given => given
+            .iter()
+            .map(|m| MODES.into_iter().find(|k| k.label() == m).ok_or_else(|| bad("modes", m)))
+            .collect::<Result<_, _>>()?,
+    };
+    Ok(Plan { settings, pages, modes })
+}
+
+/// The page's host name and where it is, and whether the browser speaks QUIC to it.
+fn route(mode: Mode) -> (&'static str, Ipv4Addr, bool) {
+    match mode {
+        Mode::Direct => ("a.test", ORIGIN, false),
+        Mode::Tunnel | Mode::TunnelTfo => ("a.test", EDGE_A, false),
+        Mode::Prewarm => ("b.test", EDGE_A, false),
+        Mode::Http => ("z.test", EDGE_A, false),
+        Mode::H3 => ("z.test", EDGE_A, true),
+    }
+}
+
+pub async fn run(opts: &LabOpts) -> Result<PagesReport, LabError> {
+    let Plan { settings, pages, modes } = plan(opts)?;
+    let loads = opts.requests.unwrap_or(10).max(1);
+    let proxy = crate::run::proxy_binary(opts.edgewarm.as_deref())?;
+    let stamp = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default().as_secs();
+    let dir = opts.out.join(format!("{stamp}-pages"));
+    std::fs::create_dir_all(&dir)?;
+    crate::files::write_certs(&dir)?;
+    let exe = std::env::current_exe()?.to_string_lossy().into_owned();
+    let spki: Vec<String> = ["origin", "edge"]
+        .iter()
+        .map(|f| std::fs::read_to_string(dir.join(format!("{f}.spki"))))
+        .collect::<Result<_, _>>()?;
+
+    let bar = indicatif::ProgressBar::new((settings.len() * pages.len() * modes.len()) as u64);
+    bar.set_style(
+        indicatif::ProgressStyle::with_template("{spinner} [{bar:30}] {pos}/{len} {msg}")
+            .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+    );
+    let mut results = Vec::new();
+    for (i, &setting) in settings.iter().enumerate() {
+        bar.set_message(format!("r {} ms, R {} ms: starting the hosts", setting.r_ms, setting.big_r_ms));
+        let secs = |ms: f64| Duration::from_secs_f64(ms / 1e3);
+        let topo = Topology::create(secs(setting.r_ms), secs(setting.big_r_ms), None)?;
+        let logs = format!("-{i}");
+        let _hosts = crate::run::start_hosts(&topo, &exe, &proxy, &dir, &logs, true).await?;
+        for page in &pages {
+            for &mode in &modes {
+                bar.set_message(format!(
+                    "r {} ms, R {} ms: {page} through {}",
+                    setting.r_ms,
+                    setting.big_r_ms,
+                    mode.label()
+                ));
+                topo.flush_tcp_metrics()?;
+                let measured = browse(&topo, &exe, &spki, page, mode, loads).await?;
+                for visit in ["first", "returning"] {
+                    let of_visit: Vec<Load> = measured.iter().filter(|l| l.visit == visit).cloned().collect();
+                    results.push(PageResult::new(setting, page, mode, visit, of_visit));
+                }
+                bar.inc(1);
+            }
+        }
+    }
+    bar.finish_and_clear();
+    let report = PagesReport { loads_per_cell: loads, results, run_dir: dir.clone() };
+    report.write(&dir)?;
+    Ok(report)
+}
+
+/// `edgewarm-lab browse` in the client namespace: `loads` first and returning visits.
+async fn browse(
+    topo: &Topology,
+    exe: &str,
+    spki: &[String],
+    page: &str,
+    mode: Mode,
+    loads: usize,
+) -> Result<Vec<Load>, LabError> {
+    let (host, ip, quic) = route(mode);
+    let url = format!("https://{host}/{page}/");
+    let n = loads.to_string();
+    let mut args: Vec<String> = vec![exe.into(), "browse".into(), url, "--loads".into(), n];
+    for name in [host.to_owned(), format!("static.{host}")] {
+        args.extend(["--resolve".into(), format!("{name}={ip}")]);
+        if quic {
+            args.extend(["--quic".into(), format!("{name}:443")]);
+        }
+    }
+    for key in spki {
+        args.extend(["--spki".into(), key.trim().to_owned()]);
+    }
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let out = Command::from(topo.command(&topo.client, &args)).kill_on_drop(true).output().await?;
+    let fail = |detail: String| LabError::Load { mode: format!("{} ({page})", mode.label()), detail };
+    if !out.status.success() {
+        return Err(fail(String::from_utf8_lossy(&out.stderr).trim().to_owned()));
+    }
+    let loads: Vec<Load> = serde_json::from_slice(&out.stdout).map_err(|e| fail(e.to_string()))?;
+    if let Some(bad) = loads.iter().find(|l| l.failed > 0) {
+        return Err(fail(format!("{} of the page's resources failed on a {} visit", bad.failed, bad.visit)));
+    }
+    Ok(loads)
+}

@@ -1,0 +1,210 @@
+//! What the browser lab found: per page, mode and visit, the page load time and the document's
+//! TTFB (p50, p90) against direct and against the round-trip model; JSON, Markdown, a bar
+//! chart of page load times per setting and a waterfall of the news page per mode.
+
+use std::path::{Path, PathBuf};
+
+use serde::Serialize;
+
+use crate::browse::{Load, ResourceTiming};
+use crate::model::{self, Mode};
+
+/// One point of the grid: client↔edge and edge↔origin RTT.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct Setting {
+    pub r_ms: f64,
+    pub big_r_ms: f64,
+}
+
+#[derive(Debug, Clone, Copy, Serialize)]
+pub struct Spread {
+    pub p50: f64,
+    pub p90: f64,
+}
+
+impl Spread {
+    fn of(mut v: Vec<f64>) -> Self {
+        v.sort_by(f64::total_cmp);
+        // Nearest rank.
+        let at = |q: f64| v.get(((q * v.len() as f64).ceil() as usize).saturating_sub(1)).copied().unwrap_or(0.0);
+        Self { p50: at(0.5), p90: at(0.9) }
+    }
+}
+
+/// One cell: a page through a mode, first or returning visits.
+#[derive(Debug, Clone, Serialize)]
+pub struct PageResult {
+    pub client: &'static str,
+    pub mode: Mode,
+    pub page: String,
+    pub visit: String,
+    pub r_ms: f64,
+    pub big_r_ms: f64,
+    pub loads: usize,
+    pub plt_ms: Spread,
+    pub ttfb_ms: Spread,
+    /// The document's least TTFB by the round-trip model (a returning HTTP/3 visit: 0-RTT).
+    pub ttfb_min_ms: f64,
+    pub ttfb_formula: String,
+    /// Median connections per load.
+    pub connections: f64,
+    /// Every `nextHopProtocol` seen (document and resources).
+    pub protocols: Vec<String>,
+    /// The load with the median page load time (the waterfall's).
+    #[serde(skip)]
+    pub median: Option<Load>,
+}
+
+impl PageResult {
+    pub fn new(s: Setting, page: &str, mode: Mode, visit: &str, loads: Vec<Load>) -> Self {
+        let zero_rtt = mode == Mode::H3 && visit == "returning";
+        let secs = |ms: f64| std::time::Duration::from_secs_f64(ms / 1e3);
+        let min = model::min_ttfb(mode, false, secs(s.r_ms), secs(s.big_r_ms), false, zero_rtt);
+        let mut protocols: Vec<String> = loads
+            .iter()
+            .flat_map(|l| std::iter::once(&l.protocol).chain(l.resources.iter().map(|r| &r.protocol)))
+            .cloned()
+            .collect();
+        protocols.sort();
+        protocols.dedup();
+        let mut by_plt = loads.clone();
+        by_plt.sort_by(|a, b| a.plt_ms.total_cmp(&b.plt_ms));
+        Self {
+            client: "chromium",
+            mode,
+            page: page.into(),
+            visit: visit.into(),
+            r_ms: s.r_ms,
+            big_r_ms: s.big_r_ms,
+            loads: loads.len(),
+            plt_ms: Spread::of(loads.iter().map(|l| l.plt_ms).collect()),
+            ttfb_ms: Spread::of(loads.iter().map(|l| l.ttfb_ms).collect()),
+            ttfb_min_ms: min.as_secs_f64() * 1e3,
+            ttfb_formula: model::formula(model::round_trips(mode, false, false, zero_rtt)),
+            connections: Spread::of(loads.iter().map(|l| l.connections as f64).collect()).p50,
+            protocols,
+            median: by_plt.get(by_plt.len().saturating_sub(1) / 2).cloned(),
+        }
+    }
+
+    fn setting(&self) -> Setting {
+        Setting { r_ms: self.r_ms, big_r_ms: self.big_r_ms }
+    }
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct PagesReport {
+    pub loads_per_cell: usize,
+    pub results: Vec<PageResult>,
+    pub run_dir: PathBuf,
+}
+
+impl PagesReport {
+    /// The settings measured, in order.
+    pub fn settings(&self) -> Vec<Setting> {
+        let mut out: Vec<Setting> = Vec::new();
+        for r in &self.results {
+            if !out.contains(&r.setting()) {
+                out.push(r.setting());
+            }
+        }
+        out
+    }
+
+    /// The same page and visit loaded directly.
+    fn direct(&self, of: &PageResult) -> Option<&PageResult> {
+        self.results
+            .iter()
+            .find(|d| d.mode == Mode::Direct && d.page == of.page && d.visit == of.visit && d.setting() == of.setting())
+    }
+
+    /// A table per setting, like the TFO study's: page, mode, visit, PLT and TTFB, against
+    /// direct and against the model.
+    pub fn markdown(&self) -> String {
+        let mut out = format!(
+            "# Browser lab: Chromium page loads, {} per page, mode and visit\n\n\
+             First visit: a fresh browser context. Returning: the same context after its connections \
+             are closed and its cache cleared (session tickets and 0-RTT state kept). TTFB: the \
+             document's, from the navigation's start; min: the round-trip model's.\n",
+            self.loads_per_cell
+        );
+        for s in self.settings() {
+            out += &format!(
+                "\n## r = {} ms, R = {} ms\n\n| page | mode | visit | PLT p50 | PLT p90 | vs direct | improvement | TTFB p50 | min | TTFB/min | conns | protocols |\n|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---|\n",
+                s.r_ms, s.big_r_ms
+            );
+            for r in self.results.iter().filter(|r| r.setting() == s) {
+                let (ratio, gain) = match self.direct(r) {
+                    Some(d) if d.plt_ms.p50 > 0.0 => {
+                        let q = r.plt_ms.p50 / d.plt_ms.p50;
+                        (format!("{q:.2}"), format!("{:.0} %", (1.0 - q) * 100.0))
+                    }
+                    _ => ("-".into(), "-".into()),
+                };
+                out += &format!(
+                    "| {} | {} | {} | {:.0} | {:.0} | {ratio} | {gain} | {:.1} | {:.0} ({}) | {:.3} | {} | {} |\n",
+                    r.page,
+                    r.mode.label(),
+                    r.visit,
+                    r.plt_ms.p50,
+                    r.plt_ms.p90,
+                    r.ttfb_ms.p50,
+                    r.ttfb_min_ms,
+                    r.ttfb_formula,
+                    r.ttfb_ms.p50 / r.ttfb_min_ms,
+                    r.connections,
+                    r.protocols.join(" ")
+                );
+            }
+        }
+        out
+    }
+
+    /// report.json, report.md and the plots, in the run folder.
+    pub fn write(&self, dir: &Path) -> std::io::Result<()> {
+        std::fs::write(dir.join("report.json"), serde_json::to_string_pretty(self).unwrap_or_default())?;
+        std::fs::write(dir.join("report.md"), self.markdown())?;
+        for s in self.settings() {
+            let tag = format!("r{}-R{}", s.r_ms, s.big_r_ms);
+            let cells: Vec<&PageResult> = self.results.iter().filter(|r| r.setting() == s).collect();
+            if let Err(e) = crate::plot_pages::plt_bars(&cells, s, &dir.join(format!("plt-{tag}.svg"))) {
+                tracing::warn!(error = %e, "could not draw the page load chart");
+            }
+            for r in cells.iter().filter(|r| r.page == "news" && r.visit == "first") {
+                let Some(load) = &r.median else { continue };
+                let path = dir.join(format!("waterfall-news-{}-{tag}.svg", r.mode.label()));
+                if let Err(e) = crate::plot_pages::waterfall(
+                    load,
+                    &format!(
+                        "news page through {}, first visit, r = {} ms, R = {} ms",
+                        r.mode.label(),
+                        s.r_ms,
+                        s.big_r_ms
+                    ),
+                    &path,
+                ) {
+                    tracing::warn!(error = %e, "could not draw the waterfall");
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// A resource's bar in a waterfall: start, first byte, end (ms from the navigation's start).
+pub(crate) fn bar(r: &ResourceTiming) -> (f64, f64, f64) {
+    (r.start_ms, r.response_start_ms.max(r.start_ms), r.end_ms.max(r.start_ms))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn nearest_rank_percentiles() {
+        let s = Spread::of((1..=10).map(f64::from).rev().collect());
+        assert_eq!((s.p50, s.p90), (5.0, 9.0));
+        let one = Spread::of(vec![7.0]);
+        assert_eq!((one.p50, one.p90), (7.0, 7.0));
+    }
+}
