@@ -111,10 +111,19 @@ pub async fn run(opts: &LabOpts) -> Result<PagesReport, LabError> {
                     mode.label()
                 ));
                 topo.flush_tcp_metrics()?;
-                let measured = browse(&topo, &exe, &spki, page, mode, loads).await?;
+                // A cell that fails is reported as failed; the rest of the grid still runs.
+                let (measured, error) = match browse(&topo, &exe, &spki, page, mode, loads).await {
+                    Ok(m) => (m, None),
+                    Err(e) => {
+                        tracing::warn!(page, mode = mode.label(), error = %e, "page load failed");
+                        (Vec::new(), Some(e.to_string()))
+                    }
+                };
                 for visit in ["first", "returning"] {
                     let of_visit: Vec<Load> = measured.iter().filter(|l| l.visit == visit).cloned().collect();
-                    results.push(PageResult::new(setting, page, mode, visit, of_visit));
+                    let mut cell = PageResult::new(setting, page, mode, visit, of_visit);
+                    cell.error.clone_from(&error);
+                    results.push(cell);
                 }
                 bar.inc(1);
             }

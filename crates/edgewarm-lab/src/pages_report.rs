@@ -50,6 +50,8 @@ pub struct PageResult {
     pub connections: f64,
     /// Every `nextHopProtocol` seen (document and resources).
     pub protocols: Vec<String>,
+    /// Why the cell has no loads (the browser failed, or a resource did).
+    pub error: Option<String>,
     /// The load with the median page load time (the waterfall's).
     #[serde(skip)]
     pub median: Option<Load>,
@@ -83,6 +85,7 @@ impl PageResult {
             ttfb_formula: model::formula(model::round_trips(mode, false, false, zero_rtt)),
             connections: Spread::of(loads.iter().map(|l| l.connections as f64).collect()).p50,
             protocols,
+            error: None,
             median: by_plt.get(by_plt.len().saturating_sub(1) / 2).cloned(),
         }
     }
@@ -134,8 +137,18 @@ impl PagesReport {
                 s.r_ms, s.big_r_ms
             );
             for r in self.results.iter().filter(|r| r.setting() == s) {
+                if let Some(e) = &r.error {
+                    out += &format!(
+                        "| {} | {} | {} | failed: {} |||||||||\n",
+                        r.page,
+                        r.mode.label(),
+                        r.visit,
+                        e.replace('|', "/")
+                    );
+                    continue;
+                }
                 let (ratio, gain) = match self.direct(r) {
-                    Some(d) if d.plt_ms.p50 > 0.0 => {
+                    Some(d) if d.plt_ms.p50 > 0.0 && d.error.is_none() => {
                         let q = r.plt_ms.p50 / d.plt_ms.p50;
                         (format!("{q:.2}"), format!("{:.0} %", (1.0 - q) * 100.0))
                     }

@@ -12,7 +12,7 @@ use crate::pages_report::{PageResult, Setting};
 pub fn plt_bars(cells: &[&PageResult], s: Setting, path: &Path) -> Result<(), String> {
     let mut groups: Vec<(String, String)> = Vec::new();
     let mut modes = Vec::new();
-    for c in cells {
+    for c in cells.iter().filter(|c| c.error.is_none()) {
         let g = (c.page.clone(), c.visit.clone());
         if !groups.contains(&g) {
             groups.push(g);

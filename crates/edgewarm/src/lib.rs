@@ -27,6 +27,8 @@
 //! - [`config`]: YAML config, validated before any port is bound.
 //! - [`snapshot`]: what a connection sees of the config, fixed at accept.
 //! - [`server`]: ties the path together: bound listeners in, reload and drain.
+//! - [`upgrade`]: a new binary takes the listening sockets over a Unix socket, warms its
+//!   origin connections, then the old process drains: upgrades that drop nothing.
 //! - [`workers`]: one single-threaded runtime per core; each accepted connection is served on
 //!   one of them, with origin connections of its own.
 //! - [`metrics`], [`admin`], [`accesslog`], [`error`]: what operators see.
@@ -49,4 +51,5 @@ pub mod server;
 pub(crate) mod snapshot;
 pub mod tls;
 pub mod transport;
+pub mod upgrade;
 pub mod workers;

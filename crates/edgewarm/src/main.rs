@@ -45,6 +45,11 @@ enum Command {
     Run {
         #[arg(long, short)]
         config: PathBuf,
+        /// Take over from the edgewarm running with this configuration: receive its listening
+        /// sockets over `upgrade.socket`, warm the origin connections, then serve while the
+        /// old process drains and exits. Fails (and the old one serves on) if nothing runs.
+        #[arg(long)]
+        upgrade: bool,
     },
     /// Validate a config file and exit (0 good, 64 bad).
     Check {
@@ -84,7 +89,7 @@ fn main() -> ExitCode {
             eprintln!("edgewarm: the lab and the load generator are `edgewarm-lab lab` and `edgewarm-lab load` (scripts/lab.sh runs the lab)");
             ExitCode::from(EXIT_CONFIG)
         }
-        Command::Run { config: path } => {
+        Command::Run { config: path, upgrade } => {
             let config = match Config::load(&path) {
                 Ok(c) => c,
                 Err(e) => return config_error(&path, &e),
@@ -96,7 +101,7 @@ fn main() -> ExitCode {
                     return ExitCode::FAILURE;
                 }
             };
-            match runtime.block_on(run(path.clone(), config)) {
+            match runtime.block_on(run(path.clone(), config, upgrade)) {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(RunError::Config(e)) => config_error(&path, &e),
                 Err(RunError::Other(e)) => {
@@ -125,26 +130,67 @@ impl<E: Into<anyhow::Error>> From<E> for RunError {
     }
 }
 
-async fn run(path: PathBuf, config: Config) -> Result<(), RunError> {
-    // Certificates and keys are loaded here, still before any port is bound.
+async fn run(path: PathBuf, config: Config, upgrade: bool) -> Result<(), RunError> {
+    // Certificates and keys are loaded here, still before any port is bound. The pools start
+    // warming now: during an upgrade, while the sockets are handed over.
     let server = Server::new(&config).map_err(RunError::Config)?;
-    let bound = Bound::bind(&config)?;
+    let (bound, takeover) = if upgrade {
+        let (takeover, sockets) = edgewarm::upgrade::takeover::connect(&config.upgrade.socket)
+            .await
+            .map_err(|e| anyhow::anyhow!("upgrade: {e}; the running process is untouched"))?;
+        (Bound::adopt(&config, sockets)?, Some(takeover))
+    } else {
+        (Bound::bind(&config)?, None)
+    };
     if config.listeners.iter().any(|l| l.tcp_fastopen > 0)
         && !matches!(edgewarm::transport::sockopt::fastopen_sysctl(), Some(v) if v & 2 != 0)
     {
         tracing::warn!("net.ipv4.tcp_fastopen lacks the server bit (2): listeners will not accept data in SYNs");
+    }
+    let next_upgrade = bound.dup_sockets()?;
+    if takeover.is_some() {
+        let started = std::time::Instant::now();
+        let warm = server.wait_warm(config.upgrade.warm_timeout).await;
+        tracing::info!(warm, after = ?started.elapsed(), "upgrade: origin connections ready, accepting");
     }
     let admin_addr = bound.admin.local_addr()?;
     tracing::info!(admin = %admin_addr, version = env!("CARGO_PKG_VERSION"), "edgewarm starting");
     let admin_stop = tokio_util::sync::CancellationToken::new();
     let admin =
         tokio::spawn(edgewarm::admin::serve(bound.admin, server.admin_state(), admin_stop.clone().cancelled_owned()));
-    tokio::spawn(signals(path, server.clone()));
+    tokio::spawn(signals(path.clone(), server.clone()));
+    tokio::spawn(serving(server.clone(), takeover, config.upgrade.clone(), next_upgrade, admin_stop.clone()));
     server.run(bound.listeners).await;
     admin_stop.cancel();
     let _ = admin.await;
     tracing::info!("edgewarm stopped");
     Ok(())
+}
+
+/// Once the listeners accept: take over from the old process (if upgrading), tell systemd, and
+/// listen for the next upgrade. Once this process has handed over, its admin listener closes:
+/// `/metrics` and `/ready` are the new process's from then on.
+async fn serving(
+    server: Arc<Server>,
+    takeover: Option<edgewarm::upgrade::takeover::Takeover>,
+    upgrade: edgewarm::config::UpgradeConfig,
+    sockets: edgewarm::upgrade::Sockets,
+    admin_stop: tokio_util::sync::CancellationToken,
+) {
+    while !server.is_ready() {
+        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    }
+    let took_over = takeover.is_some();
+    if let Some(takeover) = takeover {
+        match takeover.serving().await {
+            Ok(old) => tracing::info!(old_pid = old, "upgrade: took over; the old process drains"),
+            Err(e) => tracing::warn!(error = %e, "upgrade: the old process did not confirm; serving anyway"),
+        }
+    }
+    let _ = sd_notify::notify(&[sd_notify::NotifyState::MainPid(std::process::id()), sd_notify::NotifyState::Ready]);
+    if edgewarm::upgrade::handover::serve(upgrade, sockets, server, took_over).await {
+        admin_stop.cancel();
+    }
 }
 
 /// SIGHUP reloads; the first SIGTERM/SIGINT drains, a second one cuts open tunnels at once.

@@ -47,30 +47,84 @@ pub struct Listener {
 impl Bound {
     pub fn bind(config: &Config) -> std::io::Result<Self> {
         let admin = bind_plain(config.admin.listen)?;
-        let listeners = config
+        let listeners = config.listeners.iter().map(|l| bind_one(config, l)).collect::<std::io::Result<_>>()?;
+        Ok(Self { admin, listeners })
+    }
+
+    /// The sockets of an upgrade ([`crate::upgrade`]): handed sockets where the configuration
+    /// names the same address, bound afresh where it names a new one. Handed sockets the
+    /// configuration no longer names are closed here (the old process closes its own).
+    pub fn adopt(config: &Config, handed: crate::upgrade::Sockets) -> std::io::Result<Self> {
+        let mut handed_listeners = handed.listeners;
+        let admin = if handed.admin.0 == config.admin.listen {
+            TcpListener::from_std(nonblocking(std::net::TcpListener::from(handed.admin.1))?)?
+        } else {
+            bind_plain(config.admin.listen)?
+        };
+        let mut listeners = Vec::with_capacity(config.listeners.len());
+        for l in &config.listeners {
+            let Some(at) = handed_listeners.iter().position(|h| h.listen == l.listen) else {
+                listeners.push(bind_one(config, l)?);
+                continue;
+            };
+            let h = handed_listeners.swap_remove(at);
+            let tcp = nonblocking(std::net::TcpListener::from(h.tcp))?;
+            let udp = match (l.http3, h.udp.is_empty()) {
+                (false, _) => Vec::new(),
+                (true, false) => h.udp.into_iter().map(std::net::UdpSocket::from).collect(),
+                (true, true) => bind_udp_group(config, tcp.local_addr()?)?,
+            };
+            listeners.push(Listener { tcp: TcpListener::from_std(tcp)?, udp, config: l.clone() });
+        }
+        Ok(Self { admin, listeners })
+    }
+
+    /// Duplicates of every socket, for the next upgrade.
+    pub fn dup_sockets(&self) -> std::io::Result<crate::upgrade::Sockets> {
+        use std::os::fd::AsFd;
+        let admin = (self.admin.local_addr()?, self.admin.as_fd().try_clone_to_owned()?);
+        let listeners = self
             .listeners
             .iter()
             .map(|l| {
-                let std = sockopt::bind_listener(l.listen, l.tcp_fastopen)
-                    .map_err(|e| std::io::Error::new(e.kind(), format!("cannot listen on {}: {e}", l.listen)))?;
-                // The same port as TCP's (port 0 in tests: the one TCP was given), so that one
-                // `Alt-Svc` names both.
-                let addr = std.local_addr()?;
-                let sockets = if l.http3 { config.worker_count().max(1) } else { 0 };
-                let udp = (0..sockets)
-                    .map(|_| sockopt::bind_udp(addr, sockets > 1))
-                    .collect::<std::io::Result<Vec<_>>>()
-                    .map_err(|e| std::io::Error::new(e.kind(), format!("cannot listen on udp {addr}: {e}")))?;
-                Ok(Listener { tcp: TcpListener::from_std(std)?, udp, config: l.clone() })
+                Ok(crate::upgrade::HandedListener {
+                    listen: l.config.listen,
+                    tcp: l.tcp.as_fd().try_clone_to_owned()?,
+                    udp: l.udp.iter().map(|u| u.as_fd().try_clone_to_owned()).collect::<std::io::Result<_>>()?,
+                })
             })
             .collect::<std::io::Result<_>>()?;
-        Ok(Self { admin, listeners })
+        Ok(crate::upgrade::Sockets { admin, listeners })
     }
 
     /// Addresses actually bound (port 0 resolved).
     pub fn local_addrs(&self) -> Vec<SocketAddr> {
         self.listeners.iter().filter_map(|l| l.tcp.local_addr().ok()).collect()
     }
+}
+
+fn bind_one(config: &Config, l: &ListenerConfig) -> std::io::Result<Listener> {
+    let std = sockopt::bind_listener(l.listen, l.tcp_fastopen)
+        .map_err(|e| std::io::Error::new(e.kind(), format!("cannot listen on {}: {e}", l.listen)))?;
+    // The same port as TCP's (port 0 in tests: the one TCP was given), so that one `Alt-Svc`
+    // names both.
+    let udp = if l.http3 { bind_udp_group(config, std.local_addr()?)? } else { Vec::new() };
+    Ok(Listener { tcp: TcpListener::from_std(std)?, udp, config: l.clone() })
+}
+
+/// HTTP/3: one UDP socket per worker at `addr`.
+fn bind_udp_group(config: &Config, addr: SocketAddr) -> std::io::Result<Vec<std::net::UdpSocket>> {
+    let sockets = config.worker_count().max(1);
+    (0..sockets)
+        .map(|_| sockopt::bind_udp(addr, sockets > 1))
+        .collect::<std::io::Result<Vec<_>>>()
+        .map_err(|e| std::io::Error::new(e.kind(), format!("cannot listen on udp {addr}: {e}")))
+}
+
+/// A received listening socket for tokio (it may come without `O_NONBLOCK`).
+fn nonblocking(l: std::net::TcpListener) -> std::io::Result<std::net::TcpListener> {
+    l.set_nonblocking(true)?;
+    Ok(l)
 }
 
 fn bind_plain(addr: SocketAddr) -> std::io::Result<TcpListener> {
@@ -231,6 +285,21 @@ impl Server {
     }
 
     /// Cut open connections now instead of waiting for the grace period.
+    /// Wait until every prewarm pool holds its minimum and every `http` route's origin has a
+    /// standing connection, for at most `limit`. Whether they got there.
+    pub async fn wait_warm(&self, limit: Duration) -> bool {
+        let deadline = tokio::time::Instant::now() + limit;
+        loop {
+            if self.origins.warm() {
+                return true;
+            }
+            if tokio::time::Instant::now() >= deadline {
+                return false;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
     pub fn cut_now(&self) {
         self.shutdown();
         self.listeners.cut.cancel();

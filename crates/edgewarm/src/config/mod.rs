@@ -62,6 +62,36 @@ pub struct Config {
     /// ([`crate::workers`]); `None`: one per core.
     #[serde(default)]
     pub workers: Option<usize>,
+    /// Binary upgrades without dropping a connection ([`crate::upgrade`]).
+    #[serde(default)]
+    pub upgrade: UpgradeConfig,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct UpgradeConfig {
+    /// The Unix socket a new process (`edgewarm run --upgrade`) asks for the listening sockets
+    /// on. Only the same user (or root) may connect.
+    #[serde(default = "default_upgrade_socket")]
+    pub socket: std::path::PathBuf,
+    /// How long a new process waits for its pools and standing origin connections to be warm
+    /// before it accepts (and the old one stops): past this it takes over anyway, warm or not.
+    #[serde(default = "default_warm_timeout", with = "duration")]
+    pub warm_timeout: std::time::Duration,
+}
+
+impl Default for UpgradeConfig {
+    fn default() -> Self {
+        Self { socket: default_upgrade_socket(), warm_timeout: default_warm_timeout() }
+    }
+}
+
+fn default_upgrade_socket() -> std::path::PathBuf {
+    "/run/edgewarm/upgrade.sock".into()
+}
+
+fn default_warm_timeout() -> std::time::Duration {
+    std::time::Duration::from_secs(10)
 }
 
 impl Config {

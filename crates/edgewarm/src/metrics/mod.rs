@@ -142,6 +142,8 @@ pub struct Metrics {
     pub first_origin_byte_seconds: HistogramFamily<RouteLabel>,
     pub accept_errors: Family<AcceptErrorLabel, Counter>,
     pub config_reloads: Family<ResultLabel, Counter>,
+    /// Upgrade requests served by this process: `handed_over` or `abandoned`.
+    pub upgrades: Family<ResultLabel, Counter>,
     pub pool: PoolMetrics,
     pub http: HttpMetrics,
     pub upstream: UpstreamMetrics,
@@ -203,6 +205,7 @@ impl Metrics {
             first_origin_byte_seconds: Family::new_with_constructor(latency_histogram),
             accept_errors: Family::default(),
             config_reloads: Family::default(),
+            upgrades: Family::default(),
             pool: PoolMetrics::new(),
             http: HttpMetrics::new(),
             upstream: UpstreamMetrics::new(),
@@ -239,6 +242,11 @@ impl Metrics {
         );
         registry.register("accept_errors", "accept(2) failures, by errno kind", m.accept_errors.clone());
         registry.register("config_reloads", "Configuration reloads, by result", m.config_reloads.clone());
+        registry.register(
+            "upgrades",
+            "Upgrades asked of this process: handed_over (a new process took the sockets and serves) or abandoned",
+            m.upgrades.clone(),
+        );
         m.pool.register(registry.sub_registry_with_prefix("pool"));
         m.http.register(registry.sub_registry_with_prefix("http"));
         m.upstream.register(registry.sub_registry_with_prefix("upstream"));

@@ -162,6 +162,12 @@ impl Origins {
         });
     }
 
+    /// Every prewarm pool at its minimum and every HTTP/2 set with a connection: what a new
+    /// process waits for before it accepts ([`crate::upgrade`]).
+    pub fn warm(&self) -> bool {
+        self.pools().iter().all(|p| p.ready >= p.min) && self.upstreams().iter().all(|u| !u.connections.is_empty())
+    }
+
     /// The prewarm pools' numbers for `/pools`, in a stable order (route, then ALPN).
     pub fn pools(&self) -> Vec<PoolStatus> {
         let mut all: Vec<_> = self

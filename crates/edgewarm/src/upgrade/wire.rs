@@ -1,0 +1,150 @@
+//! The upgrade conversation: length-prefixed JSON messages on a Unix stream, the sockets riding
+//! on the first byte of the message that lists them (`SCM_RIGHTS`, through rustix: received
+//! descriptors arrive as `OwnedFd` and close-on-exec).
+
+use std::io::{IoSlice, IoSliceMut};
+use std::mem::MaybeUninit;
+use std::net::SocketAddr;
+use std::os::fd::{BorrowedFd, OwnedFd};
+
+use rustix::net::{
+    recvmsg, sendmsg, RecvAncillaryBuffer, RecvAncillaryMessage, RecvFlags, ReturnFlags, SendAncillaryBuffer,
+    SendAncillaryMessage, SendFlags,
+};
+use serde::{Deserialize, Serialize};
+use tokio::io::Interest;
+use tokio::net::UnixStream;
+
+use super::UpgradeError;
+
+/// Far more than any message needs; a peer announcing more is not edgewarm.
+const MAX_MESSAGE: usize = 1 << 20;
+/// The kernel's limit on descriptors in one message (`SCM_MAX_FD`).
+pub const MAX_FDS: usize = 253;
+
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Msg {
+    /// New → old: who is asking.
+    Hello { pid: u32, version: String },
+    /// Old → new: the sockets, in this order: admin, then each listener's TCP socket followed
+    /// by its `udp` UDP sockets.
+    Sockets { admin: SocketAddr, listeners: Vec<(SocketAddr, usize)> },
+    /// New → old: warm and accepting; stop accepting.
+    Serving,
+    /// Old → new: stopped accepting, draining.
+    Stopping { pid: u32 },
+}
+
+/// Send one message, with `fds` attached.
+pub async fn send(stream: &UnixStream, msg: &Msg, fds: &[BorrowedFd<'_>]) -> Result<(), UpgradeError> {
+    let json = serde_json::to_vec(msg).map_err(|e| UpgradeError::Protocol(e.to_string()))?;
+    let mut frame =
+        u32::try_from(json.len()).map_err(|_| UpgradeError::Protocol("too long".into()))?.to_be_bytes().to_vec();
+    frame.extend_from_slice(&json);
+    let mut space = vec![MaybeUninit::<u8>::uninit(); rustix::cmsg_space!(ScmRights(fds.len().max(1)))];
+    let mut sent = 0;
+    while sent < frame.len() {
+        sent += stream
+            .async_io(Interest::WRITABLE, || {
+                let mut control = SendAncillaryBuffer::new(&mut space);
+                // The descriptors go with the first byte only.
+                if sent == 0 && !fds.is_empty() && !control.push(SendAncillaryMessage::ScmRights(fds)) {
+                    return Err(std::io::Error::other("too many descriptors for one message"));
+                }
+                Ok(sendmsg(stream, &[IoSlice::new(&frame[sent..])], &mut control, SendFlags::NOSIGNAL)?)
+            })
+            .await?;
+    }
+    Ok(())
+}
+
+/// Receive one message and the descriptors that came with it.
+pub async fn recv(stream: &UnixStream) -> Result<(Msg, Vec<OwnedFd>), UpgradeError> {
+    let mut space = vec![MaybeUninit::<u8>::uninit(); rustix::cmsg_space!(ScmRights(MAX_FDS))];
+    let mut buf = vec![0u8; 64 * 1024];
+    let (n, fds) = stream
+        .async_io(Interest::READABLE, || {
+            let mut control = RecvAncillaryBuffer::new(&mut space);
+            let got = recvmsg(stream, &mut [IoSliceMut::new(&mut buf)], &mut control, RecvFlags::CMSG_CLOEXEC)?;
+            if got.flags.contains(ReturnFlags::CTRUNC) {
+                return Err(std::io::Error::other("descriptors truncated"));
+            }
+            let fds: Vec<OwnedFd> = control
+                .drain()
+                .flat_map(|m| match m {
+                    RecvAncillaryMessage::ScmRights(fds) => fds.collect(),
+                    _ => Vec::new(),
+                })
+                .collect();
+            Ok((got.bytes, fds))
+        })
+        .await?;
+    if n == 0 {
+        return Err(UpgradeError::Closed);
+    }
+    let mut have = buf[..n].to_vec();
+    while have.len() < 4 {
+        read_more(stream, &mut have).await?;
+    }
+    let len = u32::from_be_bytes([have[0], have[1], have[2], have[3]]) as usize;
+    if len > MAX_MESSAGE {
+        return Err(UpgradeError::Protocol(format!("a {len}-byte message")));
+    }
+    while have.len() < 4 + len {
+        read_more(stream, &mut have).await?;
+    }
+    let msg = serde_json::from_slice(&have[4..4 + len]).map_err(|e| UpgradeError::Protocol(e.to_string()))?;
+    Ok((msg, fds))
+}
+
+async fn read_more(stream: &UnixStream, have: &mut Vec<u8>) -> Result<(), UpgradeError> {
+    let mut chunk = [0u8; 16 * 1024];
+    let n = loop {
+        stream.readable().await?;
+        match stream.try_read(&mut chunk) {
+            Ok(n) => break n,
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => continue,
+            Err(e) => return Err(e.into()),
+        }
+    };
+    if n == 0 {
+        return Err(UpgradeError::Closed);
+    }
+    have.extend_from_slice(&chunk[..n]);
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::fd::AsFd;
+
+    /// A listening socket sent over the stream accepts on the other side: the same socket.
+    #[tokio::test]
+    async fn a_listener_crosses_with_its_message() {
+        let (a, b) = UnixStream::pair().unwrap();
+        let tcp = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = tcp.local_addr().unwrap();
+        let msg = Msg::Sockets { admin: addr, listeners: vec![(addr, 0)] };
+        send(&a, &msg, &[tcp.as_fd()]).await.unwrap();
+        let (got, fds) = recv(&b).await.unwrap();
+        assert!(matches!(got, Msg::Sockets { admin, .. } if admin == addr));
+        assert_eq!(fds.len(), 1);
+        let received = std::net::TcpListener::from(fds.into_iter().next().unwrap());
+        assert_eq!(received.local_addr().unwrap(), addr);
+        drop(tcp);
+        let _client = std::net::TcpStream::connect(addr).unwrap();
+        assert!(received.accept().is_ok());
+    }
+
+    #[tokio::test]
+    async fn a_closed_stream_and_an_oversized_message_are_errors() {
+        let (a, b) = UnixStream::pair().unwrap();
+        drop(a);
+        assert!(matches!(recv(&b).await, Err(UpgradeError::Closed)));
+        let (a, b) = UnixStream::pair().unwrap();
+        a.try_write(&u32::MAX.to_be_bytes()).unwrap();
+        assert!(matches!(recv(&b).await, Err(UpgradeError::Protocol(_))));
+    }
+}

@@ -1,0 +1,269 @@
+//! `edgewarm run --upgrade` as an operator runs it: real processes, real sockets, under load.
+
+use edgewarm_test_support as common;
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::{certs, free_port, h2_origin, tls_client, tls_origin, ChildGuard, H2Opts, HttpClient, OriginOpts};
+use sha2::{Digest, Sha256};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+const BIN: &str = env!("CARGO_BIN_EXE_edgewarm");
+
+struct Setup {
+    _dir: tempfile::TempDir,
+    dir: PathBuf,
+    edge: SocketAddr,
+    admin: SocketAddr,
+    edge_certs: common::Certs,
+    /// Origins: a plain TCP echo (tunnel), a TLS echo (prewarm), HTTP/2 (http).
+    tunnel: SocketAddr,
+    prewarm: SocketAddr,
+    http: SocketAddr,
+}
+
+async fn setup() -> Setup {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().to_path_buf();
+    let (edge_certs, origin_certs) = (certs(&["b.test", "h.test"]), certs(&["origin.test"]));
+    for (name, c) in [("edge", &edge_certs), ("origin", &origin_certs)] {
+        std::fs::create_dir(path.join(name)).unwrap();
+        c.write(&path.join(name));
+    }
+    let (prewarm, _) = tls_origin(&origin_certs, OriginOpts::default()).await;
+    let (http, _) = h2_origin(&origin_certs, H2Opts::default()).await;
+    Setup {
+        _dir: dir,
+        dir: path,
+        edge: SocketAddr::from(([127, 0, 0, 1], free_port())),
+        admin: SocketAddr::from(([127, 0, 0, 1], free_port())),
+        edge_certs,
+        tunnel: echo_origin().await,
+        prewarm,
+        http,
+    }
+}
+
+/// Echoes every byte back, after the ClientHello the tunnel replays.
+async fn echo_origin() -> SocketAddr {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        while let Ok((mut tcp, _)) = listener.accept().await {
+            tokio::spawn(async move {
+                let (mut r, mut w) = tcp.split();
+                let _ = tokio::io::copy(&mut r, &mut w).await;
+                let _ = w.shutdown().await;
+            });
+        }
+    });
+    addr
+}
+
+/// The configuration, with `extra` appended to the routes.
+fn config(s: &Setup, extra: &str) -> PathBuf {
+    let p = s.dir.display();
+    let text = format!(
+        "admin: {{listen: \"{}\"}}\nlisteners: [{{listen: \"{}\"}}]\nupgrade: {{socket: {p}/upgrade.sock, warm_timeout: 3s}}\n\
+         timeouts: {{shutdown_grace: 60s}}\nroutes:\n\
+         \x20 - {{sni: a.test, action: tunnel, origin: \"{}\"}}\n\
+         \x20 - sni: b.test\n    action: prewarm\n    origin: \"{}\"\n    cert: {p}/edge/cert.pem\n    key: {p}/edge/key.pem\n\
+         \x20   origin_tls: {{sni: origin.test, ca: {p}/origin/ca.pem}}\n    pool: {{min: 4}}\n\
+         \x20 - sni: h.test\n    action: http\n    origin: \"{}\"\n    cert: {p}/edge/cert.pem\n    key: {p}/edge/key.pem\n\
+         \x20   origin_tls: {{sni: origin.test, ca: {p}/origin/ca.pem}}\n{extra}",
+        s.admin, s.edge, s.tunnel, s.prewarm, s.http
+    );
+    let path = s.dir.join(format!("edge-{}.yaml", text.len()));
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+/// An edgewarm process; its log goes to `log`.
+fn start(config: &Path, upgrade: bool, log: &Path) -> ChildGuard {
+    let mut c = Command::new(BIN);
+    c.args(["run", "--config"]).arg(config);
+    if upgrade {
+        c.arg("--upgrade");
+    }
+    ChildGuard(c.stdout(Stdio::null()).stderr(std::fs::File::create(log).unwrap()).spawn().unwrap())
+}
+
+/// Wait (at most 30 s) until `log` says `what`.
+async fn logged(log: &Path, what: &str) -> String {
+    for _ in 0..1500 {
+        let text = std::fs::read_to_string(log).unwrap_or_default();
+        if text.contains(what) {
+            return text;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    panic!("{} never said {what:?}:\n{}", log.display(), std::fs::read_to_string(log).unwrap_or_default());
+}
+
+async fn metrics(admin: SocketAddr) -> String {
+    common::admin_get(admin, "/metrics").await.1
+}
+
+/// A tunnel that streams both ways until told to stop, then checks every byte came back.
+async fn tunnel(edge: SocketAddr, stop: Arc<AtomicBool>) -> Result<u64, String> {
+    let mut tcp = TcpStream::connect(edge).await.map_err(|e| e.to_string())?;
+    tcp.write_all(&common::client_hello("a.test")).await.map_err(|e| e.to_string())?;
+    let (mut r, mut w) = tcp.into_split();
+    let hello = common::client_hello("a.test").len();
+    let writer = tokio::spawn(async move {
+        let (mut sent, mut hash) = (0u64, Sha256::new());
+        while !stop.load(Ordering::Relaxed) {
+            let chunk = common::pattern(sent, 4096);
+            w.write_all(&chunk).await.map_err(|e| e.to_string())?;
+            hash.update(&chunk);
+            sent += chunk.len() as u64;
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        w.shutdown().await.map_err(|e| e.to_string())?;
+        Ok::<_, String>((sent, hash.finalize()))
+    });
+    let mut got = Vec::new();
+    r.read_to_end(&mut got).await.map_err(|e| e.to_string())?;
+    let (sent, hash) = writer.await.map_err(|e| e.to_string())??;
+    let back = got.get(hello..).ok_or("nothing came back")?;
+    if back.len() as u64 != sent || Sha256::digest(back) != hash {
+        return Err(format!("sent {sent} bytes, {} came back", back.len()));
+    }
+    Ok(sent)
+}
+
+/// New TLS connections one after another through the prewarm and the http route until
+/// `stop`: (succeeded, failed).
+async fn clients(s: Arc<Setup>, stop: Arc<AtomicBool>, failed: Arc<AtomicUsize>) -> usize {
+    let mut ok = 0;
+    while !stop.load(Ordering::Relaxed) {
+        let prewarm = async {
+            let (mut tls, _) = tls_client(&s.edge_certs, s.edge, "b.test", &[]).await?;
+            tls.write_all(b"ping").await?;
+            let mut buf = [0u8; 4];
+            tls.read_exact(&mut buf).await?;
+            Ok::<_, std::io::Error>(&buf == b"ping")
+        };
+        let http = async {
+            let mut c = HttpClient::connect(&s.edge_certs, s.edge, "h.test", true).await?;
+            let (parts, _) = c.send("GET", "h.test", "/x", &[], Vec::new()).await.map_err(std::io::Error::other)?;
+            Ok::<_, std::io::Error>(parts.status == 200)
+        };
+        for good in [prewarm.await, http.await] {
+            match good {
+                Ok(true) => ok += 1,
+                _ => {
+                    failed.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+        }
+    }
+    ok
+}
+
+/// Three upgrades back to back under load: 50 tunnels streaming both ways and a steady stream
+/// of new TLS connections through a prewarm and an http route. Nothing fails, every tunnel gets
+/// every byte back, each new process was warm before it accepted, and no client of any process
+/// missed its pool.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_upgrades_under_load_drop_nothing() {
+    let s = Arc::new(setup().await);
+    let cfg = config(&s, "");
+    let mut procs = vec![start(&cfg, false, &s.dir.join("edge-0.log"))];
+    logged(&s.dir.join("edge-0.log"), "listening for upgrades").await;
+    let stop = Arc::new(AtomicBool::new(false));
+    let tunnels: Vec<_> = (0..50).map(|_| tokio::spawn(tunnel(s.edge, stop.clone()))).collect();
+    let failed = Arc::new(AtomicUsize::new(0));
+    let load = tokio::spawn(clients(s.clone(), stop.clone(), failed.clone()));
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    for i in 1..=3 {
+        let log = s.dir.join(format!("edge-{i}.log"));
+        procs.push(start(&cfg, true, &log));
+        let text = logged(&log, "took over").await;
+        assert!(text.contains("origin connections ready, accepting warm=true"), "{text}");
+        logged(&s.dir.join(format!("edge-{}.log", i - 1)), "this one stops accepting").await;
+        // Its own listener for the next upgrade, then some clients on the new process.
+        logged(&log, "listening for upgrades").await;
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let m = metrics(s.admin).await;
+        let sample = |name, labels: &[(&str, &str)]| edgewarm::metrics::sample(&m, name, labels).unwrap_or(0.0);
+        assert!(sample("edgewarm_pool_hits_total", &[("route", "b.test")]) > 0.0, "process {i}: {m}");
+        assert_eq!(sample("edgewarm_pool_misses_total", &[("route", "b.test")]), 0.0, "process {i} missed its pool");
+    }
+    stop.store(true, Ordering::Relaxed);
+    let ok = load.await.unwrap();
+    for t in tunnels {
+        let sent = t.await.unwrap().unwrap();
+        assert!(sent > 0);
+    }
+    assert_eq!(failed.load(Ordering::Relaxed), 0, "failed connections ({ok} succeeded)");
+    assert!(ok > 0);
+    // The three old processes drained their tunnels and exited; the newest serves.
+    for (i, p) in procs.iter_mut().enumerate().take(3) {
+        let status = wait_exit(&mut p.0).await;
+        assert!(status.success(), "process {i}: {status:?}");
+    }
+    assert!(procs[3].0.try_wait().unwrap().is_none());
+}
+
+async fn wait_exit(child: &mut std::process::Child) -> std::process::ExitStatus {
+    for _ in 0..1000 {
+        if let Some(status) = child.try_wait().unwrap() {
+            return status;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    panic!("still running");
+}
+
+/// An upgrade with a bad configuration exits 64 before it asks for anything; one killed in the
+/// middle of the hand-over is abandoned: the old process serves on, counted, and a later
+/// upgrade still works.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_upgrade_leaves_the_old_process_serving() {
+    let s = Arc::new(setup().await);
+    let cfg = config(&s, "");
+    let _old = start(&cfg, false, &s.dir.join("old.log"));
+    logged(&s.dir.join("old.log"), "listening for upgrades").await;
+    let ping = || async {
+        let (mut tls, _) = tls_client(&s.edge_certs, s.edge, "b.test", &[]).await.unwrap();
+        tls.write_all(b"ping").await.unwrap();
+        let mut buf = [0u8; 4];
+        tls.read_exact(&mut buf).await.unwrap();
+        assert_eq!(&buf, b"ping");
+    };
+
+    let bad = s.dir.join("bad.yaml");
+    std::fs::write(&bad, std::fs::read_to_string(&cfg).unwrap().replace("pool: {min: 4}", "pool: {minimum: 4}"))
+        .unwrap();
+    let out = Command::new(BIN).args(["run", "--upgrade", "--config"]).arg(&bad).output().unwrap();
+    assert_eq!(out.status.code(), Some(64), "{}", String::from_utf8_lossy(&out.stderr));
+    ping().await;
+
+    // A new process whose extra route's origin never answers waits for warm-up: killed then.
+    let dead = SocketAddr::from(([127, 0, 0, 1], free_port()));
+    let p = s.dir.display();
+    let never_warm = config(
+        &s,
+        &format!("  - sni: c.test\n    action: prewarm\n    origin: \"{dead}\"\n    cert: {p}/edge/cert.pem\n    key: {p}/edge/key.pem\n    origin_tls: {{sni: origin.test, ca: {p}/origin/ca.pem}}\n"),
+    );
+    let mut doomed = start(&never_warm, true, &s.dir.join("doomed.log"));
+    logged(&s.dir.join("old.log"), "handing the listening sockets over").await;
+    doomed.0.kill().unwrap();
+    doomed.0.wait().unwrap();
+    logged(&s.dir.join("old.log"), "upgrade abandoned, still serving").await;
+    ping().await;
+    let m = metrics(s.admin).await;
+    assert_eq!(edgewarm::metrics::sample(&m, "edgewarm_upgrades_total", &[("result", "abandoned")]), Some(1.0), "{m}");
+
+    // Still upgradable.
+    let _new = start(&cfg, true, &s.dir.join("new.log"));
+    logged(&s.dir.join("new.log"), "took over").await;
+    ping().await;
+}
