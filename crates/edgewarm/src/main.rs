@@ -188,7 +188,8 @@ async fn serving(
         }
     }
     let _ = sd_notify::notify(&[sd_notify::NotifyState::MainPid(std::process::id()), sd_notify::NotifyState::Ready]);
-    if edgewarm::upgrade::handover::serve(upgrade, sockets, server, took_over).await {
+    let count = server.metrics().upgrades.clone();
+    if edgewarm::upgrade::handover::serve(upgrade, sockets, count, move || server.shutdown(), took_over).await {
         admin_stop.cancel();
     }
 }

@@ -3,8 +3,10 @@
 
 use std::os::fd::AsFd;
 use std::path::Path;
-use std::sync::Arc;
 use std::time::Duration;
+
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
 
 use tokio::net::{UnixListener, UnixStream};
 
@@ -12,7 +14,6 @@ use super::wire::{self, Msg};
 use super::{Sockets, UpgradeError};
 use crate::config::UpgradeConfig;
 use crate::metrics::ResultLabel;
-use crate::server::Server;
 
 /// How long a new process may take to say hello.
 const HELLO_TIMEOUT: Duration = Duration::from_secs(5);
@@ -23,7 +24,15 @@ const SERVING_SLACK: Duration = Duration::from_secs(30);
 /// true. Without the socket (another edgewarm owns the path, no permission) it logs once and
 /// returns false: the proxy serves on, only upgrades are off. `took_over`: this process has
 /// just taken over, so the path's listener is the old process's, on its way out: replaced.
-pub async fn serve(config: UpgradeConfig, sockets: Sockets, server: Arc<Server>, took_over: bool) -> bool {
+///
+/// `count` is `edgewarm_upgrades_total`; `stop` stops the server accepting (it then drains).
+pub async fn serve(
+    config: UpgradeConfig,
+    sockets: Sockets,
+    count: Family<ResultLabel, Counter>,
+    stop: impl FnOnce(),
+    took_over: bool,
+) -> bool {
     let listener = match bind(&config.socket, took_over).await {
         Ok(l) => l,
         Err(e) => {
@@ -32,7 +41,7 @@ pub async fn serve(config: UpgradeConfig, sockets: Sockets, server: Arc<Server>,
         }
     };
     tracing::info!(socket = %config.socket.display(), "listening for upgrades");
-    let count = |result: &'static str| server.metrics().upgrades.get_or_create(&ResultLabel { result }).inc();
+    let count = |result: &'static str| count.get_or_create(&ResultLabel { result }).inc();
     loop {
         let Ok((stream, _)) = listener.accept().await else { continue };
         match hand_over(&stream, &sockets, config.warm_timeout + SERVING_SLACK).await {
@@ -41,7 +50,7 @@ pub async fn serve(config: UpgradeConfig, sockets: Sockets, server: Arc<Server>,
                 tracing::info!(new_pid = pid, "upgrade: the new process serves; this one stops accepting and drains");
                 // systemd follows the new process as the service's main one.
                 let _ = sd_notify::notify(&[sd_notify::NotifyState::MainPid(pid)]);
-                server.shutdown();
+                stop();
                 return true;
             }
             Err(e) => {
