@@ -56,6 +56,12 @@ enum Command {
         #[arg(long, short)]
         config: PathBuf,
     },
+    /// Write the man pages into DIR, or print a shell's completions (for packaging).
+    #[command(hide = true)]
+    Generate {
+        #[command(subcommand)]
+        what: Generate,
+    },
     /// Moved: the lab and load generator are the `edgewarm-lab` binary.
     #[command(hide = true, disable_help_flag = true)]
     Lab {
@@ -67,6 +73,39 @@ enum Command {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         args: Vec<String>,
     },
+}
+
+#[derive(Subcommand)]
+enum Generate {
+    /// edgewarm.1, edgewarm-run.1, edgewarm-check.1.
+    Man {
+        dir: PathBuf,
+    },
+    Completions {
+        shell: clap_complete::Shell,
+    },
+}
+
+fn generate(what: Generate) -> ExitCode {
+    use clap::CommandFactory;
+    match what {
+        Generate::Man { dir } => match clap_mangen::generate_to(Cli::command(), &dir) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("edgewarm: {}: {e}", dir.display());
+                ExitCode::FAILURE
+            }
+        },
+        Generate::Completions { shell } => {
+            // Into memory first: clap_complete panics on a failed write (a closed pipe).
+            let mut script = Vec::new();
+            clap_complete::generate(shell, &mut Cli::command(), "edgewarm", &mut script);
+            match std::io::Write::write_all(&mut std::io::stdout(), &script) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(_) => ExitCode::FAILURE,
+            }
+        }
+    }
 }
 
 fn main() -> ExitCode {
@@ -84,6 +123,7 @@ fn main() -> ExitCode {
                 Err(e) => config_error(&config, &e),
             }
         }
+        Command::Generate { what } => generate(what),
         // The proxy binary links none of the lab; say where it went instead of "unknown command".
         Command::Lab { .. } | Command::Load { .. } => {
             eprintln!("edgewarm: the lab and the load generator are `edgewarm-lab lab` and `edgewarm-lab load` (scripts/lab.sh runs the lab)");
@@ -194,11 +234,41 @@ async fn serving(
     }
 }
 
+/// SIGUSR2 (`systemctl kill -s USR2 --kill-whom=main edgewarm`): start the binary now at this
+/// process's path, as `run --upgrade` with the same configuration. It runs in this service's
+/// cgroup, so systemd can follow it as the main process; after a package upgrade the path holds
+/// the new binary.
+fn spawn_upgrade(config: &Path) {
+    let exe = match std::env::current_exe() {
+        // Replaced on disk since this process started: the path is what is wanted.
+        Ok(p) => PathBuf::from(p.to_string_lossy().trim_end_matches(" (deleted)")),
+        Err(e) => {
+            tracing::error!(error = %e, "upgrade: cannot find this binary's path");
+            return;
+        }
+    };
+    match std::process::Command::new(&exe).args(["run", "--upgrade", "--config"]).arg(config).spawn() {
+        Ok(mut child) => {
+            tracing::info!(binary = %exe.display(), pid = child.id(), "upgrade: started the new process");
+            // Reap it if it fails while this process still runs; after a hand-over this one exits
+            // first and the new process is the service's main process.
+            std::thread::spawn(move || match child.wait() {
+                Ok(status) if !status.success() => tracing::error!(%status, "upgrade: the new process failed"),
+                _ => {}
+            });
+        }
+        Err(e) => tracing::error!(binary = %exe.display(), error = %e, "upgrade: cannot start the new process"),
+    }
+}
+
 /// SIGHUP reloads; the first SIGTERM/SIGINT drains, a second one cuts open tunnels at once.
 async fn signals(path: PathBuf, server: Arc<Server>) {
-    let (Ok(mut hup), Ok(mut term), Ok(mut int)) =
-        (signal(SignalKind::hangup()), signal(SignalKind::terminate()), signal(SignalKind::interrupt()))
-    else {
+    let (Ok(mut hup), Ok(mut term), Ok(mut int), Ok(mut usr2)) = (
+        signal(SignalKind::hangup()),
+        signal(SignalKind::terminate()),
+        signal(SignalKind::interrupt()),
+        signal(SignalKind::user_defined2()),
+    ) else {
         tracing::error!("cannot install signal handlers");
         return;
     };
@@ -215,6 +285,7 @@ async fn signals(path: PathBuf, server: Arc<Server>) {
                     tracing::error!(config = %path.display(), error = %e, "reload failed, keeping the running configuration");
                 }
             },
+            _ = usr2.recv() => spawn_upgrade(&path),
             _ = term.recv() => stopping = stop(&server, stopping),
             _ = int.recv() => stopping = stop(&server, stopping),
         }
@@ -227,6 +298,7 @@ fn stop(server: &Server, already: bool) -> bool {
         server.cut_now();
     } else {
         tracing::info!("stop signal: no longer accepting, draining open connections");
+        let _ = sd_notify::notify(&[sd_notify::NotifyState::Stopping]);
         server.shutdown();
     }
     true
