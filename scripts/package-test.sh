@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# CI: install the package built by scripts/package.sh on this machine (dpkg -i), verify its
+# unit with systemd-analyze, check the configuration it ships, and serve one request through
+# it: the shipped tunnel route for www.example.com, to an openssl s_server on 127.0.0.1:8443.
+# Removes the package and everything it started, also on failure. Needs root.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+deb=$(ls -t "${CARGO_TARGET_DIR:-target}"/debian/edgewarm_*.deb | head -1)
+work=$(mktemp -d)
+had_user=$(getent passwd edgewarm >/dev/null && echo yes || true)
+cleanup() {
+  [ -n "${edge:-}" ] && kill "$edge" 2>/dev/null
+  [ -n "${origin:-}" ] && kill "$origin" 2>/dev/null
+  dpkg --purge edgewarm >/dev/null 2>&1 || true
+  # Packages leave their system users behind (Debian policy); the test removes the one it made.
+  [ -n "$had_user" ] || userdel edgewarm 2>/dev/null || true
+  rm -rf "$work"
+}
+trap cleanup EXIT
+dpkg -i "$deb"
+dpkg -L edgewarm | grep -E '^/usr/(bin/edgewarm|share/man/man1/edgewarm.1|lib/systemd/system/edgewarm.service)$' | wc -l | grep -qx 3
+getent passwd edgewarm >/dev/null
+# Unknown keys and bad values are warnings to systemd-analyze: any output fails.
+out=$(systemd-analyze verify --man=no /lib/systemd/system/edgewarm.service 2>&1 || echo "exit $?")
+[ -z "$out" ] || { echo "systemd-analyze verify: $out"; exit 1; }
+/usr/bin/edgewarm check --config /etc/edgewarm/edgewarm.yaml
+openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 1 -subj /CN=www.example.com \
+  -addext subjectAltName=DNS:www.example.com -keyout "$work/key.pem" -out "$work/cert.pem" 2>/dev/null
+openssl s_server -accept 127.0.0.1:8443 -cert "$work/cert.pem" -key "$work/key.pem" -www -quiet &
+origin=$!
+/usr/bin/edgewarm run --config /etc/edgewarm/edgewarm.yaml 2>"$work/edge.log" &
+edge=$!
+for _ in $(seq 100); do curl -sf -o /dev/null http://127.0.0.1:9900/ready && break; sleep 0.1; done
+curl -sf --max-time 10 --cacert "$work/cert.pem" --resolve www.example.com:443:127.0.0.1 \
+  https://www.example.com/ | grep -q 's_server' || { cat "$work/edge.log"; exit 1; }
+echo "package: installed, unit verified, shipped config checked, one request served through it"
