@@ -175,9 +175,13 @@ async fn run(path: PathBuf, config: Config, upgrade: bool) -> Result<(), RunErro
     // warming now: during an upgrade, while the sockets are handed over.
     let server = Server::new(&config).map_err(RunError::Config)?;
     let (bound, takeover) = if upgrade {
-        let (takeover, sockets) = edgewarm::upgrade::takeover::connect(&config.upgrade.socket)
+        let (takeover, sockets, ticket_keys) = edgewarm::upgrade::takeover::connect(&config.upgrade.socket)
             .await
             .map_err(|e| anyhow::anyhow!("upgrade: {e}; the running process is untouched"))?;
+        // A file's keys (`tls.ticket_keys`) are read by both processes; else the old one's.
+        if let Err(e) = server.adopt_ticket_keys(&ticket_keys) {
+            tracing::warn!(error = %e, "upgrade: the old process's ticket keys are unusable; its clients do a full handshake");
+        }
         (Bound::adopt(&config, sockets)?, Some(takeover))
     } else {
         (Bound::bind(&config)?, None)
@@ -229,7 +233,16 @@ async fn serving(
     }
     let _ = sd_notify::notify(&[sd_notify::NotifyState::MainPid(std::process::id()), sd_notify::NotifyState::Ready]);
     let count = server.metrics().upgrades.clone();
-    if edgewarm::upgrade::handover::serve(upgrade, sockets, count, move || server.shutdown(), took_over).await {
+    let keys = server.clone();
+    let handed = edgewarm::upgrade::handover::serve(
+        upgrade,
+        sockets,
+        count,
+        move || keys.ticket_keys(),
+        move || server.shutdown(),
+        took_over,
+    );
+    if handed.await {
         admin_stop.cancel();
     }
 }

@@ -156,6 +156,17 @@ impl Server {
             .map_err(|e| ConfigError::invalid("workers", format!("cannot start the worker threads: {e}")))?;
         let metrics = Arc::new(Metrics::new());
         let resumption = Resumption::new(metrics.early.clone());
+        // Rotation of the process's ticket keys, for as long as the server lives.
+        let keys = Arc::downgrade(resumption.process_keys());
+        tokio::spawn(async move {
+            let mut every = tokio::time::interval(crate::tls::process_keys::ROTATION);
+            every.tick().await;
+            loop {
+                every.tick().await;
+                let Some(keys) = keys.upgrade() else { return };
+                keys.rotate();
+            }
+        });
         let resolver = Arc::new(Resolver::new(config.dns.cache_ttl));
         let snapshot = Arc::new(Snapshot::new(config, &resumption, resolver.clone())?);
         let origins = Arc::new(Origins::new(metrics.clone(), workers.placement()));
@@ -285,6 +296,16 @@ impl Server {
     }
 
     /// Cut open connections now instead of waiting for the grace period.
+    /// The process's session-ticket keys, for the next process of an upgrade.
+    pub fn ticket_keys(&self) -> String {
+        self.resumption.process_keys().export()
+    }
+
+    /// Take the previous process's ticket keys over: its clients' tickets resume here.
+    pub fn adopt_ticket_keys(&self, exported: &str) -> Result<(), String> {
+        self.resumption.process_keys().adopt(exported)
+    }
+
     /// Wait until every prewarm pool holds its minimum and every `http` route's origin has a
     /// standing connection, for at most `limit`. Whether they got there.
     pub async fn wait_warm(&self, limit: Duration) -> bool {

@@ -302,3 +302,32 @@ async fn a_failed_upgrade_leaves_the_old_process_serving() {
         .to_owned();
     let _ = Command::new("kill").arg(&new_pid).status();
 }
+
+/// A client's TLS session resumes on the new process: the old one hands its ticket keys over
+/// with the sockets (no `tls.ticket_keys` file here).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn returning_clients_resume_after_an_upgrade() {
+    let s = setup().await;
+    let cfg = config(&s, "");
+    let _old = start(&cfg, false, &s.dir.join("old.log"));
+    logged(&s.dir.join("old.log"), "listening for upgrades").await;
+    let mut roots = rustls::RootCertStore::empty();
+    roots.add(s.edge_certs.ca_der.clone()).unwrap();
+    let client = Arc::new(rustls::ClientConfig::builder().with_root_certificates(roots).with_no_client_auth());
+    let visit = || async {
+        let tcp = TcpStream::connect(s.edge).await.unwrap();
+        let name = rustls::pki_types::ServerName::try_from("b.test").unwrap();
+        let mut tls = tokio_rustls::TlsConnector::from(client.clone()).connect(name, tcp).await.unwrap();
+        // The echo comes after the session ticket: once it is read, the ticket is stored.
+        tls.write_all(b"ping").await.unwrap();
+        let mut buf = [0u8; 4];
+        tls.read_exact(&mut buf).await.unwrap();
+        tls.get_ref().1.handshake_kind()
+    };
+    assert_eq!(visit().await, Some(rustls::HandshakeKind::Full));
+    assert_eq!(visit().await, Some(rustls::HandshakeKind::Resumed), "resumes on the same process");
+    let _new = start(&cfg, true, &s.dir.join("new.log"));
+    logged(&s.dir.join("new.log"), "took over").await;
+    logged(&s.dir.join("old.log"), "this one stops accepting").await;
+    assert_eq!(visit().await, Some(rustls::HandshakeKind::Resumed), "resumes on the new process");
+}

@@ -7,8 +7,9 @@
 //! warm connections; the config used for the handshake offers exactly that one protocol, so the
 //! client can only agree to what the warm origin connection speaks.
 //!
-//! Session resumption: stateless tickets from a rotating ticketer (keys rotate every 6 hours,
-//! tickets live 12) plus an in-memory session cache, both per route and both owned by the
+//! Session resumption: stateless tickets from the process's rotating keys
+//! ([`super::process_keys`]: rotated every 6 hours, tickets live 12, handed over at upgrades)
+//! plus an in-memory session cache, both per route and both owned by the
 //! server ([`Resumption`]) rather than by one configuration: a SIGHUP keeps every client's
 //! tickets valid. Per route, so a ticket issued under one route's certificate never resumes on
 //! another's.
@@ -27,6 +28,7 @@ use rustls::server::{ProducesTickets, ServerSessionMemoryCache, StoresServerSess
 use rustls::ServerConfig;
 
 use super::pem;
+use super::process_keys::ProcessKeys;
 use super::sessions::SessionStore;
 use super::ticket_keys::TicketKeys;
 use crate::config::{EarlyData, Ktls, TerminateConfig, TlsVersion};
@@ -61,6 +63,8 @@ const EARLY_SESSION_TTL: std::time::Duration = std::time::Duration::from_secs(2 
 #[derive(Default)]
 pub struct Resumption {
     routes: Mutex<HashMap<String, RouteResumption>>,
+    /// The ticket keys when no file names them: rotated, and handed over at upgrades.
+    process_keys: Arc<ProcessKeys>,
     /// The session stores of routes that accept 0-RTT.
     early: Mutex<HashMap<String, Arc<SessionStore>>>,
     metrics: EarlyMetrics,
@@ -94,6 +98,11 @@ impl Resumption {
             .clone()
     }
 
+    /// The process's ticket keys (rotation, upgrades).
+    pub fn process_keys(&self) -> &Arc<ProcessKeys> {
+        &self.process_keys
+    }
+
     /// The route's ticketer and session cache, made on first use.
     fn for_route(&self, name: &str) -> Result<RouteResumption, rustls::Error> {
         let mut routes = self.routes.lock().unwrap_or_else(|p| p.into_inner());
@@ -101,7 +110,7 @@ impl Resumption {
             return Ok(r.clone());
         }
         let made: RouteResumption =
-            (rustls::crypto::aws_lc_rs::Ticketer::new()?, ServerSessionMemoryCache::new(SESSION_CACHE_SIZE));
+            (self.process_keys.for_route(name), ServerSessionMemoryCache::new(SESSION_CACHE_SIZE));
         routes.insert(name.to_string(), made.clone());
         Ok(made)
     }

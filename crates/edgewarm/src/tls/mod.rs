@@ -1,6 +1,7 @@
 //! TLS for routes that terminate it: the client-facing server ([`client`]; with 0-RTT, its
 //! handshake driver [`early`] and session store [`sessions`]; a fleet's shared ticket keys
-//! [`ticket_keys`]) and the origin-facing client side ([`origin`]); handing either side's record
+//! [`ticket_keys`], else the process's own, handed over at upgrades: [`process_keys`]) and the
+//! origin-facing client side ([`origin`]); handing either side's record
 //! layer to the kernel ([`ktls`]). Nothing here runs for blind tunnels.
 
 pub mod client;
@@ -8,6 +9,7 @@ pub mod early;
 pub mod ktls;
 pub mod origin;
 pub mod pem;
+pub mod process_keys;
 pub mod sessions;
 pub mod ticket_keys;
 

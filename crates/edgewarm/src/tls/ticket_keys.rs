@@ -71,6 +71,19 @@ impl TicketKeys {
         Ok(Self { keys })
     }
 
+    /// Keys as they are: 16 bytes of name, 32 of secret each (the process's own, see
+    /// [`super::process_keys`]).
+    pub(crate) fn from_raw(keys: &[[u8; 48]]) -> Self {
+        let keys = keys
+            .iter()
+            .map(|k| {
+                let (name, secret) = k.split_at(NAME_LEN);
+                (name.try_into().expect("16 bytes"), secret.try_into().expect("32 bytes"))
+            })
+            .collect();
+        Self { keys }
+    }
+
     pub fn read(path: &std::path::Path) -> Result<Self, String> {
         let text = std::fs::read_to_string(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
         Self::parse(&text)

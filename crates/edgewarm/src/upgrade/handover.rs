@@ -25,11 +25,13 @@ const SERVING_SLACK: Duration = Duration::from_secs(30);
 /// returns false: the proxy serves on, only upgrades are off. `took_over`: this process has
 /// just taken over, so the path's listener is the old process's, on its way out: replaced.
 ///
-/// `count` is `edgewarm_upgrades_total`; `stop` stops the server accepting (it then drains).
+/// `count` is `edgewarm_upgrades_total`; `ticket_keys` gives the process's ticket keys at the
+/// moment of a hand-over; `stop` stops the server accepting (it then drains).
 pub async fn serve(
     config: UpgradeConfig,
     sockets: Sockets,
     count: Family<ResultLabel, Counter>,
+    ticket_keys: impl Fn() -> String,
     stop: impl FnOnce(),
     took_over: bool,
 ) -> bool {
@@ -44,7 +46,7 @@ pub async fn serve(
     let count = |result: &'static str| count.get_or_create(&ResultLabel { result }).inc();
     loop {
         let Ok((stream, _)) = listener.accept().await else { continue };
-        match hand_over(&stream, &sockets, config.warm_timeout + SERVING_SLACK).await {
+        match hand_over(&stream, &sockets, ticket_keys(), config.warm_timeout + SERVING_SLACK).await {
             Ok(pid) => {
                 count("handed_over");
                 tracing::info!(new_pid = pid, "upgrade: the new process serves; this one stops accepting and drains");
@@ -61,7 +63,12 @@ pub async fn serve(
     }
 }
 
-async fn hand_over(stream: &UnixStream, sockets: &Sockets, serving_timeout: Duration) -> Result<u32, UpgradeError> {
+async fn hand_over(
+    stream: &UnixStream,
+    sockets: &Sockets,
+    ticket_keys: String,
+    serving_timeout: Duration,
+) -> Result<u32, UpgradeError> {
     let peer = stream.peer_cred()?.uid();
     let own = rustix::process::geteuid().as_raw();
     if peer != own && peer != 0 {
@@ -84,7 +91,7 @@ async fn hand_over(stream: &UnixStream, sockets: &Sockets, serving_timeout: Dura
     if fds.len() > wire::MAX_FDS {
         return Err(UpgradeError::Protocol(format!("{} sockets: more than one message carries", fds.len())));
     }
-    wire::send(stream, &Msg::Sockets { admin: sockets.admin.0, listeners }, &fds).await?;
+    wire::send(stream, &Msg::Sockets { admin: sockets.admin.0, listeners, ticket_keys }, &fds).await?;
     let (serving, _) = tokio::time::timeout(serving_timeout, wire::recv(stream))
         .await
         .map_err(|_| UpgradeError::Timeout("the new process to serve"))??;

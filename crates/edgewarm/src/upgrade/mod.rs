@@ -6,7 +6,8 @@
 //!  new (edgewarm run --upgrade)             old (serving)
 //!  config loaded, pools start warming
 //!  connect upgrade.socket ──── Hello{pid} ──▶ peer is our user or root?
-//!                         ◀── Sockets + fds ─ admin, each listener's TCP and UDP sockets (dups)
+//!                         ◀── Sockets + fds ─ admin, each listener's TCP and UDP sockets (dups),
+//!                                             the process's session-ticket keys
 //!  pools warm (≤ warm_timeout), accepting
 //!                         ──── Serving ─────▶ stop accepting, MAINPID=new (systemd)
 //!                         ◀── Stopping{pid} ─ drain within shutdown_grace, exit

@@ -14,15 +14,15 @@ pub struct Takeover {
     stream: UnixStream,
 }
 
-/// Connect to the running process at `path` and receive its sockets.
-pub async fn connect(path: &Path) -> Result<(Takeover, Sockets), UpgradeError> {
+/// Connect to the running process at `path` and receive its sockets and ticket keys.
+pub async fn connect(path: &Path) -> Result<(Takeover, Sockets, String), UpgradeError> {
     let stream = UnixStream::connect(path)
         .await
         .map_err(|source| UpgradeError::Connect { path: path.display().to_string(), source })?;
     let hello = Msg::Hello { pid: std::process::id(), version: env!("CARGO_PKG_VERSION").into() };
     wire::send(&stream, &hello, &[]).await?;
     let (msg, fds) = wire::recv(&stream).await?;
-    let Msg::Sockets { admin, listeners } = msg else {
+    let Msg::Sockets { admin, listeners, ticket_keys } = msg else {
         return Err(UpgradeError::Protocol(format!("{msg:?} instead of the sockets")));
     };
     let want = 1 + listeners.iter().map(|(_, udp)| 1 + udp).sum::<usize>();
@@ -38,7 +38,7 @@ pub async fn connect(path: &Path) -> Result<(Takeover, Sockets), UpgradeError> {
         let udp = (0..udp).map(|_| next()).collect::<Result<_, _>>()?;
         handed.push(HandedListener { listen, tcp, udp });
     }
-    Ok((Takeover { stream }, Sockets { admin, listeners: handed }))
+    Ok((Takeover { stream }, Sockets { admin, listeners: handed }, ticket_keys))
 }
 
 impl Takeover {

@@ -29,7 +29,9 @@ pub enum Msg {
     Hello { pid: u32, version: String },
     /// Old → new: the sockets, in this order: admin, then each listener's TCP socket followed
     /// by its `udp` UDP sockets.
-    Sockets { admin: SocketAddr, listeners: Vec<(SocketAddr, usize)> },
+    /// With them, the process's session-ticket keys (base64 lines), so returning clients
+    /// resume on the new process.
+    Sockets { admin: SocketAddr, listeners: Vec<(SocketAddr, usize)>, ticket_keys: String },
     /// New → old: warm and accepting; stop accepting.
     Serving,
     /// Old → new: stopped accepting, draining.
@@ -126,7 +128,7 @@ mod tests {
         let (a, b) = UnixStream::pair().unwrap();
         let tcp = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let addr = tcp.local_addr().unwrap();
-        let msg = Msg::Sockets { admin: addr, listeners: vec![(addr, 0)] };
+        let msg = Msg::Sockets { admin: addr, listeners: vec![(addr, 0)], ticket_keys: String::new() };
         send(&a, &msg, &[tcp.as_fd()]).await.unwrap();
         let (got, fds) = recv(&b).await.unwrap();
         assert!(matches!(got, Msg::Sockets { admin, .. } if admin == addr));
