@@ -3,7 +3,9 @@
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
+use std::time::Duration;
 
 use clap::{Parser, Subcommand, ValueEnum};
 use edgewarm::config::Config;
@@ -170,19 +172,24 @@ impl<E: Into<anyhow::Error>> From<E> for RunError {
     }
 }
 
+/// How much sooner than the old process's deadline an upgrading process stops warming.
+const WARM_MARGIN: Duration = Duration::from_secs(10);
+/// How long a process that has handed over (or failed to take over) waits for the last step.
+const LAST_STEP: Duration = Duration::from_secs(65);
+
 async fn run(path: PathBuf, config: Config, upgrade: bool) -> Result<(), RunError> {
     // Certificates and keys are loaded here, still before any port is bound. The pools start
     // warming now: during an upgrade, while the sockets are handed over.
     let server = Server::new(&config).map_err(RunError::Config)?;
     let (bound, takeover) = if upgrade {
-        let (takeover, sockets, ticket_keys) = edgewarm::upgrade::takeover::connect(&config.upgrade.socket)
+        let (takeover, handed) = edgewarm::upgrade::takeover::connect(&config.upgrade.socket)
             .await
             .map_err(|e| anyhow::anyhow!("upgrade: {e}; the running process is untouched"))?;
         // A file's keys (`tls.ticket_keys`) are read by both processes; else the old one's.
-        if let Err(e) = server.adopt_ticket_keys(&ticket_keys) {
+        if let Err(e) = server.adopt_ticket_keys(&handed.ticket_keys) {
             tracing::warn!(error = %e, "upgrade: the old process's ticket keys are unusable; its clients do a full handshake");
         }
-        (Bound::adopt(&config, sockets)?, Some(takeover))
+        (Bound::adopt(&config, handed.sockets)?, Some((takeover, handed.wait)))
     } else {
         (Bound::bind(&config)?, None)
     };
@@ -192,62 +199,106 @@ async fn run(path: PathBuf, config: Config, upgrade: bool) -> Result<(), RunErro
         tracing::warn!("net.ipv4.tcp_fastopen lacks the server bit (2): listeners will not accept data in SYNs");
     }
     let next_upgrade = bound.dup_sockets()?;
-    if takeover.is_some() {
-        let started = std::time::Instant::now();
-        let warm = server.wait_warm(config.upgrade.warm_timeout).await;
-        tracing::info!(warm, after = ?started.elapsed(), "upgrade: origin connections ready, accepting");
-    }
+    // Before the warm-up: a stop signal now stops this process, never the old one.
+    tokio::spawn(signals(path.clone(), server.clone()));
+    let takeover = match takeover {
+        Some((takeover, wait)) => {
+            // Warm for less than the old process waits, so that it is there to hand over.
+            let limit = match wait.checked_sub(WARM_MARGIN) {
+                Some(w) if !wait.is_zero() => config.upgrade.warm_timeout.min(w),
+                _ => config.upgrade.warm_timeout,
+            };
+            let started = std::time::Instant::now();
+            let warm = server.wait_warm(limit).await;
+            tracing::info!(warm, after = ?started.elapsed(), "upgrade: origin connections ready, accepting");
+            Some(takeover)
+        }
+        None => None,
+    };
     let admin_addr = bound.admin.local_addr()?;
     tracing::info!(admin = %admin_addr, version = env!("CARGO_PKG_VERSION"), "edgewarm starting");
     let admin_stop = tokio_util::sync::CancellationToken::new();
     let admin =
         tokio::spawn(edgewarm::admin::serve(bound.admin, server.admin_state(), admin_stop.clone().cancelled_owned()));
-    tokio::spawn(signals(path.clone(), server.clone()));
-    tokio::spawn(serving(server.clone(), takeover, config.upgrade.clone(), next_upgrade, admin_stop.clone()));
+    let last_step = Arc::new(AtomicBool::new(false));
+    let serving = tokio::spawn(serving(
+        server.clone(),
+        takeover,
+        config.upgrade.clone(),
+        next_upgrade,
+        admin_stop.clone(),
+        last_step.clone(),
+    ));
     server.run(bound.listeners).await;
     admin_stop.cancel();
     let _ = admin.await;
+    // An upgrade's last step (the sessions on their way to the new process, or a failed
+    // takeover's verdict) ends before the process does.
+    let outcome = if last_step.load(Ordering::Acquire) {
+        tokio::time::timeout(LAST_STEP, serving).await.ok().and_then(Result::ok).unwrap_or(Ok(()))
+    } else {
+        serving.abort();
+        Ok(())
+    };
     tracing::info!("edgewarm stopped");
-    Ok(())
+    outcome.map_err(|e| RunError::Other(anyhow::anyhow!("upgrade: {e}; the running process serves on")))
 }
 
 /// Once the listeners accept: take over from the old process (if upgrading), tell systemd, and
 /// listen for the next upgrade. Once this process has handed over, its admin listener closes:
-/// `/metrics` and `/ready` are the new process's from then on.
+/// `/metrics` and `/ready` are the new process's from then on. An error: the old process did
+/// not hand over, so this one has stopped accepting and drains.
 async fn serving(
     server: Arc<Server>,
     takeover: Option<edgewarm::upgrade::takeover::Takeover>,
     upgrade: edgewarm::config::UpgradeConfig,
     sockets: edgewarm::upgrade::Sockets,
     admin_stop: tokio_util::sync::CancellationToken,
-) {
+    last_step: Arc<AtomicBool>,
+) -> Result<(), edgewarm::upgrade::UpgradeError> {
     while !server.is_ready() {
-        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+        tokio::time::sleep(Duration::from_millis(5)).await;
     }
     let took_over = takeover.is_some();
     if let Some(takeover) = takeover {
         match takeover.serving().await {
-            Ok(old) => tracing::info!(old_pid = old, "upgrade: took over; the old process drains"),
-            Err(e) => tracing::warn!(error = %e, "upgrade: the old process did not confirm; serving anyway"),
+            Ok(old) => {
+                let _ = sd_notify::notify(&[sd_notify::NotifyState::MainPid(std::process::id())]);
+                tracing::info!(old_pid = old, "upgrade: took over; the old process drains");
+                match takeover.sessions().await {
+                    Ok(sessions) => {
+                        let adopted = server.adopt_sessions(&sessions);
+                        tracing::info!(sessions = adopted, "upgrade: the old process's 0-RTT sessions adopted");
+                    }
+                    Err(e) => tracing::warn!(error = %e, "upgrade: no 0-RTT sessions from the old process"),
+                }
+            }
+            Err(e) => {
+                // Never two processes serving side by side for good: the old one stays.
+                last_step.store(true, Ordering::Release);
+                server.shutdown();
+                return Err(e);
+            }
         }
     }
     let _ = sd_notify::notify(&[sd_notify::NotifyState::MainPid(std::process::id()), sd_notify::NotifyState::Ready]);
-    let count = server.metrics().upgrades.clone();
-    let keys = server.clone();
-    let handed = edgewarm::upgrade::handover::serve(
-        upgrade,
-        sockets,
-        count,
-        move || keys.ticket_keys(),
-        move || server.shutdown(),
-        took_over,
-    );
-    if handed.await {
+    let (keys, stop, sessions) = (server.clone(), server.clone(), server.clone());
+    let process = edgewarm::upgrade::handover::Process {
+        upgrades: server.metrics().upgrades.clone(),
+        ticket_keys: Box::new(move || keys.ticket_keys()),
+        stop: Box::new(move || {
+            last_step.store(true, Ordering::Release);
+            stop.shutdown();
+        }),
+        sessions: Box::new(move || sessions.hand_over_sessions()),
+    };
+    if edgewarm::upgrade::handover::serve(upgrade, sockets, process, took_over).await {
         admin_stop.cancel();
     }
+    Ok(())
 }
 
-/// SIGUSR2 (`systemctl kill -s USR2 --kill-whom=main edgewarm`): start the binary now at this
+/// SIGUSR2 (`kill -USR2` to the unit's main PID): start the binary now at this
 /// process's path, as `run --upgrade` with the same configuration. It runs in this service's
 /// cgroup, so systemd can follow it as the main process; after a package upgrade the path holds
 /// the new binary.

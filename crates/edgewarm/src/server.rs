@@ -238,6 +238,10 @@ impl Server {
         if bound.workers != config.workers {
             return Err(ConfigError::invalid("workers", "cannot change on reload; restart edgewarm"));
         }
+        // The running process listens on the old socket; an upgrade applies a new one.
+        if bound.upgrade != config.upgrade {
+            return Err(ConfigError::invalid("upgrade", "cannot change on reload; upgrade edgewarm to apply it"));
+        }
         *bound = config.clone();
         self.resolver.set_ttl(config.dns.cache_ttl);
         // Pools first: a connection that sees the new snapshot must find its pools.
@@ -258,7 +262,9 @@ impl Server {
         let mut accept_loops = tokio::task::JoinSet::new();
         for l in listeners {
             if !l.udp.is_empty() {
-                match listener::quic::serve(l.udp, &l.config, &self.listeners) {
+                let label = crate::metrics::RouteName::new(listener::quic::SESSIONS_LABEL);
+                let sessions = self.resumption.store(&format!("h3 {}", l.config.listen), &label);
+                match listener::quic::serve(l.udp, &l.config, &self.listeners, sessions) {
                     Ok(loops) => {
                         for done in loops {
                             accept_loops.spawn(done);
@@ -304,6 +310,17 @@ impl Server {
     /// Take the previous process's ticket keys over: its clients' tickets resume here.
     pub fn adopt_ticket_keys(&self, exported: &str) -> Result<(), String> {
         self.resumption.process_keys().adopt(exported)
+    }
+
+    /// Every 0-RTT session store's sessions, for the next process of an upgrade; from now on
+    /// they resume nothing here.
+    pub fn hand_over_sessions(&self) -> Vec<(String, crate::tls::sessions::Exported)> {
+        self.resumption.hand_over_sessions()
+    }
+
+    /// The previous process's sessions: returning clients resume (and send 0-RTT) here. How many.
+    pub fn adopt_sessions(&self, handed: &[(String, crate::tls::sessions::Exported)]) -> usize {
+        self.resumption.adopt_sessions(handed)
     }
 
     /// Wait until every prewarm pool holds its minimum and every `http` route's origin has a

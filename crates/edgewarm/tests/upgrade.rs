@@ -331,3 +331,76 @@ async fn returning_clients_resume_after_an_upgrade() {
     logged(&s.dir.join("old.log"), "this one stops accepting").await;
     assert_eq!(visit().await, Some(rustls::HandshakeKind::Resumed), "resumes on the new process");
 }
+
+/// A client holding a 0-RTT ticket from the old process sends its request in early data to the
+/// new one, and it is accepted: the 0-RTT session stores go with the hand-over.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn zero_rtt_tickets_work_after_an_upgrade() {
+    let s = setup().await;
+    let cfg = config(&s, "    early_data: safe\n");
+    let _old = start(&cfg, false, &s.dir.join("old.log"));
+    logged(&s.dir.join("old.log"), "listening for upgrades").await;
+    let mut roots = rustls::RootCertStore::empty();
+    roots.add(s.edge_certs.ca_der.clone()).unwrap();
+    let mut client = rustls::ClientConfig::builder().with_root_certificates(roots).with_no_client_auth();
+    client.enable_early_data = true;
+    client.alpn_protocols = vec![b"http/1.1".to_vec()];
+    let client = Arc::new(client);
+    let get = || async {
+        let tcp = TcpStream::connect(s.edge).await.unwrap();
+        let name = rustls::pki_types::ServerName::try_from("h.test").unwrap();
+        let mut tls =
+            tokio_rustls::TlsConnector::from(client.clone()).early_data(true).connect(name, tcp).await.unwrap();
+        tls.write_all(b"GET /x HTTP/1.1\r\nhost: h.test\r\nconnection: close\r\n\r\n").await.unwrap();
+        // In early data, tokio-rustls sends nothing until flushed, and reads nothing before.
+        tls.flush().await.unwrap();
+        let mut response = Vec::new();
+        let _ = tls.read_to_end(&mut response).await;
+        assert!(response.starts_with(b"HTTP/1.1 200"), "{}", String::from_utf8_lossy(&response));
+        tls.get_ref().1.is_early_data_accepted()
+    };
+    assert!(!get().await, "no ticket yet");
+    let _new = start(&cfg, true, &s.dir.join("new.log"));
+    let text = logged(&s.dir.join("new.log"), "0-RTT sessions adopted").await;
+    // rustls issues two tickets per connection by default: both cross.
+    assert!(text.contains("sessions=2"), "{text}");
+    logged(&s.dir.join("old.log"), "this one stops accepting").await;
+    assert!(get().await, "the old process's ticket resumes with 0-RTT on the new one");
+}
+
+/// An old process that hands its sockets over and then never agrees to stop (it abandoned the
+/// upgrade, here a test playing its part of the conversation with the real sockets): the new
+/// process stops accepting and exits non-zero, never left serving beside it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_new_process_the_old_one_does_not_release_exits() {
+    use edgewarm::upgrade::wire::{self, Msg};
+    use std::os::fd::AsFd;
+    let s = setup().await;
+    let cfg = config(&s, "");
+    let edge = std::net::TcpListener::bind(s.edge).unwrap();
+    let admin = std::net::TcpListener::bind(s.admin).unwrap();
+    let socket = tokio::net::UnixListener::bind(s.dir.join("upgrade.sock")).unwrap();
+    let mut new = start(&cfg, true, &s.dir.join("new.log"));
+    let (stream, _) = socket.accept().await.unwrap();
+    let (hello, _) = wire::recv(&stream, wire::MAX_FROM_NEW).await.unwrap();
+    assert!(matches!(hello, Msg::Hello { .. }), "{hello:?}");
+    let sockets =
+        Msg::Sockets { admin: s.admin, listeners: vec![(s.edge, 0)], ticket_keys: String::new(), wait_ms: 40_000 };
+    wire::send(&stream, &sockets, &[admin.as_fd(), edge.as_fd()]).await.unwrap();
+    let (serving, _) = wire::recv(&stream, wire::MAX_FROM_NEW).await.unwrap();
+    assert!(matches!(serving, Msg::Serving), "{serving:?}");
+    // The new process accepts now (a client gets its answer), then it is told nothing.
+    let (mut tls, _) = tls_client(&s.edge_certs, s.edge, "b.test", &[]).await.unwrap();
+    tls.write_all(b"ping").await.unwrap();
+    let mut buf = [0u8; 4];
+    tls.read_exact(&mut buf).await.unwrap();
+    drop(tls);
+    drop(stream);
+    let status = wait_exit(&mut new.0).await;
+    assert!(!status.success(), "{status}");
+    let text = std::fs::read_to_string(s.dir.join("new.log")).unwrap();
+    assert!(text.contains("the running process serves on"), "{text}");
+    // The listening socket is the old process's alone again, and still listening.
+    let _client = std::net::TcpStream::connect(s.edge).unwrap();
+    assert!(edge.accept().is_ok());
+}

@@ -180,6 +180,12 @@ impl H1Upstream {
         m.target.get_or_create(&self.core.labels).set(target as i64);
     }
 
+    /// Holds the standing connections its settings ask for (`connections`), idle or in use.
+    pub(crate) fn warm(&self) -> bool {
+        let st = self.state();
+        st.idle.len() + st.in_use >= st.settings.connections
+    }
+
     /// Open connections until idle + in use + opening reaches the estimate (none while the
     /// origin is failing and its backoff has not passed).
     fn top_up(self: &Arc<Self>) {

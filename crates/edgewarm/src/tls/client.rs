@@ -84,11 +84,17 @@ impl Resumption {
 
     /// The 0-RTT session store of a route, made on first use.
     fn early_store(&self, name: &RouteName) -> Arc<SessionStore> {
+        self.store(&name.to_string(), name)
+    }
+
+    /// The single-use session store named `key` (a route's; an HTTP/3 listener's), counted
+    /// under route `label`; made on first use, kept for the life of the server.
+    pub(crate) fn store(&self, key: &str, label: &RouteName) -> Arc<SessionStore> {
         let mut stores = self.early.lock().unwrap_or_else(|p| p.into_inner());
         stores
-            .entry(name.to_string())
+            .entry(key.to_string())
             .or_insert_with(|| {
-                let label = RouteLabel { route: name.clone() };
+                let label = RouteLabel { route: label.clone() };
                 Arc::new(SessionStore::new(
                     EARLY_SESSION_TTL,
                     self.metrics.replays.get_or_create(&label).clone(),
@@ -96,6 +102,18 @@ impl Resumption {
                 ))
             })
             .clone()
+    }
+
+    /// Every 0-RTT store's sessions, for the next process; these stores resume nothing after.
+    pub fn hand_over_sessions(&self) -> Vec<(String, super::sessions::Exported)> {
+        let stores = self.early.lock().unwrap_or_else(|p| p.into_inner());
+        stores.iter().map(|(name, store)| (name.clone(), store.hand_over())).collect()
+    }
+
+    /// The previous process's sessions, into the stores of the same name; how many.
+    pub fn adopt_sessions(&self, handed: &[(String, super::sessions::Exported)]) -> usize {
+        let stores = self.early.lock().unwrap_or_else(|p| p.into_inner());
+        handed.iter().filter_map(|(name, e)| Some(stores.get(name)?.adopt(e))).sum()
     }
 
     /// The process's ticket keys (rotation, upgrades).

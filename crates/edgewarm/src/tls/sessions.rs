@@ -19,7 +19,7 @@
 //! oldest are evicted and counted. Every session expires after `ttl`.
 
 use std::collections::{HashMap, VecDeque};
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
@@ -86,6 +86,16 @@ pub struct SessionStore {
     sized: Mutex<(Instant, u64)>,
     replays: Counter,
     evictions: Counter,
+    /// Handed to the next process ([`SessionStore::hand_over`]): nothing resumes here any more.
+    frozen: AtomicBool,
+}
+
+/// A store's sessions and tombstones as they cross to the next process at an upgrade: keys and
+/// values in base64, ages in milliseconds.
+#[derive(Debug, Default, serde::Serialize, serde::Deserialize)]
+pub struct Exported {
+    pub live: Vec<(String, String, u64)>,
+    pub taken: Vec<(String, u64)>,
 }
 
 impl std::fmt::Debug for SessionStore {
@@ -104,7 +114,50 @@ impl SessionStore {
             sized: Mutex::new((Instant::now(), 0)),
             replays,
             evictions,
+            frozen: AtomicBool::new(false),
         }
+    }
+
+    /// Every live session and every tombstone, for the next process of an upgrade. From then
+    /// on this store resumes nothing (a client falls back to a full handshake, its early data
+    /// unread): a ticket can then be used once in one of the two processes, never in both.
+    pub fn hand_over(&self) -> Exported {
+        use base64::Engine;
+        self.frozen.store(true, Ordering::SeqCst);
+        let b64 = |b: &[u8]| base64::engine::general_purpose::STANDARD.encode(b);
+        let now = Instant::now();
+        let age = |at: &Instant| u64::try_from(now.duration_since(*at).as_millis()).unwrap_or(u64::MAX);
+        let mut out = Exported::default();
+        for shard in &self.shards {
+            let shard = shard.lock().unwrap_or_else(|p| p.into_inner());
+            out.live.extend(shard.live.iter().map(|(k, (v, at))| (b64(k), b64(v), age(at))));
+            out.taken.extend(shard.taken.iter().map(|(k, at)| (b64(k), age(at))));
+        }
+        out
+    }
+
+    /// The previous process's [`SessionStore::hand_over`]: its sessions resume here, once; its
+    /// tombstones still catch replays. Entries past the TTL or undecodable are skipped.
+    pub fn adopt(&self, exported: &Exported) -> usize {
+        use base64::Engine;
+        let decode = |s: &str| base64::engine::general_purpose::STANDARD.decode(s).ok();
+        let now = Instant::now();
+        let at = |age: u64| now.checked_sub(Duration::from_millis(age)).filter(|at| now.duration_since(*at) < self.ttl);
+        let mut adopted = 0;
+        for (k, v, age) in &exported.live {
+            let (Some(k), Some(v), Some(at)) = (decode(k), decode(v), at(*age)) else { continue };
+            let mut shard = self.shard(&k);
+            shard.order.push_back((k.clone(), at));
+            shard.live.insert(k, (v, at));
+            adopted += 1;
+        }
+        for (k, age) in &exported.taken {
+            let (Some(k), Some(at)) = (decode(k), at(*age)) else { continue };
+            let mut shard = self.shard(&k);
+            shard.taken_order.push_back((k.clone(), at));
+            shard.taken.insert(k, at);
+        }
+        adopted
     }
 
     fn shard(&self, key: &[u8]) -> std::sync::MutexGuard<'_, Shard> {
@@ -153,12 +206,18 @@ impl StoresServerSessions for SessionStore {
 
     /// TLS 1.2 session ids: looked up, not consumed (no early data in TLS 1.2).
     fn get(&self, key: &[u8]) -> Option<Vec<u8>> {
+        if self.frozen.load(Ordering::SeqCst) {
+            return None;
+        }
         let shard = self.shard(key);
         shard.live.get(key).filter(|(_, at)| at.elapsed() < self.ttl).map(|(v, _)| v.clone())
     }
 
     /// TLS 1.3 tickets: single use.
     fn take(&self, key: &[u8]) -> Option<Vec<u8>> {
+        if self.frozen.load(Ordering::SeqCst) {
+            return None;
+        }
         let now = Instant::now();
         let cap = self.capacity.load(Ordering::Relaxed);
         let mut shard = self.shard(key);
@@ -204,6 +263,28 @@ mod tests {
         assert_eq!(s.replays.get(), 1);
         assert_eq!(s.take(b"never-issued"), None);
         assert_eq!(s.replays.get(), 1, "an unknown ticket is not a replay");
+    }
+
+    #[test]
+    fn sessions_and_tombstones_cross_to_the_next_process_once() {
+        let old = store(Duration::from_secs(60));
+        old.put(b"live".to_vec(), b"session".to_vec());
+        old.put(b"used".to_vec(), b"other".to_vec());
+        assert!(old.take(b"used").is_some());
+        let exported = old.hand_over();
+        assert_eq!(old.take(b"live"), None, "the old process resumes nothing once it handed over");
+        let new = store(Duration::from_secs(60));
+        assert_eq!(new.adopt(&exported), 1);
+        assert_eq!(new.take(b"live").as_deref(), Some(&b"session"[..]));
+        assert_eq!(new.take(b"live"), None);
+        assert_eq!(new.take(b"used"), None);
+        assert_eq!(new.replays.get(), 2, "both second uses are replays, the old process's one too");
+        let short = store(Duration::from_millis(1));
+        assert_eq!(
+            short.adopt(&Exported { live: vec![("YQ==".into(), "YQ==".into(), 5)], taken: vec![] }),
+            0,
+            "expired"
+        );
     }
 
     #[test]

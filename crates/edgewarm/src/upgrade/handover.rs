@@ -14,27 +14,33 @@ use super::wire::{self, Msg};
 use super::{Sockets, UpgradeError};
 use crate::config::UpgradeConfig;
 use crate::metrics::ResultLabel;
+use crate::tls::sessions::Exported;
 
-/// How long a new process may take to say hello.
+/// How long a new process may take to say hello, and to acknowledge `Stopping`.
 const HELLO_TIMEOUT: Duration = Duration::from_secs(5);
 /// Beyond its warm-up: a new process that has its sockets should be serving by then.
 const SERVING_SLACK: Duration = Duration::from_secs(30);
+/// How long sending the 0-RTT sessions may take before the draining process gives up on it.
+const SESSIONS_TIMEOUT: Duration = Duration::from_secs(30);
 
-/// Serve upgrade requests until one succeeds; then stop the server (it drains) and return
-/// true. Without the socket (another edgewarm owns the path, no permission) it logs once and
-/// returns false: the proxy serves on, only upgrades are off. `took_over`: this process has
-/// just taken over, so the path's listener is the old process's, on its way out: replaced.
-///
-/// `count` is `edgewarm_upgrades_total`; `ticket_keys` gives the process's ticket keys at the
-/// moment of a hand-over; `stop` stops the server accepting (it then drains).
-pub async fn serve(
-    config: UpgradeConfig,
-    sockets: Sockets,
-    count: Family<ResultLabel, Counter>,
-    ticket_keys: impl Fn() -> String,
-    stop: impl FnOnce(),
-    took_over: bool,
-) -> bool {
+/// What the hand-over needs of the running process.
+pub struct Process {
+    /// `edgewarm_upgrades_total`.
+    pub upgrades: Family<ResultLabel, Counter>,
+    /// The session-ticket keys, at the moment of a hand-over.
+    pub ticket_keys: Box<dyn Fn() -> String + Send + Sync>,
+    /// Stop accepting (the server then drains).
+    pub stop: Box<dyn Fn() + Send + Sync>,
+    /// The 0-RTT session stores, taken once accepting has stopped.
+    pub sessions: Box<dyn Fn() -> Vec<(String, Exported)> + Send + Sync>,
+}
+
+/// Serve upgrade requests until one succeeds; then the process has stopped accepting (it
+/// drains), its 0-RTT sessions have gone to the new process, and this returns true. Without
+/// the socket (another edgewarm owns the path, no permission) it logs once and returns false:
+/// the proxy serves on, only upgrades are off. `took_over`: this process has just taken over,
+/// so the path's listener is the old process's, on its way out: replaced.
+pub async fn serve(config: UpgradeConfig, sockets: Sockets, process: Process, took_over: bool) -> bool {
     let listener = match bind(&config.socket, took_over).await {
         Ok(l) => l,
         Err(e) => {
@@ -43,18 +49,25 @@ pub async fn serve(
         }
     };
     tracing::info!(socket = %config.socket.display(), "listening for upgrades");
-    let count = |result: &'static str| count.get_or_create(&ResultLabel { result }).inc();
+    let count = |result: &'static str| process.upgrades.get_or_create(&ResultLabel { result }).inc();
     loop {
-        let Ok((stream, _)) = listener.accept().await else { continue };
-        match hand_over(&stream, &sockets, ticket_keys(), config.warm_timeout + SERVING_SLACK).await {
-            Ok(pid) => {
+        let stream = match listener.accept().await {
+            Ok((stream, _)) => stream,
+            Err(e) => {
+                // Out of descriptors, say: try again later rather than spin.
+                tracing::warn!(error = %e, "upgrade socket: accept failed");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                continue;
+            }
+        };
+        match hand_over(&stream, &sockets, &process, config.warm_timeout + SERVING_SLACK).await {
+            Ok(()) => {
                 count("handed_over");
-                tracing::info!(new_pid = pid, "upgrade: the new process serves; this one stops accepting and drains");
-                // systemd follows the new process as the service's main one.
-                let _ = sd_notify::notify(&[sd_notify::NotifyState::MainPid(pid)]);
-                stop();
                 return true;
             }
+            // Connected and closed without a word: another process checking whether this
+            // socket is alive (see `bind`), not an upgrade.
+            Err(UpgradeError::Probe) => {}
             Err(e) => {
                 count("abandoned");
                 tracing::warn!(error = %e, "upgrade abandoned, still serving");
@@ -66,20 +79,24 @@ pub async fn serve(
 async fn hand_over(
     stream: &UnixStream,
     sockets: &Sockets,
-    ticket_keys: String,
+    process: &Process,
     serving_timeout: Duration,
-) -> Result<u32, UpgradeError> {
-    let peer = stream.peer_cred()?.uid();
+) -> Result<(), UpgradeError> {
+    let cred = stream.peer_cred()?;
     let own = rustix::process::geteuid().as_raw();
-    if peer != own && peer != 0 {
-        return Err(UpgradeError::Peer(peer));
+    if cred.uid() != own && cred.uid() != 0 {
+        return Err(UpgradeError::Peer(cred.uid()));
     }
-    let (hello, _) = tokio::time::timeout(HELLO_TIMEOUT, wire::recv(stream))
-        .await
-        .map_err(|_| UpgradeError::Timeout("the new process's hello"))??;
-    let Msg::Hello { pid, version } = hello else {
+    let (hello, _) = match tokio::time::timeout(HELLO_TIMEOUT, wire::recv(stream, wire::MAX_FROM_NEW)).await {
+        Ok(Err(UpgradeError::Closed)) => return Err(UpgradeError::Probe),
+        Ok(got) => got?,
+        Err(_) => return Err(UpgradeError::Timeout("the new process's hello")),
+    };
+    let Msg::Hello { pid: said, version } = hello else {
         return Err(UpgradeError::Protocol(format!("{hello:?} instead of a hello")));
     };
+    // The kernel's word for who is connected, not the message's.
+    let pid = cred.pid().and_then(|p| u32::try_from(p).ok()).unwrap_or(said);
     tracing::info!(new_pid = pid, new_version = %version, "upgrade: handing the listening sockets over");
     let mut fds = vec![sockets.admin.1.as_fd()];
     let mut listeners = Vec::new();
@@ -91,15 +108,42 @@ async fn hand_over(
     if fds.len() > wire::MAX_FDS {
         return Err(UpgradeError::Protocol(format!("{} sockets: more than one message carries", fds.len())));
     }
-    wire::send(stream, &Msg::Sockets { admin: sockets.admin.0, listeners, ticket_keys }, &fds).await?;
-    let (serving, _) = tokio::time::timeout(serving_timeout, wire::recv(stream))
-        .await
-        .map_err(|_| UpgradeError::Timeout("the new process to serve"))??;
-    if !matches!(serving, Msg::Serving) {
-        return Err(UpgradeError::Protocol(format!("{serving:?} instead of serving")));
-    }
+    let ticket_keys = (process.ticket_keys)();
+    let wait_ms = u64::try_from(serving_timeout.as_millis()).unwrap_or(u64::MAX);
+    wire::send(stream, &Msg::Sockets { admin: sockets.admin.0, listeners, ticket_keys, wait_ms }, &fds).await?;
+    expect(stream, serving_timeout, "the new process to serve", |m| matches!(m, Msg::Serving)).await?;
+    // Two steps, so that exactly one process stops serving: until the new process has
+    // acknowledged, this one may still abandon and serve on (the new one then exits).
     wire::send(stream, &Msg::Stopping { pid: std::process::id() }, &[]).await?;
-    Ok(pid)
+    expect(stream, HELLO_TIMEOUT, "the new process to acknowledge", |m| matches!(m, Msg::TakingOver)).await?;
+    tracing::info!(new_pid = pid, "upgrade: the new process serves; this one stops accepting and drains");
+    // systemd follows the new process as the service's main one; before this one can exit.
+    let _ = sd_notify::notify(&[sd_notify::NotifyState::MainPid(pid)]);
+    (process.stop)();
+    // Taken after accepting stopped: no session is used here once it has crossed.
+    let sessions = (process.sessions)();
+    let sent = tokio::time::timeout(SESSIONS_TIMEOUT, wire::send(stream, &Msg::Sessions { sessions }, &[])).await;
+    if !matches!(sent, Ok(Ok(()))) {
+        tracing::warn!("upgrade: the 0-RTT sessions did not reach the new process; its returning clients do 1-RTT");
+    }
+    Ok(())
+}
+
+/// Wait (at most `limit`) for the message `want` accepts.
+async fn expect(
+    stream: &UnixStream,
+    limit: Duration,
+    what: &'static str,
+    want: impl Fn(&Msg) -> bool,
+) -> Result<(), UpgradeError> {
+    let (msg, _) = tokio::time::timeout(limit, wire::recv(stream, wire::MAX_FROM_NEW))
+        .await
+        .map_err(|_| UpgradeError::Timeout(what))??;
+    if want(&msg) {
+        Ok(())
+    } else {
+        Err(UpgradeError::Protocol(format!("{msg:?} while waiting for {what}")))
+    }
 }
 
 /// Listen on `path`, mode 0600. A socket file nobody answers on is a leftover and replaced;

@@ -5,24 +5,28 @@
 //! ```text
 //!  new (edgewarm run --upgrade)             old (serving)
 //!  config loaded, pools start warming
-//!  connect upgrade.socket ──── Hello{pid} ──▶ peer is our user or root?
+//!  connect upgrade.socket ──── Hello ───────▶ peer is our user or root? (its pid: the kernel's)
 //!                         ◀── Sockets + fds ─ admin, each listener's TCP and UDP sockets (dups),
-//!                                             the process's session-ticket keys
-//!  pools warm (≤ warm_timeout), accepting
-//!                         ──── Serving ─────▶ stop accepting, MAINPID=new (systemd)
-//!                         ◀── Stopping{pid} ─ drain within shutdown_grace, exit
+//!                                             the session-ticket keys, how long it will wait
+//!  pools warm (< that wait), accepting
+//!                         ──── Serving ─────▶
+//!                         ◀── Stopping{pid} ─ (may still abandon until acknowledged)
+//!  MAINPID=self           ──── TakingOver ──▶ MAINPID=new, stop accepting, drain
+//!  adopt the sessions     ◀── Sessions ────── the 0-RTT session stores, then exit
 //!  bind upgrade.socket for the next upgrade
 //! ```
 //!
 //! Both processes hold the same listening sockets, so a connection in the accept queue is taken
 //! by one or the other, never reset: the old one stops accepting only once the new one accepts.
-//! Anything that goes wrong before `Serving` (a bad config exits 64 before it connects; a crash,
-//! a kill or a timeout shows as the stream closing) leaves the old process serving as before;
-//! it counts `edgewarm_upgrades_total{result="abandoned"}` and waits for the next try.
+//! Anything that goes wrong before `TakingOver` (a bad config exits 64 before it connects; a
+//! crash, a kill or a timeout shows as the stream closing) leaves the old process serving as
+//! before; it counts `edgewarm_upgrades_total{result="abandoned"}` and waits for the next try.
+//! A new process that never hears `Stopping` stops accepting and exits non-zero: never two
+//! processes serving side by side for good.
 //!
-//! QUIC connections do not move: the old process sends HTTP/3 GOAWAY and drains them like at
-//! any shutdown, and datagrams of theirs that the new process reads get a stateless reset, so
-//! a client still on one reconnects (with 0-RTT when its route allows).
+//! QUIC connections do not move: both processes read the same UDP sockets, so a datagram of a
+//! connection the old process still has can reach the new one, which answers with a stateless
+//! reset; the client reconnects at once (with 0-RTT when its route allows).
 //!
 //! - [`wire`]: the messages, and file descriptors over the stream (`SCM_RIGHTS`).
 //! - [`handover`]: the old side; [`takeover`]: the new side.
@@ -58,6 +62,9 @@ pub enum UpgradeError {
     Connect { path: String, source: std::io::Error },
     #[error("the other process closed the upgrade connection")]
     Closed,
+    /// Connected and closed before saying hello: a liveness check, not an upgrade.
+    #[error("connected and closed without a hello")]
+    Probe,
     #[error("unexpected message: {0}")]
     Protocol(String),
     #[error("timed out waiting for {0}")]

@@ -17,8 +17,11 @@ use tokio::net::UnixStream;
 
 use super::UpgradeError;
 
-/// Far more than any message needs; a peer announcing more is not edgewarm.
-const MAX_MESSAGE: usize = 1 << 20;
+/// The longest message the old process takes from the new one (a hello, an acknowledgement).
+pub const MAX_FROM_NEW: usize = 64 * 1024;
+/// The longest the new process takes from the old one: the largest is a busy process's 0-RTT
+/// sessions (up to 256 Ki per store); a peer announcing more is not edgewarm.
+pub const MAX_FROM_OLD: usize = 1 << 30;
 /// The kernel's limit on descriptors in one message (`SCM_MAX_FD`).
 pub const MAX_FDS: usize = 253;
 
@@ -31,11 +34,23 @@ pub enum Msg {
     /// by its `udp` UDP sockets.
     /// With them, the process's session-ticket keys (base64 lines), so returning clients
     /// resume on the new process.
-    Sockets { admin: SocketAddr, listeners: Vec<(SocketAddr, usize)>, ticket_keys: String },
-    /// New → old: warm and accepting; stop accepting.
+    /// `wait_ms`: how long the old process waits for `Serving`; the new one warms for less.
+    Sockets {
+        admin: SocketAddr,
+        listeners: Vec<(SocketAddr, usize)>,
+        ticket_keys: String,
+        #[serde(default)]
+        wait_ms: u64,
+    },
+    /// New → old: warm and accepting.
     Serving,
-    /// Old → new: stopped accepting, draining.
+    /// Old → new: the old process will stop accepting once this is acknowledged.
     Stopping { pid: u32 },
+    /// New → old: acknowledged; this process is the one that serves from now on.
+    TakingOver,
+    /// Old → new: stopped accepting, draining; its 0-RTT session stores by name, which resume
+    /// nothing in the old process from now on.
+    Sessions { sessions: Vec<(String, crate::tls::sessions::Exported)> },
 }
 
 /// Send one message, with `fds` attached.
@@ -61,8 +76,9 @@ pub async fn send(stream: &UnixStream, msg: &Msg, fds: &[BorrowedFd<'_>]) -> Res
     Ok(())
 }
 
-/// Receive one message and the descriptors that came with it.
-pub async fn recv(stream: &UnixStream) -> Result<(Msg, Vec<OwnedFd>), UpgradeError> {
+/// Receive one message of at most `max` bytes and the descriptors that came with it. The two
+/// sides take turns, so bytes past the message are a peer that is not edgewarm.
+pub async fn recv(stream: &UnixStream, max: usize) -> Result<(Msg, Vec<OwnedFd>), UpgradeError> {
     let mut space = vec![MaybeUninit::<u8>::uninit(); rustix::cmsg_space!(ScmRights(MAX_FDS))];
     let mut buf = vec![0u8; 64 * 1024];
     let (n, fds) = stream
@@ -90,11 +106,14 @@ pub async fn recv(stream: &UnixStream) -> Result<(Msg, Vec<OwnedFd>), UpgradeErr
         read_more(stream, &mut have).await?;
     }
     let len = u32::from_be_bytes([have[0], have[1], have[2], have[3]]) as usize;
-    if len > MAX_MESSAGE {
+    if len > max {
         return Err(UpgradeError::Protocol(format!("a {len}-byte message")));
     }
     while have.len() < 4 + len {
         read_more(stream, &mut have).await?;
+    }
+    if have.len() > 4 + len {
+        return Err(UpgradeError::Protocol(format!("{} bytes past the message", have.len() - 4 - len)));
     }
     let msg = serde_json::from_slice(&have[4..4 + len]).map_err(|e| UpgradeError::Protocol(e.to_string()))?;
     Ok((msg, fds))
@@ -128,9 +147,9 @@ mod tests {
         let (a, b) = UnixStream::pair().unwrap();
         let tcp = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let addr = tcp.local_addr().unwrap();
-        let msg = Msg::Sockets { admin: addr, listeners: vec![(addr, 0)], ticket_keys: String::new() };
+        let msg = Msg::Sockets { admin: addr, listeners: vec![(addr, 0)], ticket_keys: String::new(), wait_ms: 1 };
         send(&a, &msg, &[tcp.as_fd()]).await.unwrap();
-        let (got, fds) = recv(&b).await.unwrap();
+        let (got, fds) = recv(&b, MAX_FROM_OLD).await.unwrap();
         assert!(matches!(got, Msg::Sockets { admin, .. } if admin == addr));
         assert_eq!(fds.len(), 1);
         let received = std::net::TcpListener::from(fds.into_iter().next().unwrap());
@@ -144,9 +163,22 @@ mod tests {
     async fn a_closed_stream_and_an_oversized_message_are_errors() {
         let (a, b) = UnixStream::pair().unwrap();
         drop(a);
-        assert!(matches!(recv(&b).await, Err(UpgradeError::Closed)));
+        assert!(matches!(recv(&b, MAX_FROM_OLD).await, Err(UpgradeError::Closed)));
         let (a, b) = UnixStream::pair().unwrap();
         a.try_write(&u32::MAX.to_be_bytes()).unwrap();
-        assert!(matches!(recv(&b).await, Err(UpgradeError::Protocol(_))));
+        assert!(matches!(recv(&b, MAX_FROM_OLD).await, Err(UpgradeError::Protocol(_))));
+        // A hello-sized limit refuses what the new process's side would take.
+        let (a, b) = UnixStream::pair().unwrap();
+        a.try_write(&(MAX_FROM_NEW as u32 + 1).to_be_bytes()).unwrap();
+        assert!(matches!(recv(&b, MAX_FROM_NEW).await, Err(UpgradeError::Protocol(_))));
+    }
+
+    /// Two messages where one is due: the second is not silently dropped.
+    #[tokio::test]
+    async fn bytes_past_a_message_are_an_error() {
+        let (a, b) = UnixStream::pair().unwrap();
+        send(&a, &Msg::Serving, &[]).await.unwrap();
+        send(&a, &Msg::TakingOver, &[]).await.unwrap();
+        assert!(matches!(recv(&b, MAX_FROM_NEW).await, Err(UpgradeError::Protocol(m)) if m.contains("past")));
     }
 }

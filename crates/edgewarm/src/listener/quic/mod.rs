@@ -24,7 +24,7 @@ use crate::accesslog::AccessLog;
 use crate::config::{EarlyData as EarlyDataConfig, ListenerConfig};
 use crate::error::CloseReason;
 use crate::http::early::{EarlyData, QuicHandshake};
-use crate::metrics::{ListenerLabel, QuicHandshake as Outcome, QuicResult, RouteLabel, RouteName};
+use crate::metrics::{ListenerLabel, QuicHandshake as Outcome, QuicResult};
 use crate::route::RouteAction;
 
 /// Handshakes in progress (accepted, not yet complete) above which a client whose address is
@@ -57,6 +57,7 @@ pub(crate) fn serve(
     sockets: Vec<std::net::UdpSocket>,
     config: &ListenerConfig,
     cx: &Arc<Context>,
+    sessions: Arc<crate::tls::sessions::SessionStore>,
 ) -> std::io::Result<Vec<Loop>> {
     let snapshot = cx.snapshot.borrow().clone();
     let settings = tls::QuicSettings {
@@ -64,12 +65,11 @@ pub(crate) fn serve(
         idle: snapshot.timeouts.idle,
         max_connections: config.max_connections,
     };
-    let replays = cx.metrics.early.replays.get_or_create(&RouteLabel { route: RouteName::new(SESSIONS_LABEL) }).clone();
     // Labelled like the endpoints' own metrics: the address bound (port 0 resolved).
     let bound =
         sockets.first().and_then(|s| s.local_addr().ok()).map_or_else(|| config.listen.to_string(), |a| a.to_string());
     let resumed = cx.metrics.quic.resumed.get_or_create(&ListenerLabel { listener: bound }).clone();
-    let server = tls::server_config(cx.snapshot.clone(), tls::sessions(replays, resumed), &settings)
+    let server = tls::server_config(cx.snapshot.clone(), tls::sessions(sessions, resumed), &settings)
         .map_err(std::io::Error::other)?;
     let shared = Arc::new(Shared {
         config: Arc::new(config.clone()),
@@ -117,7 +117,7 @@ fn endpoint(
 }
 
 /// The `route` label of the HTTP/3 session store's replay counter (one store per listener).
-const SESSIONS_LABEL: &str = "<h3>";
+pub(crate) const SESSIONS_LABEL: &str = "<h3>";
 
 async fn accept_loop(endpoint: quinn::Endpoint, shared: Arc<Shared>, cx: Arc<Context>) {
     let Ok(local) = endpoint.local_addr() else { return };

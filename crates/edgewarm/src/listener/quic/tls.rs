@@ -29,7 +29,6 @@ use crate::tls::sessions::SessionStore;
 /// ALPN for HTTP/3 (RFC 9114 §3.1).
 const H3: &[u8] = b"h3";
 /// How long HTTP/3 sessions are kept for resumption and 0-RTT.
-const SESSION_TTL: Duration = Duration::from_secs(2 * 3600);
 /// Unidirectional streams a client may open: HTTP/3's control stream and QPACK's two, with room
 /// for the reserved (grease) types clients may send.
 const MAX_UNI_STREAMS: u32 = 16;
@@ -96,17 +95,17 @@ pub(crate) fn server_config(
     Ok(server)
 }
 
-/// The listener's single-use session store, counting the sessions it gives back for resumption
-/// in `resumed`.
-pub(crate) fn sessions(replays: Counter, resumed: Counter) -> Arc<dyn StoresServerSessions> {
-    Arc::new(Resumed { store: SessionStore::new(SESSION_TTL, replays, Counter::default()), resumed })
+/// The listener's single-use session store (the server's, so an upgrade can hand it over),
+/// counting the sessions it gives back for resumption in `resumed`.
+pub(crate) fn sessions(store: Arc<SessionStore>, resumed: Counter) -> Arc<dyn StoresServerSessions> {
+    Arc::new(Resumed { store, resumed })
 }
 
 /// A session store that counts resumptions: every session taken back is a returning client
 /// resuming (and, over QUIC, free to send 0-RTT), which quinn does not report itself.
 #[derive(Debug)]
 struct Resumed {
-    store: SessionStore,
+    store: Arc<SessionStore>,
     resumed: Counter,
 }
 
