@@ -12,6 +12,7 @@ use super::{terminate_tls, ConnCtx};
 use crate::accesslog::AccessLog;
 use crate::error::CloseReason;
 use crate::http::client::{self, Ended};
+use crate::http::coalesce::Coalesce;
 use crate::http::early::EarlyData;
 use crate::http::forward::ClientFacts;
 use crate::http::origin::Origin;
@@ -71,13 +72,9 @@ pub(crate) async fn serve_quic(
 
 /// The route's origin, whichever kind it speaks.
 fn origin(route: &HttpRoute, log: &mut AccessLog) -> Option<Origin> {
-    let origin = match (route.upstream(), route.h1()) {
-        (Some(u), _) => Origin::H2(u.clone()),
-        (None, Some(h1)) => Origin::H1(h1.clone()),
-        (None, None) => {
-            log.detail = Some("no upstream for this route".into());
-            return None;
-        }
+    let Some(origin) = Origin::of(route) else {
+        log.detail = Some("no upstream for this route".into());
+        return None;
     };
     log.origin = Some(route.origin.key(None).origin.to_string());
     Some(origin)
@@ -97,22 +94,27 @@ fn service(
 ) -> (Arc<Service>, tokio_util::sync::CancellationToken) {
     let peer = log.client;
     let retired = origin.retired().clone();
-    let service = Arc::new(Service::new(
-        origin,
-        ServiceParts {
-            snapshot: ctx.snapshot.clone(),
-            client: peer,
-            route: ctx.route.name.clone(),
-            metrics: ctx.metrics.http.clone(),
-            facts: ClientFacts::with_trust(peer, ctx.trust_forwarded, route.config.forward_headers),
-            max_body: route.config.max_request_body,
-            cut: ctx.cut.clone(),
-            handshake,
-            early_metrics: ctx.metrics.early.requests.clone(),
-            alt_svc: ctx.alt_svc.clone(),
-            protocol,
-        },
-    ));
+    let parts = ServiceParts {
+        snapshot: ctx.snapshot.clone(),
+        client: peer,
+        route: ctx.route.name.clone(),
+        metrics: ctx.metrics.http.clone(),
+        facts: ClientFacts::with_trust(peer, ctx.trust_forwarded, route.config.forward_headers),
+        max_body: route.config.max_request_body,
+        cut: ctx.cut.clone(),
+        handshake,
+        early_metrics: ctx.metrics.early.requests.clone(),
+        alt_svc: ctx.alt_svc.clone(),
+        protocol,
+    };
+    // A connection without SNI was routed by that and serves any name on its own route.
+    let coalesce = (&*ctx.route.name != crate::route::NO_SNI)
+        .then(|| Coalesce::new(route.config.tls.clone(), ctx.trust_forwarded, parts.clone()));
+    let service = Service::new(origin, parts);
+    let service = Arc::new(match coalesce {
+        Some(c) => service.with_coalescing(c),
+        None => service,
+    });
     (service, retired)
 }
 

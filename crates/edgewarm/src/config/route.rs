@@ -54,7 +54,7 @@ pub enum ProxyVersion {
 }
 
 /// The client-facing TLS of a route that terminates it (`prewarm`, `http`).
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TerminateConfig {
     /// Certificate chain (PEM) presented to clients. Required.
     pub cert: Option<PathBuf>,

@@ -16,6 +16,7 @@
 
 pub(crate) mod body;
 pub(crate) mod client;
+pub(crate) mod coalesce;
 pub(crate) mod early;
 pub(crate) mod flow;
 pub(crate) mod forward;

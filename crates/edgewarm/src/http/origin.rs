@@ -30,6 +30,17 @@ pub(crate) enum Origin {
     H1(Arc<H1Upstream>),
 }
 
+impl Origin {
+    /// A route's origin, whichever kind it speaks (none before the server attached it).
+    pub(crate) fn of(route: &crate::route::HttpRoute) -> Option<Self> {
+        match (route.upstream(), route.h1()) {
+            (Some(u), _) => Some(Self::H2(u.clone())),
+            (None, Some(h1)) => Some(Self::H1(h1.clone())),
+            (None, None) => None,
+        }
+    }
+}
+
 /// A request body as the seam takes it.
 pub(crate) enum OutBody {
     /// None at all (most requests).

@@ -20,6 +20,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use super::body::{BodyFault, Capped};
+use super::coalesce::Coalesce;
 use super::early::{self, EarlyData, Gate, EARLY_DATA};
 use super::flow::OnEnd;
 use super::forward::{self, ClientFacts};
@@ -61,10 +62,13 @@ pub(crate) struct Service {
     /// Added to every response (`Alt-Svc: h3=…` on a listener that serves HTTP/3 too).
     alt_svc: Option<http::HeaderValue>,
     /// A request arrived in early data (0-RTT) on this connection: for its log line.
-    pub(crate) early_seen: AtomicBool,
+    pub(crate) early_seen: Arc<AtomicBool>,
+    /// Other routes' requests on this connection ([`super::coalesce`]); none in a sibling.
+    coalesce: Option<Coalesce>,
 }
 
 /// What a [`Service`] is built from, besides its origin.
+#[derive(Clone)]
 pub(crate) struct ServiceParts {
     pub(crate) snapshot: Arc<Snapshot>,
     pub(crate) client: SocketAddr,
@@ -99,13 +103,42 @@ impl Service {
             handshake: p.handshake,
             early_metrics: p.early_metrics,
             alt_svc: p.alt_svc,
-            early_seen: AtomicBool::new(false),
+            early_seen: Arc::default(),
+            coalesce: None,
         }
+    }
+
+    /// A connection's service that also serves other routes' names ([`super::coalesce`]).
+    pub(crate) fn with_coalescing(mut self, coalesce: Coalesce) -> Self {
+        self.coalesce = Some(coalesce);
+        self
+    }
+
+    /// Another route's service on `own`'s connection: its bytes, upgrades and early data are
+    /// the connection's.
+    pub(crate) fn sibling_of(own: &Service, origin: Origin, parts: ServiceParts) -> Self {
+        let mut s = Self::new(origin, parts);
+        s.up = own.up.clone();
+        s.down = own.down.clone();
+        s.upgrades = own.upgrades.clone();
+        s.early_seen = own.early_seen.clone();
+        s
     }
 
     /// One request, start to end. Its log line and metrics are written when its response
     /// body ends (or at once for an error answered here), so they carry real sizes and times.
     pub(crate) async fn handle<B>(&self, req: Request<B>) -> Response<Body>
+    where
+        B: ClientBody,
+        B::Error: Into<BoxError>,
+    {
+        match self.coalesce.as_ref().and_then(|c| c.sibling(self, &req)) {
+            Some(sibling) => sibling.handle_here(req).await,
+            None => self.handle_here(req).await,
+        }
+    }
+
+    async fn handle_here<B>(&self, req: Request<B>) -> Response<Body>
     where
         B: ClientBody,
         B::Error: Into<BoxError>,

@@ -104,6 +104,41 @@ async fn misdirected_requests_are_refused() {
     edge.stop().await;
 }
 
+/// A browser reuses a connection for another name its certificate covers (connection
+/// coalescing): a request for another `http` route with the same TLS settings is served on it,
+/// by that route, to that route's origin; a route with other TLS settings (here, 0-RTT) is 421.
+#[tokio::test]
+async fn coalesced_requests_for_a_sibling_route_are_served_by_it() {
+    let fx = fixture();
+    let (origin, stats) = h2_origin(&fx.origin, H2Opts::default()).await;
+    let (assets, assets_stats) = h2_origin(&fx.origin, H2Opts::default()).await;
+    let p = fx.path.display();
+    let sibling = |name: &str, extra: &str| {
+        format!(
+            "  - sni: {name}\n    action: http\n    origin: \"{assets}\"\n    cert: {p}/edge/cert.pem\n    key: {p}/edge/key.pem\n    origin_tls: {{sni: origin.test, ca: {p}/origin/ca.pem}}\n{extra}"
+        )
+    };
+    let routes =
+        fx.route(origin, "") + &sibling("static.b.test", "") + &sibling("zero.b.test", "    early_data: safe\n");
+    let edge = edge(&routes, "", "").await;
+    for h2 in [true, false] {
+        let mut client = HttpClient::connect(&fx.edge, edge.addr, "b.test", h2).await.unwrap();
+        assert_eq!(client.send("GET", "static.b.test", "/s", &[], vec![]).await.unwrap().0.status, 200);
+        assert_eq!(client.send("GET", "b.test", "/b", &[], vec![]).await.unwrap().0.status, 200);
+        assert_eq!(client.send("GET", "static.b.test", "/t", &[], vec![]).await.unwrap().0.status, 200);
+        if h2 {
+            assert_eq!(client.send("GET", "zero.b.test", "/z", &[], vec![]).await.unwrap().0.status, 421);
+        }
+    }
+    assert_eq!(assets_stats.requests.load(Ordering::Relaxed), 4, "the sibling route's origin");
+    assert_eq!(stats.requests.load(Ordering::Relaxed), 2);
+    let seen = assets_stats.seen.lock().unwrap().last().cloned().unwrap();
+    assert_eq!(seen["forwarded"], "for=127.0.0.1;proto=https;host=\"static.b.test\"");
+    assert_eq!(edge.metric("edgewarm_http_requests_total", &[("route", "static.b.test")]), 4.0);
+    edge.settle().await;
+    edge.stop().await;
+}
+
 /// CONNECT is not proxied, whatever the origin speaks: an HTTP/2 client's CONNECT gets a 405
 /// from routes with an HTTP/2 and with an HTTP/1.1 origin, and neither origin sees it.
 #[tokio::test]
