@@ -8,7 +8,8 @@
 //!
 //! The direct path client → origin is forwarded by the edge namespace's kernel, so it crosses
 //! both links (RTT r + R) exactly like the path through the proxy does. Every namespace gets
-//! `lo` up and `net.ipv4.tcp_fastopen=3` (client and server Fast Open).
+//! `lo` up and `net.ipv4.tcp_fastopen=3` (client and server Fast Open); the edge and the origin
+//! `net.ipv4.tcp_slow_start_after_idle=0` (long-lived connections keep their window).
 //!
 //! The TUN devices are created in the lab's own namespace, where the delay box keeps their file
 //! descriptors, then moved into their namespaces (`ip link set … netns …`): the descriptors
@@ -84,6 +85,12 @@ impl Topology {
             topo.exec_ok(ns, &["sysctl", "-qw", "net.ipv4.tcp_fastopen=3"])?;
         }
         topo.exec_ok(&topo.edge, &["sysctl", "-qw", "net.ipv4.ip_forward=1"])?;
+        // Standing origin connections keep their congestion window between bursts, as on a
+        // tuned edge and origin: otherwise one idle for longer than its RTO starts again from
+        // the initial window, and a page's responses queue behind each other for round trips.
+        for ns in [&topo.edge, &topo.origin] {
+            topo.exec_ok(ns, &["sysctl", "-qw", "net.ipv4.tcp_slow_start_after_idle=0"])?;
+        }
         let (c, ea, eb, o) = (name("tc"), name("ta"), name("tb"), name("to"));
         let link_a = topo.link(&c, &topo.client.clone(), CLIENT, &ea, &topo.edge.clone(), EDGE_A, r / 2)?;
         topo.links.push(link_a);
