@@ -19,6 +19,8 @@
 //! - [`plot`]: SVG plots of a run.
 //! - [`pages_lab`]: `lab --scenario pages`, the browser lab: Chromium loads [`pages`] through
 //!   every mode ([`browse`]); [`pages_report`] and [`plot_pages`] report it.
+//! - [`upgrade_lab`]: `lab --scenario upgrade`, the first clients' TTFB before and after an
+//!   upgrade and after a restart.
 //!
 //! The proxy itself runs as a process (the `edgewarm` binary), exactly as deployed.
 
@@ -41,3 +43,4 @@ pub mod plot_pages;
 pub mod report;
 pub mod run;
 pub mod scenario;
+pub mod upgrade_lab;

@@ -66,43 +66,30 @@ fn main() -> ExitCode {
 }
 
 async fn lab(opts: edgewarm_lab::run::LabOpts) -> ExitCode {
-    if opts.scenario == "pages" {
-        return pages(opts).await;
-    }
-    // Ctrl-C drops the lab future: its guards kill the children and remove the namespaces.
-    tokio::select! {
-        r = edgewarm_lab::run::run(&opts) => match r {
-            Ok(report) => {
-                if opts.json {
-                    println!("{}", serde_json::to_string_pretty(&report).unwrap_or_default());
-                } else {
-                    println!("{}", report.markdown());
-                    println!("saved in {}", report.run_dir.display());
-                }
-                ExitCode::SUCCESS
-            }
-            Err(e) => {
-                eprintln!("edgewarm-lab lab: {e}");
-                if e.is_usage() { ExitCode::from(EXIT_USAGE) } else { ExitCode::FAILURE }
-            }
-        },
-        _ = tokio::signal::ctrl_c() => {
-            eprintln!("edgewarm-lab lab: interrupted, cleaning up");
-            ExitCode::from(130)
-        }
+    use edgewarm_lab::{pages_lab, run, upgrade_lab};
+    match opts.scenario.as_str() {
+        "pages" => finish(&opts, pages_lab::run(&opts), |r| (r.markdown(), r.run_dir.clone())).await,
+        "upgrade" => finish(&opts, upgrade_lab::run(&opts), |r| (r.markdown(), r.run_dir.clone())).await,
+        _ => finish(&opts, run::run(&opts), |r| (r.markdown(), r.run_dir.clone())).await,
     }
 }
 
-/// The browser lab (`--scenario pages`): its own report.
-async fn pages(opts: edgewarm_lab::run::LabOpts) -> ExitCode {
+/// Run a lab and print its report (Markdown, or `--json`). Ctrl-C drops the lab future: its
+/// guards kill the children and remove the namespaces.
+async fn finish<R: serde::Serialize>(
+    opts: &edgewarm_lab::run::LabOpts,
+    lab: impl std::future::Future<Output = Result<R, edgewarm_lab::error::LabError>>,
+    text: impl Fn(&R) -> (String, std::path::PathBuf),
+) -> ExitCode {
     tokio::select! {
-        r = edgewarm_lab::pages_lab::run(&opts) => match r {
+        r = lab => match r {
             Ok(report) => {
                 if opts.json {
                     println!("{}", serde_json::to_string_pretty(&report).unwrap_or_default());
                 } else {
-                    println!("{}", report.markdown());
-                    println!("saved in {}", report.run_dir.display());
+                    let (markdown, dir) = text(&report);
+                    println!("{markdown}");
+                    println!("saved in {}", dir.display());
                 }
                 ExitCode::SUCCESS
             }

@@ -24,7 +24,7 @@ use crate::scenario::ModeRun;
 pub use crate::scenario::{LabOpts, Ramp, Scenario};
 
 /// A child process killed when dropped.
-pub(crate) struct Guard(Child);
+pub struct Guard(Child);
 
 impl Drop for Guard {
     fn drop(&mut self) {
@@ -310,7 +310,7 @@ pub(crate) async fn start_hosts(
     Ok((origin, edge))
 }
 
-fn spawn(cmd: std::process::Command, log: &Path) -> Result<Guard, LabError> {
+pub(crate) fn spawn(cmd: std::process::Command, log: &Path) -> Result<Guard, LabError> {
     let mut cmd = Command::from(cmd);
     cmd.stdout(Stdio::null()).stderr(std::fs::File::create(log)?).kill_on_drop(true);
     Ok(Guard(cmd.spawn()?))
@@ -337,13 +337,13 @@ pub(crate) fn proxy_binary(given: Option<&Path>) -> Result<String, LabError> {
     Ok(std::fs::canonicalize(&path)?.to_string_lossy().into_owned())
 }
 
-async fn admin(topo: &Topology, path: &str) -> Option<String> {
+pub(crate) async fn admin(topo: &Topology, path: &str) -> Option<String> {
     let cmd = topo.command(&topo.edge, &["curl", "-sf", "--max-time", "2", &format!("http://127.0.0.1:9900{path}")]);
     let out = Command::from(cmd).output().await.ok()?;
     out.status.success().then(|| String::from_utf8_lossy(&out.stdout).into_owned())
 }
 
-async fn wait_ready(topo: &Topology, log: &Path) -> Result<(), LabError> {
+pub(crate) async fn wait_ready(topo: &Topology, log: &Path) -> Result<(), LabError> {
     for _ in 0..300 {
         if let Some(m) = admin(topo, "/metrics").await {
             let warm = edgewarm::metrics::sample(&m, "edgewarm_pool_ready", &[("route", "b.test"), ("alpn", "none")])
@@ -404,7 +404,7 @@ async fn pool_sample(topo: &Topology, t_s: f64) -> PoolSample {
 }
 
 #[expect(clippy::too_many_arguments)]
-async fn load(
+pub(crate) async fn load(
     topo: &Topology,
     exe: &str,
     d: &str,

@@ -15,7 +15,8 @@ pub struct LabOpts {
     /// TLS 1.2), far-origin (r 16 ms, R 265 ms, TLS 1.2), ramp (prewarm only, arrivals rising
     /// from 5 to 150 per second over 30 s, the pool's size followed over time), floor, tfo,
     /// pages (headless Chromium loads four real-shaped pages through every mode, first and
-    /// returning visits, at r 20/100/200 ms with R 100 ms and at r 16 ms with R 265 ms).
+    /// returning visits, at r 20/100/200 ms with R 100 ms and at r 16 ms with R 265 ms),
+    /// upgrade (the first clients' TTFB before and after `run --upgrade` and after a restart).
     #[arg(long, default_value = "default")]
     pub scenario: String,
     /// A scenario file (YAML; see docs/lab.md) instead of a named scenario.
@@ -45,7 +46,7 @@ pub struct LabOpts {
     #[arg(long = "big-r", value_parser = humantime::parse_duration)]
     pub big_r: Option<Duration>,
     /// New connections per mode (default 40); for `pages`, loads per page, mode and visit
-    /// (default 10).
+    /// (default 10); for `upgrade`, rounds (default 7).
     #[arg(long)]
     pub requests: Option<usize>,
     /// `pages` only: the pages to load (login, news, app, split; default all).
