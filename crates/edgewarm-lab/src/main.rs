@@ -68,28 +68,33 @@ fn main() -> ExitCode {
 async fn lab(opts: edgewarm_lab::run::LabOpts) -> ExitCode {
     use edgewarm_lab::{pages_lab, run, upgrade_lab};
     match opts.scenario.as_str() {
-        "pages" => finish(&opts, pages_lab::run(&opts), |r| (r.markdown(), r.run_dir.clone())).await,
-        "upgrade" => finish(&opts, upgrade_lab::run(&opts), |r| (r.markdown(), r.run_dir.clone())).await,
-        _ => finish(&opts, run::run(&opts), |r| (r.markdown(), r.run_dir.clone())).await,
+        "pages" => finish(&opts, pages_lab::run(&opts), |r| (r.markdown(), r.run_dir.clone(), r.failed())).await,
+        "upgrade" => finish(&opts, upgrade_lab::run(&opts), |r| (r.markdown(), r.run_dir.clone(), 0)).await,
+        _ => finish(&opts, run::run(&opts), |r| (r.markdown(), r.run_dir.clone(), 0)).await,
     }
 }
 
-/// Run a lab and print its report (Markdown, or `--json`). Ctrl-C drops the lab future: its
-/// guards kill the children and remove the namespaces.
+/// Run a lab and print its report (Markdown, or `--json`); a report with failed parts (`text`'s
+/// third value) is printed and saved, and the exit code says it failed. Ctrl-C drops the lab
+/// future: its guards kill the children and remove the namespaces.
 async fn finish<R: serde::Serialize>(
     opts: &edgewarm_lab::run::LabOpts,
     lab: impl std::future::Future<Output = Result<R, edgewarm_lab::error::LabError>>,
-    text: impl Fn(&R) -> (String, std::path::PathBuf),
+    text: impl Fn(&R) -> (String, std::path::PathBuf, usize),
 ) -> ExitCode {
     tokio::select! {
         r = lab => match r {
             Ok(report) => {
+                let (markdown, dir, failed) = text(&report);
                 if opts.json {
                     println!("{}", serde_json::to_string_pretty(&report).unwrap_or_default());
                 } else {
-                    let (markdown, dir) = text(&report);
                     println!("{markdown}");
                     println!("saved in {}", dir.display());
+                }
+                if failed > 0 {
+                    eprintln!("edgewarm-lab lab: {failed} part(s) of the run failed (see the report)");
+                    return ExitCode::FAILURE;
                 }
                 ExitCode::SUCCESS
             }

@@ -161,8 +161,12 @@ async fn browse(
         args.extend(["--spki".into(), key.trim().to_owned()]);
     }
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    let out = Command::from(topo.command(&topo.client, &args)).kill_on_drop(true).output().await?;
     let fail = |detail: String| LabError::Load { mode: format!("{} ({page})", mode.label()), detail };
+    // `browse` gives up on a page after a minute; this bounds the browser's start and a stuck
+    // DevTools session too (the child is killed when the wait is dropped).
+    let limit = Duration::from_secs(60 + 2 * 60 * (loads as u64 + 1));
+    let run = Command::from(topo.command(&topo.client, &args)).kill_on_drop(true).output();
+    let out = tokio::time::timeout(limit, run).await.map_err(|_| fail(format!("no result within {limit:?}")))??;
     if !out.status.success() {
         return Err(fail(String::from_utf8_lossy(&out.stderr).trim().to_owned()));
     }

@@ -52,9 +52,10 @@ pub struct PageResult {
     pub protocols: Vec<String>,
     /// Why the cell has no loads (the browser failed, or a resource did).
     pub error: Option<String>,
-    /// The load with the median page load time (the waterfall's).
+    /// Every load of the cell as the browser reported it (resource timings included): in
+    /// `loads.json` beside the report, too large for report.json.
     #[serde(skip)]
-    pub median: Option<Load>,
+    pub samples: Vec<Load>,
 }
 
 impl PageResult {
@@ -69,8 +70,6 @@ impl PageResult {
             .collect();
         protocols.sort();
         protocols.dedup();
-        let mut by_plt = loads.clone();
-        by_plt.sort_by(|a, b| a.plt_ms.total_cmp(&b.plt_ms));
         Self {
             client: "chromium",
             mode,
@@ -86,8 +85,15 @@ impl PageResult {
             connections: Spread::of(loads.iter().map(|l| l.connections as f64).collect()).p50,
             protocols,
             error: None,
-            median: by_plt.get(by_plt.len().saturating_sub(1) / 2).cloned(),
+            samples: loads,
         }
+    }
+
+    /// The load with the median page load time (the waterfall's).
+    fn median(&self) -> Option<&Load> {
+        let mut by_plt: Vec<&Load> = self.samples.iter().collect();
+        by_plt.sort_by(|a, b| a.plt_ms.total_cmp(&b.plt_ms));
+        by_plt.get(by_plt.len().saturating_sub(1) / 2).copied()
     }
 
     fn setting(&self) -> Setting {
@@ -173,9 +179,26 @@ impl PagesReport {
         out
     }
 
-    /// report.json, report.md and the plots, in the run folder.
+    /// Cells the browser could not measure.
+    pub fn failed(&self) -> usize {
+        self.results.iter().filter(|r| r.error.is_some()).count()
+    }
+
+    /// report.json, loads.json (every load of every cell), report.md and the plots, in the run
+    /// folder.
     pub fn write(&self, dir: &Path) -> std::io::Result<()> {
         std::fs::write(dir.join("report.json"), serde_json::to_string_pretty(self).unwrap_or_default())?;
+        let loads: Vec<serde_json::Value> = self
+            .results
+            .iter()
+            .map(|r| {
+                serde_json::json!({
+                    "mode": r.mode, "page": r.page, "visit": r.visit,
+                    "r_ms": r.r_ms, "big_r_ms": r.big_r_ms, "loads": r.samples,
+                })
+            })
+            .collect();
+        std::fs::write(dir.join("loads.json"), serde_json::to_string(&loads).unwrap_or_default())?;
         std::fs::write(dir.join("report.md"), self.markdown())?;
         for s in self.settings() {
             let tag = format!("r{}-R{}", s.r_ms, s.big_r_ms);
@@ -184,7 +207,7 @@ impl PagesReport {
                 tracing::warn!(error = %e, "could not draw the page load chart");
             }
             for r in cells.iter().filter(|r| r.page == "news" && r.visit == "first") {
-                let Some(load) = &r.median else { continue };
+                let Some(load) = r.median() else { continue };
                 let path = dir.join(format!("waterfall-news-{}-{tag}.svg", r.mode.label()));
                 if let Err(e) = crate::plot_pages::waterfall(
                     load,

@@ -316,7 +316,6 @@ pub(crate) fn spawn(cmd: std::process::Command, log: &Path) -> Result<Guard, Lab
     Ok(Guard(cmd.spawn()?))
 }
 
-/// `page`: the prewarm route also offers h2 (the page workload's sub-resources are multiplexed).
 /// The `edgewarm` binary to run in the edge namespace: `--edgewarm`, else the one built beside
 /// this program (`cargo build` puts both in one folder), else whatever PATH has.
 pub(crate) fn proxy_binary(given: Option<&Path>) -> Result<String, LabError> {

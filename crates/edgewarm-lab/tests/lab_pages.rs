@@ -1,7 +1,9 @@
 //! The browser lab, bounded: headless Chromium loads one page through two modes in the lab's
 //! namespaces, first and returning visits.
 
-use std::process::{Command, Stdio};
+mod common;
+
+use std::time::Duration;
 
 /// One login page, directly and through an `http` route, one load pair each: every cell
 /// measured over HTTP/2 with every resource answered, the document never faster than the
@@ -12,18 +14,12 @@ use std::process::{Command, Stdio};
     ignore = "system test (root, real clients or nginx): scripts/test.sh runs it"
 )]
 fn chromium_loads_a_page_through_two_modes() {
-    let out = tempfile::tempdir().unwrap();
-    let child = Command::new(env!("CARGO_BIN_EXE_edgewarm-lab"))
-        .args(["lab", "--scenario", "pages", "--pages", "login", "--modes", "direct,http"])
-        .args(["--r", "20ms", "--big-r", "100ms", "--requests", "1", "--json", "--out"])
-        .arg(out.path())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let pid = child.id();
-    let run = child.wait_with_output().unwrap();
-    assert!(run.status.success(), "{}", String::from_utf8_lossy(&run.stderr));
+    let args = ["lab", "--scenario", "pages", "--pages", "login", "--modes", "direct,http"];
+    let run = common::run_lab(
+        &[&args[..], &["--r", "20ms", "--big-r", "100ms", "--requests", "1", "--json"]].concat(),
+        Duration::from_secs(600),
+    );
+    assert!(run.status.success(), "{}", run.stderr);
     let report: serde_json::Value = serde_json::from_slice(&run.stdout).unwrap();
     let results = report["results"].as_array().unwrap();
     let cells: Vec<(&str, &str)> =
@@ -50,6 +46,4 @@ fn chromium_loads_a_page_through_two_modes() {
     let dir = std::path::PathBuf::from(report["run_dir"].as_str().unwrap());
     assert!(std::fs::read_to_string(dir.join("report.md")).unwrap().contains("| login | http | returning |"));
     assert!(dir.join("plt-r20-R100.svg").is_file());
-    let namespaces = String::from_utf8(Command::new("ip").args(["netns", "list"]).output().unwrap().stdout).unwrap();
-    assert!(!namespaces.contains(&format!("ew{pid}")), "left behind: {namespaces}");
 }

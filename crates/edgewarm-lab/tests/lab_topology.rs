@@ -1,6 +1,8 @@
 //! The lab's namespaces and delay box: RTTs as configured (generously bounded: shared noisy
 //! machines), nothing left behind after drop, after a SIGKILL, or after a whole lab run.
 
+mod common;
+
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -27,8 +29,7 @@ fn namespaces() -> String {
 
 /// How many of lab `pid`'s three namespaces exist.
 fn lab_namespaces(pid: u32) -> usize {
-    let mine = ["c", "e", "o"].map(|role| format!("ew{pid}{role}"));
-    namespaces().lines().filter_map(|l| l.split_whitespace().next()).filter(|n| mine.iter().any(|m| m == n)).count()
+    common::lab_namespaces(pid).len()
 }
 
 #[test]
@@ -101,17 +102,11 @@ fn a_killed_lab_is_cleaned_up_by_the_next() {
     ignore = "system test (root, real clients or nginx): scripts/test.sh runs it"
 )]
 fn a_short_lab_run_reports_every_mode_and_cleans_up() {
-    let out = tempfile::tempdir().unwrap();
-    let child = Command::new(env!("CARGO_BIN_EXE_edgewarm-lab"))
-        .args(["lab", "--r", "10ms", "--big-r", "80ms", "--requests", "5", "--bandwidth", "200mbit", "--json", "--out"])
-        .arg(out.path())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let pid = child.id();
-    let run = child.wait_with_output().unwrap();
-    assert!(run.status.success(), "{}", String::from_utf8_lossy(&run.stderr));
+    let run = common::run_lab(
+        &["lab", "--r", "10ms", "--big-r", "80ms", "--requests", "5", "--bandwidth", "200mbit", "--json"],
+        Duration::from_secs(300),
+    );
+    assert!(run.status.success(), "{}", run.stderr);
     let report: serde_json::Value = serde_json::from_slice(&run.stdout).unwrap();
     let results = report["results"].as_array().unwrap();
     // direct, tunnel, tunnel + origin TFO (PQ and X25519 hellos), prewarm, http, h3.
@@ -128,7 +123,6 @@ fn a_short_lab_run_reports_every_mode_and_cleans_up() {
     assert!(p50("h3") < p50("http"), "h3 {} ms vs http {} ms", p50("h3"), p50("http"));
     let dir = std::path::PathBuf::from(report["run_dir"].as_str().unwrap());
     assert!(std::fs::read_to_string(dir.join("report.md")).unwrap().contains("| prewarm |"));
-    assert_eq!(lab_namespaces(pid), 0, "{}", namespaces());
 }
 
 /// Ctrl-C (SIGINT) mid-run: the lab removes its namespaces and stops its processes itself.

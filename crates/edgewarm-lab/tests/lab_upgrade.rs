@@ -1,6 +1,8 @@
 //! The upgrade lab, bounded: one round of upgrade and restart in the lab's namespaces.
 
-use std::process::{Command, Stdio};
+mod common;
+
+use std::time::Duration;
 
 /// One round: the upgraded process's first client found its pool warm (no miss), the
 /// restarted one's did not; no first client beat the links; nothing left behind.
@@ -10,19 +12,13 @@ use std::process::{Command, Stdio};
     ignore = "system test (root, real clients or nginx): scripts/test.sh runs it"
 )]
 fn an_upgrade_keeps_the_first_client_warm_and_a_restart_does_not() {
-    let out = tempfile::tempdir().unwrap();
-    let child = Command::new(env!("CARGO_BIN_EXE_edgewarm-lab"))
-        // A long origin link: a restarted process's pool takes 2R to warm, far longer than its
-        // first client takes to arrive, even on a loaded machine.
-        .args(["lab", "--scenario", "upgrade", "--big-r", "300ms", "--requests", "1", "--json", "--out"])
-        .arg(out.path())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let pid = child.id();
-    let run = child.wait_with_output().unwrap();
-    assert!(run.status.success(), "{}", String::from_utf8_lossy(&run.stderr));
+    // A long origin link: a restarted process's pool takes 2R to warm, far longer than its
+    // first client takes to arrive, even on a loaded machine.
+    let run = common::run_lab(
+        &["lab", "--scenario", "upgrade", "--big-r", "300ms", "--requests", "1", "--json"],
+        Duration::from_secs(600),
+    );
+    assert!(run.status.success(), "{}", run.stderr);
     let report: serde_json::Value = serde_json::from_slice(&run.stdout).unwrap();
     assert_eq!(report["misses_after_upgrade"], 0.0, "{report}");
     assert_eq!(report["misses_after_restart"], 1.0, "{report}");
@@ -34,6 +30,4 @@ fn an_upgrade_keeps_the_first_client_warm_and_a_restart_does_not() {
             assert!(route[when][0].as_f64().unwrap() >= 0.99 * min, "{route}");
         }
     }
-    let namespaces = String::from_utf8(Command::new("ip").args(["netns", "list"]).output().unwrap().stdout).unwrap();
-    assert!(!namespaces.contains(&format!("ew{pid}")), "left behind: {namespaces}");
 }
