@@ -184,7 +184,7 @@ async fn run(path: PathBuf, config: Config, upgrade: bool) -> Result<(), RunErro
     let (bound, takeover) = if upgrade {
         let (takeover, handed) = edgewarm::upgrade::takeover::connect(&config.upgrade.socket)
             .await
-            .map_err(|e| anyhow::anyhow!("upgrade: {e}; the running process is untouched"))?;
+            .map_err(|e| anyhow::anyhow!("upgrade: {e}; a running process, if any, is untouched"))?;
         // A file's keys (`tls.ticket_keys`) are read by both processes; else the old one's.
         if let Err(e) = server.adopt_ticket_keys(&handed.ticket_keys) {
             tracing::warn!(error = %e, "upgrade: the old process's ticket keys are unusable; its clients do a full handshake");
@@ -209,8 +209,12 @@ async fn run(path: PathBuf, config: Config, upgrade: bool) -> Result<(), RunErro
                 _ => config.upgrade.warm_timeout,
             };
             let started = std::time::Instant::now();
-            let warm = server.wait_warm(limit).await;
-            tracing::info!(warm, after = ?started.elapsed(), "upgrade: origin connections ready, accepting");
+            if server.wait_warm(limit).await {
+                tracing::info!(after = ?started.elapsed(), "upgrade: origin connections ready, accepting");
+            } else {
+                count_upgrade(&server, "cold");
+                tracing::warn!(after = ?started.elapsed(), "upgrade: origin connections not all ready within the warm-up; accepting anyway");
+            }
             Some(takeover)
         }
         None => None,
@@ -244,6 +248,11 @@ async fn run(path: PathBuf, config: Config, upgrade: bool) -> Result<(), RunErro
     outcome.map_err(|e| RunError::Other(anyhow::anyhow!("upgrade: {e}; the running process serves on")))
 }
 
+/// `edgewarm_upgrades_total{result}` on the new side of an upgrade (the old side counts its own).
+fn count_upgrade(server: &Server, result: &'static str) {
+    server.metrics().upgrades.get_or_create(&edgewarm::metrics::ResultLabel { result }).inc();
+}
+
 /// Once the listeners accept: take over from the old process (if upgrading), tell systemd, and
 /// listen for the next upgrade. Once this process has handed over, its admin listener closes:
 /// `/metrics` and `/ready` are the new process's from then on. An error: the old process did
@@ -257,12 +266,18 @@ async fn serving(
     last_step: Arc<AtomicBool>,
 ) -> Result<(), edgewarm::upgrade::UpgradeError> {
     while !server.is_ready() {
+        if server.is_stopping() {
+            // Stopped before serving: an old process (if any) serves on when the stream closes.
+            last_step.store(takeover.is_some(), Ordering::Release);
+            return if takeover.is_some() { Err(edgewarm::upgrade::UpgradeError::Stopped) } else { Ok(()) };
+        }
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
     let took_over = takeover.is_some();
     if let Some(takeover) = takeover {
         match takeover.serving().await {
             Ok(old) => {
+                count_upgrade(&server, "took_over");
                 let _ = sd_notify::notify(&[sd_notify::NotifyState::MainPid(std::process::id())]);
                 tracing::info!(old_pid = old, "upgrade: took over; the old process drains");
                 match takeover.sessions().await {
@@ -289,12 +304,13 @@ async fn serving(
         stop: Box::new(move || {
             last_step.store(true, Ordering::Release);
             stop.shutdown();
+            // `/ready` and `/metrics` are the new process's from now on: a probe that reached
+            // this one would see 503 while it drains.
+            admin_stop.cancel();
         }),
         sessions: Box::new(move || sessions.hand_over_sessions()),
     };
-    if edgewarm::upgrade::handover::serve(upgrade, sockets, process, took_over).await {
-        admin_stop.cancel();
-    }
+    edgewarm::upgrade::handover::serve(upgrade, sockets, process, took_over).await;
     Ok(())
 }
 

@@ -211,6 +211,11 @@ impl Server {
         self.ready.load(Ordering::Relaxed)
     }
 
+    /// [`Server::shutdown`] was called: not accepting, or about to stop.
+    pub fn is_stopping(&self) -> bool {
+        self.listeners.stop.is_cancelled()
+    }
+
     /// Connections open now.
     pub fn open_connections(&self) -> usize {
         self.listeners.tracker.len()
@@ -275,7 +280,11 @@ impl Server {
             }
             accept_loops.spawn(listener::accept_loop(l.tcp, l.config, self.listeners.clone()));
         }
-        self.ready.store(true, Ordering::Relaxed);
+        // A stop that came while the listeners started (a signal during an upgrade's warm-up)
+        // must not show as ready, even for a moment: an upgrade would take it as serving.
+        if !self.is_stopping() {
+            self.ready.store(true, Ordering::Relaxed);
+        }
         while accept_loops.join_next().await.is_some() {}
         self.ready.store(false, Ordering::Relaxed);
         // No new clients: warm connections would only be wasted.

@@ -16,6 +16,23 @@ use tokio::net::TcpStream;
 
 const BIN: &str = env!("CARGO_BIN_EXE_edgewarm");
 
+/// Every test here ends within this, whatever hangs (a client, a tunnel, a process that never
+/// answers): its processes are killed on the way out by their guards.
+const LIMIT: Duration = Duration::from_secs(300);
+
+async fn bounded(test: impl std::future::Future<Output = ()>) {
+    tokio::time::timeout(LIMIT, test).await.expect("the test did not finish in time");
+}
+
+/// A process that is not our child (started by edgewarm itself on SIGUSR2), killed on drop.
+struct PidGuard(String);
+
+impl Drop for PidGuard {
+    fn drop(&mut self) {
+        let _ = Command::new("kill").arg(&self.0).status();
+    }
+}
+
 struct Setup {
     _dir: tempfile::TempDir,
     dir: PathBuf,
@@ -192,45 +209,53 @@ fn unprocessed(e: &hyper::Error) -> bool {
 /// missed its pool.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn three_upgrades_under_load_drop_nothing() {
-    let s = Arc::new(setup().await);
-    let cfg = config(&s, "");
-    let mut procs = vec![start(&cfg, false, &s.dir.join("edge-0.log"))];
-    logged(&s.dir.join("edge-0.log"), "listening for upgrades").await;
-    let stop = Arc::new(AtomicBool::new(false));
-    let tunnels: Vec<_> = (0..50).map(|_| tokio::spawn(tunnel(s.edge, stop.clone()))).collect();
-    let failed = Arc::new(AtomicUsize::new(0));
-    let retried = Arc::new(AtomicUsize::new(0));
-    let load = tokio::spawn(clients(s.clone(), stop.clone(), failed.clone(), retried.clone()));
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    for i in 1..=3 {
-        let log = s.dir.join(format!("edge-{i}.log"));
-        procs.push(start(&cfg, true, &log));
-        let text = logged(&log, "took over").await;
-        assert!(text.contains("origin connections ready, accepting warm=true"), "{text}");
-        logged(&s.dir.join(format!("edge-{}.log", i - 1)), "this one stops accepting").await;
-        // Its own listener for the next upgrade, then some clients on the new process.
-        logged(&log, "listening for upgrades").await;
+    bounded(async {
+        let s = Arc::new(setup().await);
+        let cfg = config(&s, "");
+        let mut procs = vec![start(&cfg, false, &s.dir.join("edge-0.log"))];
+        logged(&s.dir.join("edge-0.log"), "listening for upgrades").await;
+        let stop = Arc::new(AtomicBool::new(false));
+        let tunnels: Vec<_> = (0..50).map(|_| tokio::spawn(tunnel(s.edge, stop.clone()))).collect();
+        let failed = Arc::new(AtomicUsize::new(0));
+        let retried = Arc::new(AtomicUsize::new(0));
+        let load = tokio::spawn(clients(s.clone(), stop.clone(), failed.clone(), retried.clone()));
         tokio::time::sleep(Duration::from_millis(500)).await;
-        let m = metrics(s.admin).await;
-        let sample = |name, labels: &[(&str, &str)]| edgewarm::metrics::sample(&m, name, labels).unwrap_or(0.0);
-        assert!(sample("edgewarm_pool_hits_total", &[("route", "b.test")]) > 0.0, "process {i}: {m}");
-        assert_eq!(sample("edgewarm_pool_misses_total", &[("route", "b.test")]), 0.0, "process {i} missed its pool");
-    }
-    stop.store(true, Ordering::Relaxed);
-    let ok = load.await.unwrap();
-    for t in tunnels {
-        let sent = t.await.unwrap().unwrap();
-        assert!(sent > 0);
-    }
-    let retried = retried.load(Ordering::Relaxed);
-    assert_eq!(failed.load(Ordering::Relaxed), 0, "failed connections ({ok} succeeded, {retried} retried)");
-    assert!(ok > 0);
-    // The three old processes drained their tunnels and exited; the newest serves.
-    for (i, p) in procs.iter_mut().enumerate().take(3) {
-        let status = wait_exit(&mut p.0).await;
-        assert!(status.success(), "process {i}: {status:?}");
-    }
-    assert!(procs[3].0.try_wait().unwrap().is_none());
+        for i in 1..=3 {
+            let log = s.dir.join(format!("edge-{i}.log"));
+            procs.push(start(&cfg, true, &log));
+            let text = logged(&log, "took over").await;
+            assert!(text.contains("origin connections ready, accepting") && !text.contains("not all ready"), "{text}");
+            logged(&s.dir.join(format!("edge-{}.log", i - 1)), "this one stops accepting").await;
+            // Its own listener for the next upgrade, then some clients on the new process.
+            logged(&log, "listening for upgrades").await;
+            tokio::time::sleep(Duration::from_millis(500)).await;
+            let m = metrics(s.admin).await;
+            let sample = |name, labels: &[(&str, &str)]| edgewarm::metrics::sample(&m, name, labels).unwrap_or(0.0);
+            assert!(sample("edgewarm_pool_hits_total", &[("route", "b.test")]) > 0.0, "process {i}: {m}");
+            assert_eq!(
+                sample("edgewarm_pool_misses_total", &[("route", "b.test")]),
+                0.0,
+                "process {i} missed its pool"
+            );
+            assert_eq!(sample("edgewarm_upgrades_total", &[("result", "took_over")]), 1.0, "process {i}: {m}");
+        }
+        stop.store(true, Ordering::Relaxed);
+        let ok = load.await.unwrap();
+        for t in tunnels {
+            let sent = t.await.unwrap().unwrap();
+            assert!(sent > 0);
+        }
+        let retried = retried.load(Ordering::Relaxed);
+        assert_eq!(failed.load(Ordering::Relaxed), 0, "failed connections ({ok} succeeded, {retried} retried)");
+        assert!(ok > 0);
+        // The three old processes drained their tunnels and exited; the newest serves.
+        for (i, p) in procs.iter_mut().enumerate().take(3) {
+            let status = wait_exit(&mut p.0).await;
+            assert!(status.success(), "process {i}: {status:?}");
+        }
+        assert!(procs[3].0.try_wait().unwrap().is_none());
+    })
+    .await;
 }
 
 async fn wait_exit(child: &mut std::process::Child) -> std::process::ExitStatus {
@@ -248,6 +273,7 @@ async fn wait_exit(child: &mut std::process::Child) -> std::process::ExitStatus 
 /// upgrade still works.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_failed_upgrade_leaves_the_old_process_serving() {
+    bounded(async {
     let s = Arc::new(setup().await);
     let cfg = config(&s, "");
     let mut old = start(&cfg, false, &s.dir.join("old.log"));
@@ -287,85 +313,93 @@ async fn a_failed_upgrade_leaves_the_old_process_serving() {
     // log goes where the old one's does), which takes over.
     let status = Command::new("kill").args(["-USR2", &old.0.id().to_string()]).status().unwrap();
     assert!(status.success());
-    logged(&s.dir.join("old.log"), "took over").await;
+    let text = logged(&s.dir.join("old.log"), "took over").await;
+    // The new process is not our child: it goes by its pid in the log, and is killed at the
+    // end whatever happens before.
+    let _new = PidGuard(
+        text.split("upgrade: started the new process")
+            .nth(1)
+            .and_then(|t| t.split("pid=").nth(1))
+            .and_then(|t| t.split_whitespace().next())
+            .unwrap()
+            .to_owned(),
+    );
     ping().await;
-    // The old process drained (nothing was open) and exited; the new one is not its child, so
-    // it goes by its pid in the log.
+    // The old process drained (nothing was open) and exited.
     assert!(wait_exit(&mut old.0).await.success());
-    let text = std::fs::read_to_string(s.dir.join("old.log")).unwrap();
-    let new_pid = text
-        .split("upgrade: started the new process")
-        .nth(1)
-        .and_then(|t| t.split("pid=").nth(1))
-        .and_then(|t| t.split_whitespace().next())
-        .unwrap()
-        .to_owned();
-    let _ = Command::new("kill").arg(&new_pid).status();
+    })
+    .await;
 }
 
 /// A client's TLS session resumes on the new process: the old one hands its ticket keys over
 /// with the sockets (no `tls.ticket_keys` file here).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn returning_clients_resume_after_an_upgrade() {
-    let s = setup().await;
-    let cfg = config(&s, "");
-    let _old = start(&cfg, false, &s.dir.join("old.log"));
-    logged(&s.dir.join("old.log"), "listening for upgrades").await;
-    let mut roots = rustls::RootCertStore::empty();
-    roots.add(s.edge_certs.ca_der.clone()).unwrap();
-    let client = Arc::new(rustls::ClientConfig::builder().with_root_certificates(roots).with_no_client_auth());
-    let visit = || async {
-        let tcp = TcpStream::connect(s.edge).await.unwrap();
-        let name = rustls::pki_types::ServerName::try_from("b.test").unwrap();
-        let mut tls = tokio_rustls::TlsConnector::from(client.clone()).connect(name, tcp).await.unwrap();
-        // The echo comes after the session ticket: once it is read, the ticket is stored.
-        tls.write_all(b"ping").await.unwrap();
-        let mut buf = [0u8; 4];
-        tls.read_exact(&mut buf).await.unwrap();
-        tls.get_ref().1.handshake_kind()
-    };
-    assert_eq!(visit().await, Some(rustls::HandshakeKind::Full));
-    assert_eq!(visit().await, Some(rustls::HandshakeKind::Resumed), "resumes on the same process");
-    let _new = start(&cfg, true, &s.dir.join("new.log"));
-    logged(&s.dir.join("new.log"), "took over").await;
-    logged(&s.dir.join("old.log"), "this one stops accepting").await;
-    assert_eq!(visit().await, Some(rustls::HandshakeKind::Resumed), "resumes on the new process");
+    bounded(async {
+        let s = setup().await;
+        let cfg = config(&s, "");
+        let _old = start(&cfg, false, &s.dir.join("old.log"));
+        logged(&s.dir.join("old.log"), "listening for upgrades").await;
+        let mut roots = rustls::RootCertStore::empty();
+        roots.add(s.edge_certs.ca_der.clone()).unwrap();
+        let client = Arc::new(rustls::ClientConfig::builder().with_root_certificates(roots).with_no_client_auth());
+        let visit = || async {
+            let tcp = TcpStream::connect(s.edge).await.unwrap();
+            let name = rustls::pki_types::ServerName::try_from("b.test").unwrap();
+            let mut tls = tokio_rustls::TlsConnector::from(client.clone()).connect(name, tcp).await.unwrap();
+            // The echo comes after the session ticket: once it is read, the ticket is stored.
+            tls.write_all(b"ping").await.unwrap();
+            let mut buf = [0u8; 4];
+            tls.read_exact(&mut buf).await.unwrap();
+            tls.get_ref().1.handshake_kind()
+        };
+        assert_eq!(visit().await, Some(rustls::HandshakeKind::Full));
+        assert_eq!(visit().await, Some(rustls::HandshakeKind::Resumed), "resumes on the same process");
+        let _new = start(&cfg, true, &s.dir.join("new.log"));
+        logged(&s.dir.join("new.log"), "took over").await;
+        logged(&s.dir.join("old.log"), "this one stops accepting").await;
+        assert_eq!(visit().await, Some(rustls::HandshakeKind::Resumed), "resumes on the new process");
+    })
+    .await;
 }
 
 /// A client holding a 0-RTT ticket from the old process sends its request in early data to the
 /// new one, and it is accepted: the 0-RTT session stores go with the hand-over.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn zero_rtt_tickets_work_after_an_upgrade() {
-    let s = setup().await;
-    let cfg = config(&s, "    early_data: safe\n");
-    let _old = start(&cfg, false, &s.dir.join("old.log"));
-    logged(&s.dir.join("old.log"), "listening for upgrades").await;
-    let mut roots = rustls::RootCertStore::empty();
-    roots.add(s.edge_certs.ca_der.clone()).unwrap();
-    let mut client = rustls::ClientConfig::builder().with_root_certificates(roots).with_no_client_auth();
-    client.enable_early_data = true;
-    client.alpn_protocols = vec![b"http/1.1".to_vec()];
-    let client = Arc::new(client);
-    let get = || async {
-        let tcp = TcpStream::connect(s.edge).await.unwrap();
-        let name = rustls::pki_types::ServerName::try_from("h.test").unwrap();
-        let mut tls =
-            tokio_rustls::TlsConnector::from(client.clone()).early_data(true).connect(name, tcp).await.unwrap();
-        tls.write_all(b"GET /x HTTP/1.1\r\nhost: h.test\r\nconnection: close\r\n\r\n").await.unwrap();
-        // In early data, tokio-rustls sends nothing until flushed, and reads nothing before.
-        tls.flush().await.unwrap();
-        let mut response = Vec::new();
-        let _ = tls.read_to_end(&mut response).await;
-        assert!(response.starts_with(b"HTTP/1.1 200"), "{}", String::from_utf8_lossy(&response));
-        tls.get_ref().1.is_early_data_accepted()
-    };
-    assert!(!get().await, "no ticket yet");
-    let _new = start(&cfg, true, &s.dir.join("new.log"));
-    let text = logged(&s.dir.join("new.log"), "0-RTT sessions adopted").await;
-    // rustls issues two tickets per connection by default: both cross.
-    assert!(text.contains("sessions=2"), "{text}");
-    logged(&s.dir.join("old.log"), "this one stops accepting").await;
-    assert!(get().await, "the old process's ticket resumes with 0-RTT on the new one");
+    bounded(async {
+        let s = setup().await;
+        let cfg = config(&s, "    early_data: safe\n");
+        let _old = start(&cfg, false, &s.dir.join("old.log"));
+        logged(&s.dir.join("old.log"), "listening for upgrades").await;
+        let mut roots = rustls::RootCertStore::empty();
+        roots.add(s.edge_certs.ca_der.clone()).unwrap();
+        let mut client = rustls::ClientConfig::builder().with_root_certificates(roots).with_no_client_auth();
+        client.enable_early_data = true;
+        client.alpn_protocols = vec![b"http/1.1".to_vec()];
+        let client = Arc::new(client);
+        let get = || async {
+            let tcp = TcpStream::connect(s.edge).await.unwrap();
+            let name = rustls::pki_types::ServerName::try_from("h.test").unwrap();
+            let mut tls =
+                tokio_rustls::TlsConnector::from(client.clone()).early_data(true).connect(name, tcp).await.unwrap();
+            tls.write_all(b"GET /x HTTP/1.1\r\nhost: h.test\r\nconnection: close\r\n\r\n").await.unwrap();
+            // In early data, tokio-rustls sends nothing until flushed, and reads nothing before.
+            tls.flush().await.unwrap();
+            let mut response = Vec::new();
+            let _ = tls.read_to_end(&mut response).await;
+            assert!(response.starts_with(b"HTTP/1.1 200"), "{}", String::from_utf8_lossy(&response));
+            tls.get_ref().1.is_early_data_accepted()
+        };
+        assert!(!get().await, "no ticket yet");
+        let _new = start(&cfg, true, &s.dir.join("new.log"));
+        let text = logged(&s.dir.join("new.log"), "0-RTT sessions adopted").await;
+        // rustls issues two tickets per connection by default: both cross.
+        assert!(text.contains("sessions=2"), "{text}");
+        logged(&s.dir.join("old.log"), "this one stops accepting").await;
+        assert!(get().await, "the old process's ticket resumes with 0-RTT on the new one");
+    })
+    .await;
 }
 
 /// An old process that hands its sockets over and then never agrees to stop (it abandoned the
@@ -373,34 +407,37 @@ async fn zero_rtt_tickets_work_after_an_upgrade() {
 /// process stops accepting and exits non-zero, never left serving beside it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_new_process_the_old_one_does_not_release_exits() {
-    use edgewarm::upgrade::wire::{self, Msg};
-    use std::os::fd::AsFd;
-    let s = setup().await;
-    let cfg = config(&s, "");
-    let edge = std::net::TcpListener::bind(s.edge).unwrap();
-    let admin = std::net::TcpListener::bind(s.admin).unwrap();
-    let socket = tokio::net::UnixListener::bind(s.dir.join("upgrade.sock")).unwrap();
-    let mut new = start(&cfg, true, &s.dir.join("new.log"));
-    let (stream, _) = socket.accept().await.unwrap();
-    let (hello, _) = wire::recv(&stream, wire::MAX_FROM_NEW).await.unwrap();
-    assert!(matches!(hello, Msg::Hello { .. }), "{hello:?}");
-    let sockets =
-        Msg::Sockets { admin: s.admin, listeners: vec![(s.edge, 0)], ticket_keys: String::new(), wait_ms: 40_000 };
-    wire::send(&stream, &sockets, &[admin.as_fd(), edge.as_fd()]).await.unwrap();
-    let (serving, _) = wire::recv(&stream, wire::MAX_FROM_NEW).await.unwrap();
-    assert!(matches!(serving, Msg::Serving), "{serving:?}");
-    // The new process accepts now (a client gets its answer), then it is told nothing.
-    let (mut tls, _) = tls_client(&s.edge_certs, s.edge, "b.test", &[]).await.unwrap();
-    tls.write_all(b"ping").await.unwrap();
-    let mut buf = [0u8; 4];
-    tls.read_exact(&mut buf).await.unwrap();
-    drop(tls);
-    drop(stream);
-    let status = wait_exit(&mut new.0).await;
-    assert!(!status.success(), "{status}");
-    let text = std::fs::read_to_string(s.dir.join("new.log")).unwrap();
-    assert!(text.contains("the running process serves on"), "{text}");
-    // The listening socket is the old process's alone again, and still listening.
-    let _client = std::net::TcpStream::connect(s.edge).unwrap();
-    assert!(edge.accept().is_ok());
+    bounded(async {
+        use edgewarm::upgrade::wire::{self, Msg};
+        use std::os::fd::AsFd;
+        let s = setup().await;
+        let cfg = config(&s, "");
+        let edge = std::net::TcpListener::bind(s.edge).unwrap();
+        let admin = std::net::TcpListener::bind(s.admin).unwrap();
+        let socket = tokio::net::UnixListener::bind(s.dir.join("upgrade.sock")).unwrap();
+        let mut new = start(&cfg, true, &s.dir.join("new.log"));
+        let (stream, _) = socket.accept().await.unwrap();
+        let (hello, _) = wire::recv(&stream, wire::MAX_FROM_NEW).await.unwrap();
+        assert!(matches!(hello, Msg::Hello { .. }), "{hello:?}");
+        let sockets =
+            Msg::Sockets { admin: s.admin, listeners: vec![(s.edge, 0)], ticket_keys: String::new(), wait_ms: 40_000 };
+        wire::send(&stream, &sockets, &[admin.as_fd(), edge.as_fd()]).await.unwrap();
+        let (serving, _) = wire::recv(&stream, wire::MAX_FROM_NEW).await.unwrap();
+        assert!(matches!(serving, Msg::Serving), "{serving:?}");
+        // The new process accepts now (a client gets its answer), then it is told nothing.
+        let (mut tls, _) = tls_client(&s.edge_certs, s.edge, "b.test", &[]).await.unwrap();
+        tls.write_all(b"ping").await.unwrap();
+        let mut buf = [0u8; 4];
+        tls.read_exact(&mut buf).await.unwrap();
+        drop(tls);
+        drop(stream);
+        let status = wait_exit(&mut new.0).await;
+        assert!(!status.success(), "{status}");
+        let text = std::fs::read_to_string(s.dir.join("new.log")).unwrap();
+        assert!(text.contains("the running process serves on"), "{text}");
+        // The listening socket is the old process's alone again, and still listening.
+        let _client = std::net::TcpStream::connect(s.edge).unwrap();
+        assert!(edge.accept().is_ok());
+    })
+    .await;
 }

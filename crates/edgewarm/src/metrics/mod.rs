@@ -142,7 +142,8 @@ pub struct Metrics {
     pub first_origin_byte_seconds: HistogramFamily<RouteLabel>,
     pub accept_errors: Family<AcceptErrorLabel, Counter>,
     pub config_reloads: Family<ResultLabel, Counter>,
-    /// Upgrade requests served by this process: `handed_over` or `abandoned`.
+    /// Upgrades: as the old process `handed_over` or `abandoned`; as the new one `took_over`,
+    /// and `cold` when its warm-up ran out first.
     pub upgrades: Family<ResultLabel, Counter>,
     pub pool: PoolMetrics,
     pub http: HttpMetrics,
@@ -244,7 +245,7 @@ impl Metrics {
         registry.register("config_reloads", "Configuration reloads, by result", m.config_reloads.clone());
         registry.register(
             "upgrades",
-            "Upgrades asked of this process: handed_over (a new process took the sockets and serves) or abandoned",
+            "Upgrades: handed_over or abandoned (this process was the old one), took_over, cold (this process was the new one; cold: accepting before its origin connections were all up)",
             m.upgrades.clone(),
         );
         m.pool.register(registry.sub_registry_with_prefix("pool"));

@@ -115,7 +115,17 @@ async fn hand_over(
     // Two steps, so that exactly one process stops serving: until the new process has
     // acknowledged, this one may still abandon and serve on (the new one then exits).
     wire::send(stream, &Msg::Stopping { pid: std::process::id() }, &[]).await?;
-    expect(stream, HELLO_TIMEOUT, "the new process to acknowledge", |m| matches!(m, Msg::TakingOver)).await?;
+    if let Err(e) =
+        expect(stream, HELLO_TIMEOUT, "the new process to acknowledge", |m| matches!(m, Msg::TakingOver)).await
+    {
+        // The new process has `Stopping` and may have taken it as the hand-over: one that is
+        // still there is killed, so that only this one serves. (The stream closing means it
+        // is gone already.)
+        if !matches!(e, UpgradeError::Closed) {
+            kill(pid);
+        }
+        return Err(e);
+    }
     tracing::info!(new_pid = pid, "upgrade: the new process serves; this one stops accepting and drains");
     // systemd follows the new process as the service's main one; before this one can exit.
     let _ = sd_notify::notify(&[sd_notify::NotifyState::MainPid(pid)]);
@@ -127,6 +137,15 @@ async fn hand_over(
         tracing::warn!("upgrade: the 0-RTT sessions did not reach the new process; its returning clients do 1-RTT");
     }
     Ok(())
+}
+
+/// SIGKILL to a new process that did not finish its side of the hand-over.
+fn kill(pid: u32) {
+    let Some(target) = i32::try_from(pid).ok().and_then(rustix::process::Pid::from_raw) else { return };
+    match rustix::process::kill_process(target, rustix::process::Signal::KILL) {
+        Ok(()) => tracing::warn!(new_pid = pid, "upgrade: the new process did not acknowledge stopping; killed it"),
+        Err(e) => tracing::warn!(new_pid = pid, error = %e, "upgrade: could not kill the new process"),
+    }
 }
 
 /// Wait (at most `limit`) for the message `want` accepts.

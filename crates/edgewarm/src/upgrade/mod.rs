@@ -21,8 +21,9 @@
 //! Anything that goes wrong before `TakingOver` (a bad config exits 64 before it connects; a
 //! crash, a kill or a timeout shows as the stream closing) leaves the old process serving as
 //! before; it counts `edgewarm_upgrades_total{result="abandoned"}` and waits for the next try.
-//! A new process that never hears `Stopping` stops accepting and exits non-zero: never two
-//! processes serving side by side for good.
+//! A new process that never hears `Stopping` stops accepting and exits non-zero; one that hears
+//! it but does not acknowledge in time is killed by the old one: never two processes serving
+//! side by side for good.
 //!
 //! QUIC connections do not move: both processes read the same UDP sockets, so a datagram of a
 //! connection the old process still has can reach the new one, which answers with a stateless
@@ -71,4 +72,7 @@ pub enum UpgradeError {
     Timeout(&'static str),
     #[error("refused: peer uid {0} is neither ours nor root")]
     Peer(u32),
+    /// A stop signal reached the new process before it served.
+    #[error("stopped before it served")]
+    Stopped,
 }
