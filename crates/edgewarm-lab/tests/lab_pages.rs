@@ -46,4 +46,12 @@ fn chromium_loads_a_page_through_two_modes() {
     let dir = std::path::PathBuf::from(report["run_dir"].as_str().unwrap());
     assert!(std::fs::read_to_string(dir.join("report.md")).unwrap().contains("| login | http | returning |"));
     assert!(dir.join("plt-r20-R100.svg").is_file());
+    // Every load as the browser reported it, resource timings included.
+    let loads: serde_json::Value = serde_json::from_slice(&std::fs::read(dir.join("loads.json")).unwrap()).unwrap();
+    for cell in loads.as_array().unwrap() {
+        let load = &cell["loads"][0];
+        assert!(load["resources"].as_array().is_some_and(|r| r.len() >= 14), "{cell}");
+        assert!(load["load_event_ms"].as_f64().unwrap() > 0.0, "{cell}");
+    }
+    assert_eq!(loads.as_array().unwrap().len(), 4);
 }
