@@ -31,6 +31,10 @@ pub struct BrowseOpts {
     /// Speak HTTP/3 (QUIC) to these HOST:PORT from the first request; all others TCP only.
     #[arg(long = "quic", value_name = "HOST:PORT")]
     pub quic: Vec<String>,
+    /// QUIC as a browser has it by default: HTTP/3 only where a server's `Alt-Svc` offers it
+    /// (without this and without `--quic`, QUIC is off).
+    #[arg(long, conflicts_with = "quic")]
+    pub alt_svc: bool,
     /// Certificates to trust: base64 SHA-256 of their public key (SubjectPublicKeyInfo).
     #[arg(long = "spki", value_name = "BASE64")]
     pub spki: Vec<String>,
@@ -156,7 +160,9 @@ fn config(opts: &BrowseOpts, profile: &std::path::Path) -> Result<BrowserConfig,
         .arg("enable-net-benchmarking")
         .arg(("host-resolver-rules", rules.as_str()))
         .arg(("ignore-certificate-errors-spki-list", spki.as_str()));
-    config = if opts.quic.is_empty() {
+    config = if opts.alt_svc {
+        config
+    } else if opts.quic.is_empty() {
         // TCP rows stay on TCP: the edge's Alt-Svc would move a returning visit to HTTP/3.
         config.arg("disable-quic")
     } else {
