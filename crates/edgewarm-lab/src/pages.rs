@@ -1,7 +1,7 @@
 //! The browser lab's synthetic pages, served by `edgewarm-lab origin`: the same bytes every
 //! run, shaped like real pages (docs/lab.md says where each shape comes from).
 //!
-//! - `login`: a sign-in page: HTML, 2 stylesheets, 3 scripts, 10 images (~300 KB, 16 resources).
+//! - `login`: a sign-in page: HTML, 2 stylesheets, 3 scripts, 10 images (~300 KB: the HTML and 15 resources).
 //! - `news`: a front page of ~80 resources and ~2 MB with two levels of discovery: a
 //!   stylesheet pulls its fonts, and two scripts insert more images and scripts when they run.
 //! - `app`: a single-page app: a 1 MB bundle which, once it runs, asks `/api/session`, then 19

@@ -310,7 +310,6 @@ impl Server {
         }
     }
 
-    /// Cut open connections now instead of waiting for the grace period.
     /// The process's session-ticket keys, for the next process of an upgrade.
     pub fn ticket_keys(&self) -> String {
         self.resumption.process_keys().export()
@@ -347,6 +346,7 @@ impl Server {
         }
     }
 
+    /// Cut open connections now instead of waiting for the grace period.
     pub fn cut_now(&self) {
         self.shutdown();
         self.listeners.cut.cancel();

@@ -37,6 +37,42 @@ fn check_accepts_the_example_and_names_a_misspelt_key() {
     assert_eq!(out.status.code(), Some(64));
 }
 
+/// `upgrade.socket` must be a path a Unix socket can have: named in the error, exit 64.
+#[test]
+fn check_names_an_unusable_upgrade_socket() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("edge.yaml");
+    let base =
+        "listeners: [{listen: \"127.0.0.1:0\"}]\nroutes:\n  - {sni: a.test, action: tunnel, origin: \"127.0.0.1:9\"}\n";
+    for socket in ["upgrade.sock".to_owned(), format!("/run/{}.sock", "x".repeat(110))] {
+        std::fs::write(&config, format!("{base}upgrade: {{socket: {socket}}}\n")).unwrap();
+        let out = check(&config);
+        assert_eq!(out.status.code(), Some(64), "{socket}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains("upgrade.socket"), "{err}");
+    }
+    std::fs::write(&config, format!("{base}upgrade: {{socket: /run/edgewarm-test/u.sock}}\n")).unwrap();
+    assert!(check(&config).status.success());
+}
+
+/// The package's man pages and completions come from the CLI itself.
+#[test]
+fn generate_writes_man_pages_and_completions() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = Command::new(BIN).args(["generate", "man"]).arg(dir.path()).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    for page in ["edgewarm.1", "edgewarm-run.1", "edgewarm-check.1"] {
+        let text = std::fs::read_to_string(dir.path().join(page)).unwrap();
+        assert!(text.starts_with(".ie") || text.contains(".TH"), "{page}: {text}");
+    }
+    let run = std::fs::read_to_string(dir.path().join("edgewarm-run.1")).unwrap();
+    assert!(run.contains("upgrade"), "{run}");
+    for shell in ["bash", "zsh", "fish"] {
+        let out = Command::new(BIN).args(["generate", "completions", shell]).output().unwrap();
+        assert!(out.status.success() && String::from_utf8_lossy(&out.stdout).contains("check"), "{shell}");
+    }
+}
+
 struct Setup {
     _dir: tempfile::TempDir,
     dir: std::path::PathBuf,

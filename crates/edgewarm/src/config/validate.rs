@@ -65,6 +65,15 @@ impl Config {
         if self.workers == Some(0) {
             return Err(ConfigError::invalid("workers", "must be at least 1 (leave it out for one per core)"));
         }
+        // sun_path holds 108 bytes with its NUL; a relative path would depend on the folder the
+        // process was started in, which an upgrading process need not share.
+        let socket = &self.upgrade.socket;
+        if !socket.is_absolute() || socket.as_os_str().len() > 107 {
+            return Err(ConfigError::invalid(
+                "upgrade.socket",
+                format!("{}: must be an absolute path of at most 107 bytes", socket.display()),
+            ));
+        }
         let t = &self.timeouts;
         for (key, value) in [
             ("timeouts.client_hello", t.client_hello),

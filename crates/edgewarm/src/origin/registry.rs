@@ -162,13 +162,16 @@ impl Origins {
         });
     }
 
-    /// Every prewarm pool at its minimum, every HTTP/2 set with a connection and every
-    /// HTTP/1.1 pool with its standing connections: what a new process waits for before it
-    /// accepts ([`crate::upgrade`]).
+    /// Every prewarm pool at its minimum, and every HTTP/2 set and HTTP/1.1 pool with all its
+    /// standing connections: what a new process waits for before it accepts
+    /// ([`crate::upgrade`]).
     pub fn warm(&self) -> bool {
         self.pools().iter().all(|p| p.ready >= p.min)
-            && self.upstreams().iter().all(|u| !u.connections.is_empty())
-            && self.map().values().all(|s| !matches!(s, Standing::H1(h) if !h.warm()))
+            && self.map().values().all(|s| match s {
+                Standing::H2(u) => u.warm(),
+                Standing::H1(h) => h.warm(),
+                Standing::Prewarm(_) => true,
+            })
     }
 
     /// The prewarm pools' numbers for `/pools`, in a stable order (route, then ALPN).

@@ -320,6 +320,12 @@ impl Upstream {
     }
 
     /// Numbers for `/origins`.
+    /// Its standing connections (`connections`) all up: what an upgrading process waits for.
+    pub(crate) fn warm(&self) -> bool {
+        let st = self.state();
+        st.conns.iter().filter(|c| !c.retiring() && !c.is_closed()).count() >= st.settings.connections
+    }
+
     pub fn status(&self) -> UpstreamStatus {
         let st = self.state();
         let k = self.core.key();
