@@ -441,3 +441,50 @@ async fn a_new_process_the_old_one_does_not_release_exits() {
     })
     .await;
 }
+
+/// A new process that is told `Stopping` and never acknowledges (here a script playing its
+/// part of the conversation on the real upgrade socket) is killed by the old process, which
+/// serves on and counts the upgrade abandoned: never two processes serving for good.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_new_process_that_does_not_acknowledge_is_killed() {
+    bounded(async {
+        let s = setup().await;
+        let cfg = config(&s, "");
+        let _old = start(&cfg, false, &s.dir.join("old.log"));
+        logged(&s.dir.join("old.log"), "listening for upgrades").await;
+        // Length-prefixed JSON, as `upgrade::wire` frames it; the sockets that come with the
+        // second message are closed unread.
+        let script = format!(
+            "import json,os,socket,struct,time\n\
+             s=socket.socket(socket.AF_UNIX);s.connect('{}')\n\
+             def send(m):\n  b=json.dumps(m).encode();s.sendall(struct.pack('>I',len(b))+b)\n\
+             def recv():\n  n=struct.unpack('>I',s.recv(4,socket.MSG_WAITALL))[0];return json.loads(s.recv(n,socket.MSG_WAITALL))\n\
+             send({{'hello':{{'pid':os.getpid(),'version':'test'}}}})\n\
+             assert 'sockets' in recv()\n\
+             send('serving')\n\
+             assert 'stopping' in recv()\n\
+             print('told to stop',flush=True)\n\
+             time.sleep(120)\n",
+            s.dir.join("upgrade.sock").display()
+        );
+        let mut new = ChildGuard(
+            Command::new("python3").args(["-c", &script]).stdout(Stdio::piped()).spawn().unwrap(),
+        );
+        let status = wait_exit(&mut new.0).await;
+        let mut said = String::new();
+        std::io::Read::read_to_string(new.0.stdout.as_mut().unwrap(), &mut said).unwrap();
+        assert_eq!(said.trim(), "told to stop");
+        assert_eq!(std::os::unix::process::ExitStatusExt::signal(&status), Some(9), "{status:?}");
+        let text = logged(&s.dir.join("old.log"), "upgrade abandoned, still serving").await;
+        assert!(text.contains("did not acknowledge stopping; killed it"), "{text}");
+        let (mut tls, _) = tls_client(&s.edge_certs, s.edge, "b.test", &[]).await.unwrap();
+        tls.write_all(b"ping").await.unwrap();
+        let mut buf = [0u8; 4];
+        tls.read_exact(&mut buf).await.unwrap();
+        assert_eq!(&buf, b"ping");
+        let m = metrics(s.admin).await;
+        let abandoned = edgewarm::metrics::sample(&m, "edgewarm_upgrades_total", &[("result", "abandoned")]);
+        assert_eq!(abandoned, Some(1.0), "{m}");
+    })
+    .await;
+}
