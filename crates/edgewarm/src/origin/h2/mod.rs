@@ -319,13 +319,13 @@ impl Upstream {
         crate::metrics::PoolEvent { route: l.route.clone(), origin: l.origin.clone(), reason }
     }
 
-    /// Numbers for `/origins`.
     /// Its standing connections (`connections`) all up: what an upgrading process waits for.
     pub(crate) fn warm(&self) -> bool {
         let st = self.state();
         st.conns.iter().filter(|c| !c.retiring() && !c.is_closed()).count() >= st.settings.connections
     }
 
+    /// Numbers for `/origins`.
     pub fn status(&self) -> UpstreamStatus {
         let st = self.state();
         let k = self.core.key();
