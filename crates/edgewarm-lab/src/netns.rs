@@ -188,8 +188,9 @@ impl Drop for Topology {
     }
 }
 
-/// Kill every process left inside a namespace (a child that outlived its handle).
-fn kill_all_in(ns: &str) {
+/// Kill every process left inside a namespace (a child that outlived its handle, or a browser
+/// whose driver gave up).
+pub(crate) fn kill_all_in(ns: &str) {
     if let Ok(out) = run(&["ip", "netns", "pids", ns]) {
         for pid in String::from_utf8_lossy(&out.stdout).split_whitespace() {
             let _ = Command::new("kill").args(["-9", pid]).output();
@@ -202,6 +203,18 @@ fn is_root() -> bool {
         .ok()
         .and_then(|s| s.lines().find(|l| l.starts_with("Uid:")).map(|l| l.split_whitespace().nth(2) == Some("0")))
         .unwrap_or(false)
+}
+
+/// Remove what the lab with process id `pid` left (it was killed, so it could not): its
+/// namespaces and anything still running in them.
+pub fn cleanup_lab(pid: u32) {
+    for role in ["c", "e", "o"] {
+        let name = format!("{PREFIX}{pid}{role}");
+        if std::path::Path::new("/run/netns").join(&name).exists() {
+            kill_all_in(&name);
+            let _ = run(&["ip", "netns", "delete", &name]);
+        }
+    }
 }
 
 /// Remove namespaces left by labs whose process no longer exists (killed with SIGKILL, say).

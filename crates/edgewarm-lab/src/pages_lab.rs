@@ -166,7 +166,12 @@ async fn browse(
     // DevTools session too (the child is killed when the wait is dropped).
     let limit = Duration::from_secs(60 + 2 * 60 * (loads as u64 + 1));
     let run = Command::from(topo.command(&topo.client, &args)).kill_on_drop(true).output();
-    let out = tokio::time::timeout(limit, run).await.map_err(|_| fail(format!("no result within {limit:?}")))??;
+    let Ok(out) = tokio::time::timeout(limit, run).await else {
+        // `browse` is killed with the wait; its browser is its child, in the client namespace.
+        crate::netns::kill_all_in(&topo.client);
+        return Err(fail(format!("no result within {limit:?}")));
+    };
+    let out = out?;
     if !out.status.success() {
         return Err(fail(String::from_utf8_lossy(&out.stderr).trim().to_owned()));
     }

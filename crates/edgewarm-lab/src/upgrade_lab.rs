@@ -57,7 +57,8 @@ pub async fn run(opts: &LabOpts) -> Result<UpgradeReport, LabError> {
     let rounds = opts.requests.unwrap_or(7).max(1);
     let proxy = crate::run::proxy_binary(opts.edgewarm.as_deref())?;
     let stamp = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default().as_secs();
-    let dir = opts.out.join(format!("{stamp}-upgrade"));
+    // Absolute: it names the upgrade socket, which edgewarm takes only as an absolute path.
+    let dir = std::path::absolute(opts.out.join(format!("{stamp}-upgrade")))?;
     std::fs::create_dir_all(&dir)?;
     crate::files::write_certs(&dir)?;
     let d = dir.display().to_string();

@@ -273,12 +273,19 @@ async fn serving(
         }
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
+    // A stop between the listeners' start and here: ready may have been seen for a moment.
+    if server.is_stopping() && takeover.is_some() {
+        last_step.store(true, Ordering::Release);
+        return Err(edgewarm::upgrade::UpgradeError::Stopped);
+    }
     let took_over = takeover.is_some();
     if let Some(takeover) = takeover {
         match takeover.serving().await {
             Ok(old) => {
                 count_upgrade(&server, "took_over");
-                let _ = sd_notify::notify(&[sd_notify::NotifyState::MainPid(std::process::id())]);
+                // MAINPID moves when the old process commits (it tells systemd itself) and again
+                // below: never before, or a new process the old one kills as too late would leave
+                // systemd with a dead main process.
                 tracing::info!(old_pid = old, "upgrade: took over; the old process drains");
                 match takeover.sessions().await {
                     Ok(sessions) => {

@@ -331,8 +331,8 @@ impl Server {
         self.resumption.adopt_sessions(handed)
     }
 
-    /// Wait until every prewarm pool holds its minimum and every `http` route's origin has a
-    /// standing connection, for at most `limit`. Whether they got there.
+    /// Wait until every prewarm pool holds its minimum and every `http` route has all its
+    /// standing origin connections, for at most `limit`. Whether they got there.
     pub async fn wait_warm(&self, limit: Duration) -> bool {
         let deadline = tokio::time::Instant::now() + limit;
         loop {

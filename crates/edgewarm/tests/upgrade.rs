@@ -274,59 +274,85 @@ async fn wait_exit(child: &mut std::process::Child) -> std::process::ExitStatus 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_failed_upgrade_leaves_the_old_process_serving() {
     bounded(async {
-    let s = Arc::new(setup().await);
-    let cfg = config(&s, "");
-    let mut old = start(&cfg, false, &s.dir.join("old.log"));
-    logged(&s.dir.join("old.log"), "listening for upgrades").await;
-    let ping = || async {
-        let (mut tls, _) = tls_client(&s.edge_certs, s.edge, "b.test", &[]).await.unwrap();
-        tls.write_all(b"ping").await.unwrap();
-        let mut buf = [0u8; 4];
-        tls.read_exact(&mut buf).await.unwrap();
-        assert_eq!(&buf, b"ping");
-    };
+        let s = Arc::new(setup().await);
+        let cfg = config(&s, "");
+        let mut old = start(&cfg, false, &s.dir.join("old.log"));
+        logged(&s.dir.join("old.log"), "listening for upgrades").await;
+        let ping = || async {
+            let (mut tls, _) = tls_client(&s.edge_certs, s.edge, "b.test", &[]).await.unwrap();
+            tls.write_all(b"ping").await.unwrap();
+            let mut buf = [0u8; 4];
+            tls.read_exact(&mut buf).await.unwrap();
+            assert_eq!(&buf, b"ping");
+        };
 
-    let bad = s.dir.join("bad.yaml");
-    std::fs::write(&bad, std::fs::read_to_string(&cfg).unwrap().replace("pool: {min: 4}", "pool: {minimum: 4}"))
-        .unwrap();
-    let out = Command::new(BIN).args(["run", "--upgrade", "--config"]).arg(&bad).output().unwrap();
-    assert_eq!(out.status.code(), Some(64), "{}", String::from_utf8_lossy(&out.stderr));
-    ping().await;
+        // Clients and tunnels through both failed upgrades: none may notice them.
+        let stop = Arc::new(AtomicBool::new(false));
+        let tunnels: Vec<_> = (0..10).map(|_| tokio::spawn(tunnel(s.edge, stop.clone()))).collect();
+        let (failed, retried) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
+        let load = tokio::spawn(clients(s.clone(), stop.clone(), failed.clone(), retried.clone()));
 
-    // A new process whose extra route's origin never answers waits for warm-up: killed then.
-    let dead = SocketAddr::from(([127, 0, 0, 1], free_port()));
-    let p = s.dir.display();
-    let never_warm = config(
-        &s,
-        &format!("  - sni: c.test\n    action: prewarm\n    origin: \"{dead}\"\n    cert: {p}/edge/cert.pem\n    key: {p}/edge/key.pem\n    origin_tls: {{sni: origin.test, ca: {p}/origin/ca.pem}}\n"),
-    );
-    let mut doomed = start(&never_warm, true, &s.dir.join("doomed.log"));
-    logged(&s.dir.join("old.log"), "handing the listening sockets over").await;
-    doomed.0.kill().unwrap();
-    doomed.0.wait().unwrap();
-    logged(&s.dir.join("old.log"), "upgrade abandoned, still serving").await;
-    ping().await;
-    let m = metrics(s.admin).await;
-    assert_eq!(edgewarm::metrics::sample(&m, "edgewarm_upgrades_total", &[("result", "abandoned")]), Some(1.0), "{m}");
+        let bad = s.dir.join("bad.yaml");
+        std::fs::write(&bad, std::fs::read_to_string(&cfg).unwrap().replace("pool: {min: 4}", "pool: {minimum: 4}"))
+            .unwrap();
+        let out = Command::new(BIN).args(["run", "--upgrade", "--config"]).arg(&bad).output().unwrap();
+        assert_eq!(out.status.code(), Some(64), "{}", String::from_utf8_lossy(&out.stderr));
+        ping().await;
 
-    // Still upgradable, here the way systemd's unit asks: SIGUSR2 starts the new process (its
-    // log goes where the old one's does), which takes over.
-    let status = Command::new("kill").args(["-USR2", &old.0.id().to_string()]).status().unwrap();
-    assert!(status.success());
-    let text = logged(&s.dir.join("old.log"), "took over").await;
-    // The new process is not our child: it goes by its pid in the log, and is killed at the
-    // end whatever happens before.
-    let _new = PidGuard(
-        text.split("upgrade: started the new process")
-            .nth(1)
-            .and_then(|t| t.split("pid=").nth(1))
-            .and_then(|t| t.split_whitespace().next())
-            .unwrap()
-            .to_owned(),
-    );
-    ping().await;
-    // The old process drained (nothing was open) and exited.
-    assert!(wait_exit(&mut old.0).await.success());
+        // A new process whose extra route's origin never answers waits for warm-up: killed then.
+        let dead = SocketAddr::from(([127, 0, 0, 1], free_port()));
+        let p = s.dir.display();
+        let never_warm = config(
+            &s,
+            &format!(
+                "  - sni: c.test\n    action: prewarm\n    origin: \"{dead}\"\n    cert: {p}/edge/cert.pem\n\
+                 \x20   key: {p}/edge/key.pem\n    origin_tls: {{sni: origin.test, ca: {p}/origin/ca.pem}}\n"
+            ),
+        );
+        // A long warm-up: it must still be warming when it is killed, however loaded the machine.
+        let text = std::fs::read_to_string(&never_warm).unwrap().replace("warm_timeout: 3s", "warm_timeout: 60s");
+        std::fs::write(&never_warm, text).unwrap();
+        let mut doomed = start(&never_warm, true, &s.dir.join("doomed.log"));
+        logged(&s.dir.join("old.log"), "handing the listening sockets over").await;
+        doomed.0.kill().unwrap();
+        doomed.0.wait().unwrap();
+        logged(&s.dir.join("old.log"), "upgrade abandoned, still serving").await;
+        ping().await;
+        let m = metrics(s.admin).await;
+        assert_eq!(
+            edgewarm::metrics::sample(&m, "edgewarm_upgrades_total", &[("result", "abandoned")]),
+            Some(1.0),
+            "{m}"
+        );
+        stop.store(true, Ordering::Relaxed);
+        let ok = load.await.unwrap();
+        for t in tunnels {
+            assert!(t.await.unwrap().unwrap() > 0, "a tunnel lost bytes");
+        }
+        assert_eq!(failed.load(Ordering::Relaxed), 0, "failed connections ({ok} succeeded)");
+        // Nothing was refused: the old process never stopped serving.
+        assert_eq!(retried.load(Ordering::Relaxed), 0);
+        assert!(ok > 0);
+
+        // Still upgradable, here the way systemd's unit asks: SIGUSR2 starts the new process (its
+        // log goes where the old one's does), which takes over.
+        let status = Command::new("kill").args(["-USR2", &old.0.id().to_string()]).status().unwrap();
+        assert!(status.success());
+        // The new process is not our child: it goes by its pid in the log, and is killed at the
+        // end whatever happens before.
+        let text = logged(&s.dir.join("old.log"), "upgrade: started the new process").await;
+        let _new = PidGuard(
+            text.split("upgrade: started the new process")
+                .nth(1)
+                .and_then(|t| t.split("pid=").nth(1))
+                .and_then(|t| t.split_whitespace().next())
+                .unwrap()
+                .to_owned(),
+        );
+        logged(&s.dir.join("old.log"), "took over").await;
+        ping().await;
+        // The old process drained (nothing was open) and exited.
+        assert!(wait_exit(&mut old.0).await.success());
     })
     .await;
 }

@@ -52,8 +52,9 @@ pub(crate) fn run_lab(args: &[&str], limit: Duration) -> LabRun {
         std::thread::sleep(Duration::from_millis(100));
     };
     let left = lab_namespaces(pid);
-    // A killed lab could not clean up: the stale-namespace sweep removes what it left.
-    netns::cleanup_stale();
+    // A killed lab could not clean up: what it left goes (its own namespaces only: a sibling
+    // test may be holding a killed lab's on purpose).
+    netns::cleanup_lab(pid);
     let stderr = std::fs::read_to_string(&stderr).unwrap_or_default();
     assert!(interrupted.is_none(), "the lab ran past {limit:?}; interrupted. stderr:\n{stderr}");
     assert!(left.is_empty(), "the lab left {left:?} behind");

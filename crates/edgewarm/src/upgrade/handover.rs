@@ -119,10 +119,12 @@ async fn hand_over(
         expect(stream, HELLO_TIMEOUT, "the new process to acknowledge", |m| matches!(m, Msg::TakingOver)).await
     {
         // The new process has `Stopping` and may have taken it as the hand-over: one that is
-        // still there is killed, so that only this one serves. (The stream closing means it
-        // is gone already.)
-        if !matches!(e, UpgradeError::Closed) {
+        // still there (silent, or saying something else) is killed, so that only this one
+        // serves, and systemd hears that this one is still the main process. (A closed or
+        // reset stream means it is gone already: its pid is not ours to signal.)
+        if matches!(e, UpgradeError::Timeout(_) | UpgradeError::Protocol(_)) {
             kill(pid);
+            let _ = sd_notify::notify(&[sd_notify::NotifyState::MainPid(std::process::id())]);
         }
         return Err(e);
     }
