@@ -13,8 +13,8 @@ use crate::netns::{EDGE_A, ORIGIN};
 const ORIGIN_NAMES: [&str; 4] = ["origin.test", "a.test", "t.test", "static.a.test"];
 const EDGE_NAMES: [&str; 6] = ["b.test", "h.test", "z.test", "p.test", "static.b.test", "static.z.test"];
 
-/// The edge's configuration for a run in folder `d`: a route per mode (and per 0-RTT variant),
-/// HTTP/3 on the listener too.
+/// The edge's configuration for a run in folder `d` (absolute): a route per mode (and per 0-RTT
+/// variant), HTTP/3 on the listener too; its upgrade socket in the run folder, not the system's.
 pub(crate) fn edge_config(d: &str, page: bool) -> String {
     let alpn = if page { "    alpn: [h2, http/1.1]\n" } else { "" };
     // Page workloads: the browser lab's second host name, through the same kind of route. Each
@@ -32,7 +32,7 @@ pub(crate) fn edge_config(d: &str, page: bool) -> String {
         String::new()
     };
     format!(
-        "admin: {{listen: \"127.0.0.1:9900\"}}\nlisteners: [{{listen: \"{EDGE_A}:443\", tcp_fastopen: 256, http3: true}}]\nroutes:\n\
+        "admin: {{listen: \"127.0.0.1:9900\"}}\nupgrade: {{socket: {d}/upgrade.sock}}\nlisteners: [{{listen: \"{EDGE_A}:443\", tcp_fastopen: 256, http3: true}}]\nroutes:\n\
          \x20 - {{sni: a.test, action: tunnel, origin: \"{ORIGIN}:443\"}}\n\
          \x20 - {{sni: t.test, action: tunnel, origin: \"{ORIGIN}:443\", origin_tcp_fastopen: true}}\n\
          \x20 - sni: b.test\n    action: prewarm\n    origin: \"{ORIGIN}:443\"\n    cert: {d}/edge.pem\n    key: {d}/edge.key\n\

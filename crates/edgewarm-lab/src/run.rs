@@ -54,7 +54,8 @@ pub async fn run(opts: &LabOpts) -> Result<LabReport, LabError> {
     }
     let proxy = proxy_binary(opts.edgewarm.as_deref())?;
     let stamp = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default().as_secs();
-    let dir = opts.out.join(format!("{stamp}-{}", scenario.name));
+    // Absolute: it names the edge's upgrade socket, which must be an absolute path.
+    let dir = std::path::absolute(opts.out.join(format!("{stamp}-{}", scenario.name)))?;
     std::fs::create_dir_all(&dir)?;
     crate::files::write_certs(&dir)?;
     let exe = std::env::current_exe()?;

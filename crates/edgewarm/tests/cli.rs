@@ -81,10 +81,14 @@ struct Setup {
     origin_port: u16,
 }
 
+/// The test's upgrade socket sits in its own folder: the default, under /run, would outlive it.
 fn config_text(s: &Setup, sni: &str) -> String {
     format!(
-        "admin: {{listen: \"127.0.0.1:{}\"}}\nlisteners:\n  - listen: \"127.0.0.1:{}\"\nroutes:\n  - {{sni: {sni}, action: tunnel, origin: \"127.0.0.1:{}\"}}\n",
-        s.admin_port, s.edge_port, s.origin_port
+        "admin: {{listen: \"127.0.0.1:{}\"}}\nupgrade: {{socket: {}/upgrade.sock}}\nlisteners:\n  - listen: \"127.0.0.1:{}\"\nroutes:\n  - {{sni: {sni}, action: tunnel, origin: \"127.0.0.1:{}\"}}\n",
+        s.admin_port,
+        s.dir.display(),
+        s.edge_port,
+        s.origin_port
     )
 }
 

@@ -19,8 +19,10 @@ fn certs_dir() -> tempfile::TempDir {
 }
 
 /// The edgewarm binary with `config`, logging to `dir/edge.log`.
+/// Its upgrade socket in `dir`: the default, under /run, would outlive the test.
 fn run_edgewarm(dir: &std::path::Path, config: &str) -> ChildGuard {
-    std::fs::write(dir.join("edge.yaml"), config).unwrap();
+    std::fs::write(dir.join("edge.yaml"), format!("{config}upgrade: {{socket: {}/upgrade.sock}}\n", dir.display()))
+        .unwrap();
     ChildGuard(
         Command::new(env!("CARGO_BIN_EXE_edgewarm"))
             .args(["run", "--config"])
