@@ -1,7 +1,7 @@
 //! What a lab run writes before it starts anything: the lab's certificates and the edge's
 //! configuration.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use base64::Engine as _;
 
@@ -12,6 +12,16 @@ use crate::netns::{EDGE_A, ORIGIN};
 /// browser lab's split page puts its assets on `static.` names.
 const ORIGIN_NAMES: [&str; 4] = ["origin.test", "a.test", "t.test", "static.a.test"];
 const EDGE_NAMES: [&str; 6] = ["b.test", "h.test", "z.test", "p.test", "static.b.test", "static.z.test"];
+
+/// A new run folder under `out`, named for the time and `name`, with the run's certificates in
+/// it. Absolute: it names the edge's upgrade socket, which must be an absolute path.
+pub(crate) fn run_dir(out: &Path, name: &str) -> Result<PathBuf, LabError> {
+    let stamp = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default().as_secs();
+    let dir = std::path::absolute(out.join(format!("{stamp}-{name}")))?;
+    std::fs::create_dir_all(&dir)?;
+    write_certs(&dir)?;
+    Ok(dir)
+}
 
 /// The edge's configuration for a run in folder `d` (absolute): a route per mode (and per 0-RTT
 /// variant), HTTP/3 on the listener too; its upgrade socket in the run folder, not the system's.

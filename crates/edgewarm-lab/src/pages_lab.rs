@@ -80,11 +80,7 @@ pub async fn run(opts: &LabOpts) -> Result<PagesReport, LabError> {
     let Plan { settings, pages, modes } = plan(opts)?;
     let loads = opts.requests.unwrap_or(10).max(1);
     let proxy = crate::run::proxy_binary(opts.edgewarm.as_deref())?;
-    let stamp = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default().as_secs();
-    // Absolute: it names the edge's upgrade socket, which must be an absolute path.
-    let dir = std::path::absolute(opts.out.join(format!("{stamp}-pages")))?;
-    std::fs::create_dir_all(&dir)?;
-    crate::files::write_certs(&dir)?;
+    let dir = crate::files::run_dir(&opts.out, "pages")?;
     let exe = std::env::current_exe()?.to_string_lossy().into_owned();
     let spki: Vec<String> = ["origin", "edge"]
         .iter()

@@ -53,11 +53,7 @@ pub async fn run(opts: &LabOpts) -> Result<LabReport, LabError> {
         proxies.extend(crate::peers::shipped());
     }
     let proxy = proxy_binary(opts.edgewarm.as_deref())?;
-    let stamp = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default().as_secs();
-    // Absolute: it names the edge's upgrade socket, which must be an absolute path.
-    let dir = std::path::absolute(opts.out.join(format!("{stamp}-{}", scenario.name)))?;
-    std::fs::create_dir_all(&dir)?;
-    crate::files::write_certs(&dir)?;
+    let dir = crate::files::run_dir(&opts.out, &scenario.name)?;
     let exe = std::env::current_exe()?;
     let exe = exe.to_string_lossy().to_string();
 

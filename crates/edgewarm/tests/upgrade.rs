@@ -123,6 +123,15 @@ async fn logged(log: &Path, what: &str) -> String {
     panic!("{} never said {what:?}:\n{}", log.display(), std::fs::read_to_string(log).unwrap_or_default());
 }
 
+/// One client through the prewarm route, its bytes echoed by the origin.
+async fn ping(s: &Setup) {
+    let (mut tls, _) = tls_client(&s.edge_certs, s.edge, "b.test", &[]).await.unwrap();
+    tls.write_all(b"ping").await.unwrap();
+    let mut buf = [0u8; 4];
+    tls.read_exact(&mut buf).await.unwrap();
+    assert_eq!(&buf, b"ping");
+}
+
 async fn metrics(admin: SocketAddr) -> String {
     common::admin_get(admin, "/metrics").await.1
 }
@@ -278,13 +287,6 @@ async fn a_failed_upgrade_leaves_the_old_process_serving() {
         let cfg = config(&s, "");
         let mut old = start(&cfg, false, &s.dir.join("old.log"));
         logged(&s.dir.join("old.log"), "listening for upgrades").await;
-        let ping = || async {
-            let (mut tls, _) = tls_client(&s.edge_certs, s.edge, "b.test", &[]).await.unwrap();
-            tls.write_all(b"ping").await.unwrap();
-            let mut buf = [0u8; 4];
-            tls.read_exact(&mut buf).await.unwrap();
-            assert_eq!(&buf, b"ping");
-        };
 
         // Clients and tunnels through both failed upgrades: none may notice them.
         let stop = Arc::new(AtomicBool::new(false));
@@ -297,7 +299,7 @@ async fn a_failed_upgrade_leaves_the_old_process_serving() {
             .unwrap();
         let out = Command::new(BIN).args(["run", "--upgrade", "--config"]).arg(&bad).output().unwrap();
         assert_eq!(out.status.code(), Some(64), "{}", String::from_utf8_lossy(&out.stderr));
-        ping().await;
+        ping(&s).await;
 
         // A new process whose extra route's origin never answers waits for warm-up: killed then.
         let dead = SocketAddr::from(([127, 0, 0, 1], free_port()));
@@ -317,7 +319,7 @@ async fn a_failed_upgrade_leaves_the_old_process_serving() {
         doomed.0.kill().unwrap();
         doomed.0.wait().unwrap();
         logged(&s.dir.join("old.log"), "upgrade abandoned, still serving").await;
-        ping().await;
+        ping(&s).await;
         let m = metrics(s.admin).await;
         assert_eq!(
             edgewarm::metrics::sample(&m, "edgewarm_upgrades_total", &[("result", "abandoned")]),
@@ -350,7 +352,7 @@ async fn a_failed_upgrade_leaves_the_old_process_serving() {
                 .to_owned(),
         );
         logged(&s.dir.join("old.log"), "took over").await;
-        ping().await;
+        ping(&s).await;
         // The old process drained (nothing was open) and exited.
         assert!(wait_exit(&mut old.0).await.success());
     })
@@ -503,11 +505,7 @@ async fn a_new_process_that_does_not_acknowledge_is_killed() {
         assert_eq!(std::os::unix::process::ExitStatusExt::signal(&status), Some(9), "{status:?}");
         let text = logged(&s.dir.join("old.log"), "upgrade abandoned, still serving").await;
         assert!(text.contains("did not acknowledge stopping; killed it"), "{text}");
-        let (mut tls, _) = tls_client(&s.edge_certs, s.edge, "b.test", &[]).await.unwrap();
-        tls.write_all(b"ping").await.unwrap();
-        let mut buf = [0u8; 4];
-        tls.read_exact(&mut buf).await.unwrap();
-        assert_eq!(&buf, b"ping");
+        ping(&s).await;
         let m = metrics(s.admin).await;
         let abandoned = edgewarm::metrics::sample(&m, "edgewarm_upgrades_total", &[("result", "abandoned")]);
         assert_eq!(abandoned, Some(1.0), "{m}");

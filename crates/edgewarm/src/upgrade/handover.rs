@@ -36,16 +36,16 @@ pub struct Process {
 }
 
 /// Serve upgrade requests until one succeeds; then the process has stopped accepting (it
-/// drains), its 0-RTT sessions have gone to the new process, and this returns true. Without
-/// the socket (another edgewarm owns the path, no permission) it logs once and returns false:
-/// the proxy serves on, only upgrades are off. `took_over`: this process has just taken over,
+/// drains: [`Process::stop`] ran) and its 0-RTT sessions have gone to the new process. Without
+/// the socket (another edgewarm owns the path, no permission) it logs once and returns: the
+/// proxy serves on, only upgrades are off. `took_over`: this process has just taken over,
 /// so the path's listener is the old process's, on its way out: replaced.
-pub async fn serve(config: UpgradeConfig, sockets: Sockets, process: Process, took_over: bool) -> bool {
+pub async fn serve(config: UpgradeConfig, sockets: Sockets, process: Process, took_over: bool) {
     let listener = match bind(&config.socket, took_over).await {
         Ok(l) => l,
         Err(e) => {
             tracing::warn!(socket = %config.socket.display(), error = %e, "upgrades off: cannot listen on the upgrade socket");
-            return false;
+            return;
         }
     };
     tracing::info!(socket = %config.socket.display(), "listening for upgrades");
@@ -63,7 +63,7 @@ pub async fn serve(config: UpgradeConfig, sockets: Sockets, process: Process, to
         match hand_over(&stream, &sockets, &process, config.warm_timeout + SERVING_SLACK).await {
             Ok(()) => {
                 count("handed_over");
-                return true;
+                return;
             }
             // Connected and closed without a word: another process checking whether this
             // socket is alive (see `bind`), not an upgrade.
