@@ -166,6 +166,22 @@ fn parse_url(url: &str) -> Option<(String, u16, String)> {
     (!host.is_empty()).then(|| (host.to_string(), port, path))
 }
 
+/// Offer the cipher suites in the browsers' order: Chromium and Firefox put AES-128-GCM first,
+/// and a server following the client's order (edgewarm, nginx, HAProxy by default) then
+/// negotiates it. rustls' own order starts with AES-256-GCM and SHA-384, which no browser
+/// would make the server run.
+fn browser_order(suites: &mut [rustls::SupportedCipherSuite]) {
+    use rustls::CipherSuite as S;
+    suites.sort_by_key(|s| {
+        !matches!(
+            s.suite(),
+            S::TLS13_AES_128_GCM_SHA256
+                | S::TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256
+                | S::TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256
+        )
+    });
+}
+
 pub async fn run(opts: &LoadOpts) -> Result<LoadReport, LoadError> {
     let (host, port, path) = parse_url(&opts.url).ok_or_else(|| LoadError::Url(opts.url.clone()))?;
     let file = edgewarm::tls::pem::read(&opts.cacert).map_err(LoadError::Ca)?;
@@ -184,6 +200,7 @@ pub async fn run(opts: &LoadOpts) -> Result<LoadReport, LoadError> {
         use rustls::crypto::aws_lc_rs::kx_group;
         provider.kx_groups = vec![kx_group::X25519, kx_group::SECP256R1];
     }
+    browser_order(&mut provider.cipher_suites);
     let mut tls = rustls::ClientConfig::builder_with_provider(Arc::new(provider))
         .with_protocol_versions(versions)
         .map_err(|_| LoadError::TlsVersion)?
@@ -407,5 +424,17 @@ mod tests {
         assert_eq!(parse_url("https://a.test"), Some(("a.test".into(), 443, "/".into())));
         assert_eq!(parse_url("http://a.test/"), None);
         assert_eq!(parse_url("https://:1/"), None);
+    }
+
+    #[test]
+    fn suites_are_offered_in_the_browsers_order() {
+        let mut suites = rustls::crypto::aws_lc_rs::default_provider().cipher_suites;
+        let all = suites.len();
+        browser_order(&mut suites);
+        assert_eq!(suites.len(), all, "nothing dropped");
+        assert_eq!(suites[0].suite(), rustls::CipherSuite::TLS13_AES_128_GCM_SHA256);
+        let tls12 = suites.iter().position(|s| s.version() == &rustls::version::TLS12).expect("TLS 1.2 suites kept");
+        let name = format!("{:?}", suites[tls12].suite());
+        assert!(name.contains("AES_128_GCM"), "first TLS 1.2 suite: {name}");
     }
 }
