@@ -63,7 +63,7 @@ route() { # sni policy
     "$1" "$origin" "$dir/edge.pem" "$dir/edge.key" "$dir/ca.pem" "$2"
 }
 {
-  printf 'admin: {listen: "127.0.0.1:%s"}\nlisteners: [{listen: "127.0.0.1:%s"}]\ntimeouts: {idle: 300s}\nroutes:\n' "$admin" "$ew"
+  printf 'admin: {listen: "127.0.0.1:%s"}\nupgrade: {socket: %s/upgrade.sock}\nlisteners: [{listen: "127.0.0.1:%s"}]\ntimeouts: {idle: 300s}\nroutes:\n' "$admin" "$dir" "$ew"
   route u.test "    ktls: off"
   route k.test "    ktls: on"
   route a.test "    ktls: auto"

@@ -55,6 +55,7 @@ bench_peer haproxy-tcp.cfg "127.0.0.1:$peek" "127.0.0.1:$origin" 's/nbthread 2/n
 bench_peer haproxy-tcp.cfg:haproxy-plain.cfg "127.0.0.1:$plain" "127.0.0.1:$origin" 's/nbthread 2/nbthread 1/' "${bench_no_peek_haproxy[@]}"
 cat > "$dir/edge.yaml" <<CONF
 admin: {listen: "127.0.0.1:$admin"}
+upgrade: {socket: $dir/upgrade.sock}
 listeners: [{listen: "127.0.0.1:$peek"}]
 routes: [{sni: a.test, action: tunnel, origin: "127.0.0.1:$origin"}]
 CONF

@@ -63,6 +63,7 @@ bench_peer haproxy-tcp.cfg:haproxy-plain.cfg "127.0.0.1:$hp" "127.0.0.1:$origin"
 bench_peer haproxy-http.cfg "127.0.0.1:$hh" "127.0.0.1:$origin" "${room_haproxy[@]}"
 cat > "$dir/edge.yaml" <<CONF
 admin: {listen: "127.0.0.1:$admin"}
+upgrade: {socket: $dir/upgrade.sock}
 listeners: [{listen: "127.0.0.1:$ew", max_connections: 20000}]
 timeouts: {client_hello: 120s, idle: 300s}
 routes:
