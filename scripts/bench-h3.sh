@@ -47,11 +47,11 @@ for round in $(seq "$rounds"); do
   order="h2 h3"; [ $((round % 2)) -eq 0 ] && order="h3 h2"
   for alpn in $order; do
     load "$alpn" --rate "$rate"
-    cpu[$alpn]="${cpu[$alpn]:-} $us"
+    c=$us
     load "$alpn" --concurrency "$concurrency"
     r=$(awk "BEGIN {printf \"%.0f\", $n / $secs}")
-    rps[$alpn]="${rps[$alpn]:-} $r"
-    echo "round $round $alpn: ${cpu[$alpn]##* } µs edge CPU per request at $rate connections/s; $r req/s closed loop"
+    cpu[$alpn]="${cpu[$alpn]:-} $c" rps[$alpn]="${rps[$alpn]:-} $r"
+    echo "round $round $alpn: $c µs edge CPU per request at $rate connections/s; $r req/s closed loop"
   done
 done
 echo
