@@ -30,6 +30,20 @@ label_enum! {
         SmallInitial => "small_initial",
     }
 }
+label_enum! {
+    /// What became of a returning client's 0-RTT (`edgewarm_quic_zero_rtt_total`): its early
+    /// data read; or its ticket not honoured (presented again, expired, or never ours), so any
+    /// 0-RTT packets it sent are dropped and it completes a full handshake first.
+    ZeroRtt {
+        Accepted => "accepted",
+        Rejected => "rejected",
+    }
+}
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct QuicZeroRttLabel {
+    pub listener: String,
+    pub result: ZeroRtt,
+}
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct QuicDroppedLabel {
     pub listener: String,
@@ -63,6 +77,8 @@ pub struct QuicMetrics {
     pub dropped: Family<QuicDroppedLabel, Counter>,
     /// Handshakes that resumed a session (a returning client, which may send 0-RTT).
     pub resumed: Family<ListenerLabel, Counter>,
+    /// 0-RTT accepted, and tickets refused (whose 0-RTT, if sent, was dropped).
+    pub zero_rtt: Family<QuicZeroRttLabel, Counter>,
 }
 
 impl QuicMetrics {
@@ -74,6 +90,7 @@ impl QuicMetrics {
             rtt: Family::new_with_constructor(Rtt),
             dropped: Family::default(),
             resumed: Family::default(),
+            zero_rtt: Family::default(),
         }
     }
 
@@ -90,6 +107,11 @@ impl QuicMetrics {
             "resumed",
             "HTTP/3 handshakes that resumed a session (returning clients; those may send 0-RTT)",
             self.resumed.clone(),
+        );
+        r.register(
+            "zero_rtt",
+            "Returning HTTP/3 clients' 0-RTT: accepted (early data read), rejected (ticket replayed, expired or unknown; early data dropped)",
+            self.zero_rtt.clone(),
         );
         r.register(
             "dropped_datagrams",

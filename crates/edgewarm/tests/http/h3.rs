@@ -89,7 +89,7 @@ async fn ticket(edge: &Edge, fx: &Pki, dir: &std::path::Path, name: &str) -> Str
 
 /// QUIC 0-RTT under RFC 8470, as over TCP: a resumed client's GET sent in 0-RTT data is
 /// forwarded before the handshake completes, marked `Early-Data: 1`; a POST sent in 0-RTT data
-/// reaches the origin only after it, unmarked. (Whether the edge reads the GET before the
+/// reaches the origin only after it, unmarked. Each is counted as 0-RTT accepted. (Whether the edge reads the GET before the
 /// client's Finished arrives is a race on loopback: up to eight resumptions, one must.)
 #[tokio::test(flavor = "multi_thread")]
 #[cfg_attr(not(feature = "system-tests"), ignore = "system test (aioquic): scripts/test.sh runs it")]
@@ -100,6 +100,8 @@ async fn zero_rtt_gets_are_forwarded_early_and_posts_wait() {
     let dir = tempfile::tempdir().unwrap();
     let early = || stats.seen.lock().unwrap().iter().filter(|h| h.get("early-data").is_some_and(|v| v == "1")).count();
     let metric = |outcome| edge.metric("edgewarm_tls_early_requests_total", &[("outcome", outcome)]);
+    let zero_rtt = |result| edge.metric("edgewarm_quic_zero_rtt_total", &[("result", result)]);
+    let mut resumed = 0.0;
     for i in 0..8 {
         let t = ticket(&edge, &fx, dir.path(), &format!("get{i}")).await;
         let out = h3_client(edge.addr, "b.test", &ca(&fx), &["--ticket-in", &t, "--early", "GET:/zero"]).await;
@@ -109,6 +111,9 @@ async fn zero_rtt_gets_are_forwarded_early_and_posts_wait() {
         let out = h3_client(edge.addr, "b.test", &ca(&fx), &["--ticket-in", &t, "--early", "POST:/echo:100"]).await;
         assert_eq!(out["early_accepted"], true, "{out}");
         assert_eq!(out["responses"][0]["length"], 100, "{out}");
+        // The edge counts each 0-RTT it read, as each client saw it accepted.
+        resumed += 2.0;
+        assert_eq!((zero_rtt("accepted"), zero_rtt("rejected")), (resumed, 0.0));
         // Only what was forwarded early is marked: never a POST.
         assert_eq!(early() as f64, metric("forwarded"));
         if metric("forwarded") >= 1.0 && metric("held") >= 1.0 {
@@ -125,7 +130,7 @@ async fn zero_rtt_gets_are_forwarded_early_and_posts_wait() {
 /// A captured first flight (Initial and 0-RTT packets with a GET) sent twice: the first copy
 /// resumes the session and its GET is forwarded (a safe request: that is RFC 8470's bargain);
 /// the second finds its ticket used up, so its early data is never read and nothing more
-/// reaches the origin. The replay is counted. (While the first copy's connection lives, quinn
+/// reaches the origin. The replay is counted, and the two copies' 0-RTT as accepted, rejected. (While the first copy's connection lives, quinn
 /// takes the second for a duplicate of its Initial and drops it: the idle timeout is short so
 /// the second copy meets the ticket store.)
 #[tokio::test(flavor = "multi_thread")]
@@ -144,6 +149,8 @@ async fn a_replayed_zero_rtt_flight_forwards_nothing_more() {
     let first = h3_client(edge.addr, "b.test", &ca(&fx), &["--replay", &flight]).await;
     assert!(first["answers"].as_u64().unwrap() >= 1, "the first copy is answered: {first}");
     wait_until(|| replayed() == 1).await;
+    let zero_rtt = |result| edge.metric("edgewarm_quic_zero_rtt_total", &[("result", result)]);
+    assert_eq!((zero_rtt("accepted"), zero_rtt("rejected")), (1.0, 0.0));
     // The first copy's connection times out (its handshake never completes).
     wait_for(&edge, "edgewarm_quic_handshakes_total", &[("result", "failed")], 1.0).await;
     let second = h3_client(edge.addr, "b.test", &ca(&fx), &["--replay", &flight]).await;
@@ -152,6 +159,7 @@ async fn a_replayed_zero_rtt_flight_forwards_nothing_more() {
     // Give a wrongly accepted copy the time to reach the origin.
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert_eq!(replayed(), 1, "the replayed copy's GET reached the origin");
+    assert_eq!((zero_rtt("accepted"), zero_rtt("rejected")), (1.0, 1.0), "the second copy's 0-RTT is counted rejected");
     edge.stop().await;
 }
 

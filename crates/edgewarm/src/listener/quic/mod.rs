@@ -11,6 +11,7 @@
 
 mod socket;
 mod tls;
+mod zero_rtt;
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -24,7 +25,7 @@ use crate::accesslog::AccessLog;
 use crate::config::{EarlyData as EarlyDataConfig, ListenerConfig};
 use crate::error::CloseReason;
 use crate::http::early::{EarlyData, QuicHandshake};
-use crate::metrics::{ListenerLabel, QuicHandshake as Outcome, QuicResult};
+use crate::metrics::{ListenerLabel, QuicHandshake as Outcome, QuicResult, QuicZeroRttLabel, ZeroRtt};
 use crate::route::RouteAction;
 
 /// Handshakes in progress (accepted, not yet complete) above which a client whose address is
@@ -68,9 +69,13 @@ pub(crate) fn serve(
     // Labelled like the endpoints' own metrics: the address bound (port 0 resolved).
     let bound =
         sockets.first().and_then(|s| s.local_addr().ok()).map_or_else(|| config.listen.to_string(), |a| a.to_string());
-    let resumed = cx.metrics.quic.resumed.get_or_create(&ListenerLabel { listener: bound }).clone();
-    let server = tls::server_config(cx.snapshot.clone(), tls::sessions(sessions, resumed), &settings)
-        .map_err(std::io::Error::other)?;
+    let quic = &cx.metrics.quic;
+    let zero_rtt = |result| quic.zero_rtt.get_or_create(&QuicZeroRttLabel { listener: bound.clone(), result }).clone();
+    let (accepted, rejected) = (zero_rtt(ZeroRtt::Accepted), zero_rtt(ZeroRtt::Rejected));
+    let resumed = quic.resumed.get_or_create(&ListenerLabel { listener: bound }).clone();
+    let server =
+        tls::server_config(cx.snapshot.clone(), tls::sessions(sessions, resumed, rejected), accepted, &settings)
+            .map_err(std::io::Error::other)?;
     let shared = Arc::new(Shared {
         config: Arc::new(config.clone()),
         limit: Arc::new(Semaphore::new(config.max_connections)),

@@ -66,10 +66,11 @@ pub(crate) struct QuicSettings {
     pub max_connections: usize,
 }
 
-/// The listener's quinn server configuration.
+/// The listener's quinn server configuration; 0-RTT accepted is counted in `zero_rtt_accepted`.
 pub(crate) fn server_config(
     snapshot: watch::Receiver<Arc<Snapshot>>,
     sessions: Arc<dyn StoresServerSessions>,
+    zero_rtt_accepted: Counter,
     settings: &QuicSettings,
 ) -> Result<quinn::ServerConfig, String> {
     let mut tls = rustls::ServerConfig::builder_with_provider(crate::tls::provider())
@@ -83,6 +84,7 @@ pub(crate) fn server_config(
     tls.max_early_data_size = u32::MAX;
     tls.send_tls13_tickets = 2;
     let crypto = quinn::crypto::rustls::QuicServerConfig::try_from(tls).map_err(|e| e.to_string())?;
+    let crypto = super::zero_rtt::Counting::new(Arc::new(crypto), zero_rtt_accepted);
     let mut server = quinn::ServerConfig::with_crypto(Arc::new(crypto));
     let mut transport = quinn::TransportConfig::default();
     let idle = quinn::IdleTimeout::try_from(settings.idle).map_err(|e| format!("timeouts.idle: {e}"))?;
@@ -96,17 +98,21 @@ pub(crate) fn server_config(
 }
 
 /// The listener's single-use session store (the server's, so an upgrade can hand it over),
-/// counting the sessions it gives back for resumption in `resumed`.
-pub(crate) fn sessions(store: Arc<SessionStore>, resumed: Counter) -> Arc<dyn StoresServerSessions> {
-    Arc::new(Resumed { store, resumed })
+/// counting the sessions it gives back for resumption in `resumed` and the tickets it cannot
+/// honour in `refused`.
+pub(crate) fn sessions(store: Arc<SessionStore>, resumed: Counter, refused: Counter) -> Arc<dyn StoresServerSessions> {
+    Arc::new(Resumed { store, resumed, refused })
 }
 
 /// A session store that counts resumptions: every session taken back is a returning client
-/// resuming (and, over QUIC, free to send 0-RTT), which quinn does not report itself.
+/// resuming (and, over QUIC, free to send 0-RTT), which quinn does not report itself. A ticket
+/// not found (taken before: a replay; expired; issued elsewhere) means a full handshake, and
+/// any 0-RTT the client sent on it is dropped unread.
 #[derive(Debug)]
 struct Resumed {
     store: Arc<SessionStore>,
     resumed: Counter,
+    refused: Counter,
 }
 
 impl StoresServerSessions for Resumed {
@@ -120,9 +126,10 @@ impl StoresServerSessions for Resumed {
 
     fn take(&self, key: &[u8]) -> Option<Vec<u8>> {
         let taken = self.store.take(key);
-        if taken.is_some() {
-            self.resumed.inc();
-        }
+        match taken {
+            Some(_) => self.resumed.inc(),
+            None => self.refused.inc(),
+        };
         taken
     }
 

@@ -1,0 +1,110 @@
+//! Counting 0-RTT on an HTTP/3 listener, which quinn does not report on the server side.
+//!
+//! quinn's server reads a client's 0-RTT packets only if the TLS session hands it 0-RTT keys,
+//! once the ClientHello is read: so the crypto configuration is wrapped, and each session's
+//! keys are seen as quinn asks for them. Everything else goes straight through to quinn's own
+//! rustls session.
+
+use std::any::Any;
+use std::sync::Arc;
+
+use prometheus_client::metrics::counter::Counter;
+use quinn::crypto::{
+    ExportKeyingMaterialError, HeaderKey, KeyPair, Keys, PacketKey, ServerConfig, Session, UnsupportedVersion,
+};
+use quinn::{ConnectionId, Side};
+use quinn_proto::transport_parameters::TransportParameters;
+use quinn_proto::TransportError;
+
+/// A server crypto configuration whose sessions count 0-RTT accepted in `accepted`.
+pub(crate) struct Counting {
+    inner: Arc<dyn ServerConfig>,
+    accepted: Counter,
+}
+
+impl Counting {
+    pub(crate) fn new(inner: Arc<dyn ServerConfig>, accepted: Counter) -> Self {
+        Self { inner, accepted }
+    }
+}
+
+impl ServerConfig for Counting {
+    fn initial_keys(&self, version: u32, dst_cid: &ConnectionId) -> Result<Keys, UnsupportedVersion> {
+        self.inner.initial_keys(version, dst_cid)
+    }
+
+    fn retry_tag(&self, version: u32, orig_dst_cid: &ConnectionId, packet: &[u8]) -> [u8; 16] {
+        self.inner.retry_tag(version, orig_dst_cid, packet)
+    }
+
+    fn start_session(self: Arc<Self>, version: u32, params: &TransportParameters) -> Box<dyn Session> {
+        let inner = self.inner.clone().start_session(version, params);
+        Box::new(CountingSession { inner, accepted: self.accepted.clone() })
+    }
+}
+
+/// One connection's TLS session. quinn asks a server session for its 0-RTT keys once, after
+/// the ClientHello: keys then mean the client's early data is accepted.
+struct CountingSession {
+    inner: Box<dyn Session>,
+    accepted: Counter,
+}
+
+impl Session for CountingSession {
+    fn early_crypto(&self) -> Option<(Box<dyn HeaderKey>, Box<dyn PacketKey>)> {
+        let keys = self.inner.early_crypto();
+        if keys.is_some() {
+            self.accepted.inc();
+        }
+        keys
+    }
+
+    fn initial_keys(&self, dst_cid: &ConnectionId, side: Side) -> Keys {
+        self.inner.initial_keys(dst_cid, side)
+    }
+
+    fn handshake_data(&self) -> Option<Box<dyn Any>> {
+        self.inner.handshake_data()
+    }
+
+    fn peer_identity(&self) -> Option<Box<dyn Any>> {
+        self.inner.peer_identity()
+    }
+
+    fn early_data_accepted(&self) -> Option<bool> {
+        self.inner.early_data_accepted()
+    }
+
+    fn is_handshaking(&self) -> bool {
+        self.inner.is_handshaking()
+    }
+
+    fn read_handshake(&mut self, buf: &[u8]) -> Result<bool, TransportError> {
+        self.inner.read_handshake(buf)
+    }
+
+    fn transport_parameters(&self) -> Result<Option<TransportParameters>, TransportError> {
+        self.inner.transport_parameters()
+    }
+
+    fn write_handshake(&mut self, buf: &mut Vec<u8>) -> Option<Keys> {
+        self.inner.write_handshake(buf)
+    }
+
+    fn next_1rtt_keys(&mut self) -> Option<KeyPair<Box<dyn PacketKey>>> {
+        self.inner.next_1rtt_keys()
+    }
+
+    fn is_valid_retry(&self, orig_dst_cid: &ConnectionId, header: &[u8], payload: &[u8]) -> bool {
+        self.inner.is_valid_retry(orig_dst_cid, header, payload)
+    }
+
+    fn export_keying_material(
+        &self,
+        output: &mut [u8],
+        label: &[u8],
+        context: &[u8],
+    ) -> Result<(), ExportKeyingMaterialError> {
+        self.inner.export_keying_material(output, label, context)
+    }
+}
