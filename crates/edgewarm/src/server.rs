@@ -112,13 +112,21 @@ fn bind_one(config: &Config, l: &ListenerConfig) -> std::io::Result<Listener> {
     Ok(Listener { tcp: TcpListener::from_std(std)?, udp, config: l.clone() })
 }
 
-/// HTTP/3: one UDP socket per worker at `addr`.
+/// HTTP/3: one UDP socket per worker at `addr`, in a reuseport group that steers each
+/// connection's packets to the socket whose endpoint holds it. Without steering (a kernel that
+/// refuses the program), a client whose address changes mid-connection has to reconnect.
 fn bind_udp_group(config: &Config, addr: SocketAddr) -> std::io::Result<Vec<std::net::UdpSocket>> {
     let sockets = config.worker_count().max(1);
-    (0..sockets)
+    let group = (0..sockets)
         .map(|_| sockopt::bind_udp(addr, sockets > 1))
         .collect::<std::io::Result<Vec<_>>>()
-        .map_err(|e| std::io::Error::new(e.kind(), format!("cannot listen on udp {addr}: {e}")))
+        .map_err(|e| std::io::Error::new(e.kind(), format!("cannot listen on udp {addr}: {e}")))?;
+    if let (true, Some(first)) = (sockets > 1, group.first()) {
+        if let Err(e) = sockopt::steer_quic_by_connection_id(first) {
+            tracing::warn!(listen = %addr, error = %e, "QUIC packets not steered by connection ID: clients that change address reconnect");
+        }
+    }
+    Ok(group)
 }
 
 /// A received listening socket for tokio (it may come without `O_NONBLOCK`).

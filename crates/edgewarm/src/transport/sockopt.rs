@@ -70,6 +70,50 @@ pub fn bind_udp(addr: SocketAddr, reuse_port: bool) -> io::Result<std::net::UdpS
     Ok(socket.into())
 }
 
+/// Deliver each QUIC short-header packet (every packet of an established connection) to the
+/// socket of the reuseport group whose index is the first byte of the packet's destination
+/// connection ID, a classic BPF program on the group (SO_ATTACH_REUSEPORT_CBPF). The endpoints
+/// put their socket's index there ([`crate::listener::quic`]), so a client whose address or
+/// port changes (NAT rebinding, migration) still reaches the endpoint that holds its
+/// connection. Long-header packets (handshakes, whose connection ID the client chose) and an
+/// index past the group's end fall back to the kernel's hash of the client's address and port.
+///
+/// The kernel shows the program the UDP payload; indices are the sockets' order of `bind(2)`.
+pub fn steer_quic_by_connection_id(socket: &impl AsFd) -> io::Result<()> {
+    // Opcodes are 16-bit by definition (linux/filter.h); the constants are u32 in libc.
+    let stmt = |code: u32, k: u32| libc::sock_filter { code: code as u16, jt: 0, jf: 0, k };
+    let mut program = [
+        // A = the first byte: the header form bit is its top bit.
+        stmt(libc::BPF_LD | libc::BPF_B | libc::BPF_ABS, 0),
+        // Set: go on to the next instruction; clear: skip it.
+        libc::sock_filter { jt: 0, jf: 1, ..stmt(libc::BPF_JMP | libc::BPF_JSET | libc::BPF_K, 0x80) },
+        // Long header: an index no group has, so the kernel hashes.
+        stmt(libc::BPF_RET | libc::BPF_K, u32::MAX),
+        // Short header: the connection ID's first byte is the socket's index.
+        stmt(libc::BPF_LD | libc::BPF_B | libc::BPF_ABS, 1),
+        stmt(libc::BPF_RET | libc::BPF_A, 0),
+    ];
+    let filter = libc::sock_fprog { len: program.len() as libc::c_ushort, filter: program.as_mut_ptr() };
+    let len = std::mem::size_of::<libc::sock_fprog>() as libc::socklen_t;
+    // SAFETY: fd is a live descriptor borrowed for the call; `filter` is a live sock_fprog of
+    // `len` bytes whose `filter` pointer addresses `program`, `len` instructions that outlive the
+    // call; the kernel copies the program and writes to neither.
+    let rc = unsafe {
+        libc::setsockopt(
+            socket.as_fd().as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_ATTACH_REUSEPORT_CBPF,
+            std::ptr::from_ref(&filter).cast(),
+            len,
+        )
+    };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
 /// TCP_NODELAY. Always on for proxied sockets: with Nagle, the small TLS flights that follow a
 /// partial write wait for an ACK and the handshake loses a round trip.
 pub fn set_nodelay(fd: &impl AsFd) -> io::Result<()> {

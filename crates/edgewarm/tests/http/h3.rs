@@ -163,6 +163,55 @@ async fn a_replayed_zero_rtt_flight_forwards_nothing_more() {
     edge.stop().await;
 }
 
+/// A client whose port changes mid-connection (NAT rebinding; quinn's `rebind` moves it to a new
+/// socket) keeps its connection, on an edge with four workers: whichever socket of the group the
+/// kernel's hash of the new port would pick, the packets are steered by connection ID to the
+/// endpoint that holds the connection. Eight moves: without steering, all would reach the right
+/// socket by chance once in 4^7.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_client_whose_port_changes_keeps_its_connection() {
+    let fx = fixture();
+    let (origin, _) = h2_origin(&fx.origin, H2Opts::default()).await;
+    let edge = edge(&fx.route(origin, ""), "workers: 4\n", "http3: true").await;
+    let mut roots = rustls::RootCertStore::empty();
+    roots.add(fx.edge.ca_der.clone()).unwrap();
+    let mut tls =
+        rustls::ClientConfig::builder_with_provider(std::sync::Arc::new(rustls::crypto::aws_lc_rs::default_provider()))
+            .with_protocol_versions(&[&rustls::version::TLS13])
+            .unwrap()
+            .with_root_certificates(roots)
+            .with_no_client_auth();
+    tls.alpn_protocols = vec![b"h3".to_vec()];
+    let crypto = quinn::crypto::rustls::QuicClientConfig::try_from(tls).unwrap();
+    let mut endpoint = quinn::Endpoint::client(([127, 0, 0, 1], 0).into()).unwrap();
+    endpoint.set_default_client_config(quinn::ClientConfig::new(std::sync::Arc::new(crypto)));
+    let conn = endpoint.connect(edge.addr, "b.test").unwrap().await.unwrap();
+    let (mut driver, mut send) = ::h3::client::new(h3_quinn::Connection::new(conn.clone())).await.unwrap();
+    let drive = tokio::spawn(async move { std::future::poll_fn(|cx| driver.poll_close(cx)).await });
+    for moved in 0..8 {
+        if moved > 0 {
+            endpoint.rebind(std::net::UdpSocket::bind("127.0.0.1:0").unwrap()).unwrap();
+        }
+        let get = async {
+            let req = http::Request::get("https://b.test/moved").body(()).unwrap();
+            let mut stream = send.send_request(req).await.unwrap();
+            // The edge may answer and stop reading first (RFC 9114 §4.1.2).
+            let _ = stream.finish().await;
+            let response = stream.recv_response().await.unwrap();
+            while stream.recv_data().await.unwrap().is_some() {}
+            response.status()
+        };
+        let status = tokio::time::timeout(Duration::from_secs(10), get)
+            .await
+            .unwrap_or_else(|_| panic!("no answer once the client's port had changed {moved} times"));
+        assert_eq!(status, 200);
+    }
+    assert_eq!(edge.metric("edgewarm_quic_handshakes_total", &[("result", "ok")]), 1.0, "one connection throughout");
+    conn.close(0u32.into(), b"");
+    drive.abort();
+    edge.stop().await;
+}
+
 /// Bounded wait (5 s) for a condition the edge reaches asynchronously.
 async fn wait_until(cond: impl Fn() -> bool) {
     for _ in 0..500 {

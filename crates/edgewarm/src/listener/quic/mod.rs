@@ -9,6 +9,7 @@
 //! One endpoint per worker ([`serve`]), each with its own socket on the shared port. Datagrams that cannot be QUIC for us are counted as they arrive
 //! ([`socket`]) and dropped by quinn before they cost more than a parse.
 
+mod cid;
 mod socket;
 mod tls;
 mod zero_rtt;
@@ -50,10 +51,10 @@ pub(crate) type Loop = std::pin::Pin<Box<dyn std::future::Future<Output = ()> + 
 /// one server configuration: one session store (a ticket resumes whichever worker the client
 /// lands on next time) and one key for address-validation tokens.
 ///
-/// A client whose address or port changes mid-connection (NAT rebinding, migration) may land on
-/// another worker's socket, whose endpoint does not know the connection: its packets are
-/// dropped and the client, after its own timeout, opens a new connection. Steering by
-/// connection ID (an eBPF program on the socket group) would remove that; not done.
+/// A client whose address or port changes mid-connection (NAT rebinding, migration) would land
+/// on another worker's socket by the kernel's hash, whose endpoint does not know the connection.
+/// So the group steers packets by connection ID ([`crate::transport::sockopt::steer_quic_by_connection_id`],
+/// attached when the sockets are bound), and each endpoint's IDs name its socket ([`cid`]).
 pub(crate) fn serve(
     sockets: Vec<std::net::UdpSocket>,
     config: &ListenerConfig,
@@ -82,10 +83,13 @@ pub(crate) fn serve(
         handshaking: Arc::new(AtomicUsize::new(0)),
     });
     let mut loops: Vec<Loop> = Vec::new();
+    let mut key = [0; 8];
+    aws_lc_rs::rand::fill(&mut key).map_err(|_| std::io::Error::other("no random bytes for connection IDs"))?;
+    let cid_key = u64::from_ne_bytes(key);
     for (i, socket) in sockets.into_iter().enumerate() {
         let (server, shared, cx2) = (server.clone(), shared.clone(), cx.clone());
         let run = async move {
-            match endpoint(socket, server, &cx2) {
+            match endpoint(socket, i, cid_key, server, &cx2) {
                 Ok(endpoint) => accept_loop(endpoint, shared, cx2).await,
                 Err(e) => tracing::error!(error = %e, "cannot serve HTTP/3 on a worker"),
             }
@@ -103,22 +107,26 @@ pub(crate) fn serve(
     Ok(loops)
 }
 
-/// The endpoint for a bound UDP socket, in the runtime that calls it (quinn spawns its driver
-/// there). Undecodable datagrams are counted on the way in ([`socket`]).
+/// The endpoint for the UDP socket at `index` in its listener's group, in the runtime that calls
+/// it (quinn spawns its driver there). Its connection IDs name the socket ([`cid`]), so their
+/// packets come back to it from any client address. Undecodable datagrams are counted on the way
+/// in ([`socket`]).
 fn endpoint(
     socket: std::net::UdpSocket,
+    index: usize,
+    cid_key: u64,
     server: quinn::ServerConfig,
     cx: &Context,
 ) -> std::io::Result<quinn::Endpoint> {
     let listener = socket.local_addr()?.to_string();
     let socket = quinn::Runtime::wrap_udp_socket(&quinn::TokioRuntime, socket)?;
     let socket = Arc::new(socket::Counted::new(socket, &cx.metrics.quic, &listener));
-    quinn::Endpoint::new_with_abstract_socket(
-        quinn::EndpointConfig::default(),
-        Some(server),
-        socket,
-        Arc::new(quinn::TokioRuntime),
-    )
+    let mut config = quinn::EndpointConfig::default();
+    if cid::SocketCids::new(index, cid_key).is_some() {
+        config
+            .cid_generator(move || Box::new(cid::SocketCids::new(index, cid_key).expect("an index that fits a byte")));
+    }
+    quinn::Endpoint::new_with_abstract_socket(config, Some(server), socket, Arc::new(quinn::TokioRuntime))
 }
 
 /// The `route` label of the HTTP/3 session store's replay counter (one store per listener).

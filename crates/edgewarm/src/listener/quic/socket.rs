@@ -27,8 +27,8 @@ pub(crate) enum Unusable {
     SmallInitial,
 }
 
-/// The least a short-header packet to us holds: a flags byte, our 8-byte connection ID, a
-/// packet number byte and the 16-byte AEAD tag.
+/// The least a short-header packet to us holds: a flags byte, our connection ID (8 bytes at
+/// the least), a packet number byte and the 16-byte AEAD tag.
 const MIN_SHORT: usize = 1 + 8 + 1 + 16;
 /// Version 1 (RFC 9000), the one whose Initial type bits we read.
 const V1: u32 = 1;
