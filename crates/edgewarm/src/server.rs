@@ -71,7 +71,12 @@ impl Bound {
             let tcp = nonblocking(std::net::TcpListener::from(h.tcp))?;
             let udp = match (l.http3, h.udp.is_empty()) {
                 (false, _) => Vec::new(),
-                (true, false) => h.udp.into_iter().map(std::net::UdpSocket::from).collect(),
+                (true, false) => {
+                    // Steered again: the process that handed them over may predate steering.
+                    let group: Vec<_> = h.udp.into_iter().map(std::net::UdpSocket::from).collect();
+                    steer(&group, l.listen);
+                    group
+                }
                 (true, true) => bind_udp_group(config, tcp.local_addr()?)?,
             };
             listeners.push(Listener { tcp: TcpListener::from_std(tcp)?, udp, config: l.clone() });
@@ -121,12 +126,18 @@ fn bind_udp_group(config: &Config, addr: SocketAddr) -> std::io::Result<Vec<std:
         .map(|_| sockopt::bind_udp(addr, sockets > 1))
         .collect::<std::io::Result<Vec<_>>>()
         .map_err(|e| std::io::Error::new(e.kind(), format!("cannot listen on udp {addr}: {e}")))?;
-    if let (true, Some(first)) = (sockets > 1, group.first()) {
+    steer(&group, addr);
+    Ok(group)
+}
+
+/// Attach the connection-ID steering program to a listener's UDP group (one program per group);
+/// a kernel that refuses it leaves the hash, and a warning.
+fn steer(group: &[std::net::UdpSocket], addr: SocketAddr) {
+    if let (true, Some(first)) = (group.len() > 1, group.first()) {
         if let Err(e) = sockopt::steer_quic_by_connection_id(first) {
             tracing::warn!(listen = %addr, error = %e, "QUIC packets not steered by connection ID: clients that change address reconnect");
         }
     }
-    Ok(group)
 }
 
 /// A received listening socket for tokio (it may come without `O_NONBLOCK`).
