@@ -7,7 +7,7 @@ use prometheus_client::metrics::family::{Family, MetricConstructor};
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
 
-use super::{latency_histogram, ListenerLabel};
+use super::{latency_histogram, ListenerLabel, RouteName};
 
 label_enum! {
     /// What became of a QUIC connection attempt (`edgewarm_quic_handshakes_total`): completed;
@@ -49,6 +49,12 @@ pub struct QuicDroppedLabel {
     pub listener: String,
     pub reason: QuicDropped,
 }
+/// A QUIC connection's listener and route, for what its path measured.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct QuicRouteLabel {
+    pub listener: String,
+    pub route: RouteName,
+}
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct QuicResult {
     pub listener: String,
@@ -68,11 +74,11 @@ pub struct QuicMetrics {
     /// Connection attempts (Initial packets from a new client), by outcome.
     pub handshakes: Family<QuicResult, Counter>,
     /// Packets the edge sent that were declared lost, over every ended connection.
-    pub lost_packets: Family<ListenerLabel, Counter>,
+    pub lost_packets: Family<QuicRouteLabel, Counter>,
     /// Packets the edge sent, over every ended connection (the denominator for loss).
-    pub sent_packets: Family<ListenerLabel, Counter>,
+    pub sent_packets: Family<QuicRouteLabel, Counter>,
     /// Smoothed round-trip time of each connection when it ended.
-    pub rtt: Family<ListenerLabel, Histogram, Rtt>,
+    pub rtt: Family<QuicRouteLabel, Histogram, Rtt>,
     /// Datagrams that cannot be QUIC for us, by why.
     pub dropped: Family<QuicDroppedLabel, Counter>,
     /// Handshakes that resumed a session (a returning client, which may send 0-RTT).

@@ -167,7 +167,7 @@ async fn a_replayed_zero_rtt_flight_forwards_nothing_more() {
 /// socket) keeps its connection, on an edge with four workers: whichever socket of the group the
 /// kernel's hash of the new port would pick, the packets are steered by connection ID to the
 /// endpoint that holds the connection. Eight moves: without steering, all would reach the right
-/// socket by chance once in 4^7.
+/// socket by chance once in 4^7. The connection's path statistics are counted under its route.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_client_whose_port_changes_keeps_its_connection() {
     let fx = fixture();
@@ -209,6 +209,9 @@ async fn a_client_whose_port_changes_keeps_its_connection() {
     assert_eq!(edge.metric("edgewarm_quic_handshakes_total", &[("result", "ok")]), 1.0, "one connection throughout");
     conn.close(0u32.into(), b"");
     drive.abort();
+    // What the connection's path measured is counted under its route as it ends.
+    wait_for(&edge, "edgewarm_quic_rtt_seconds_count", &[("route", "b.test")], 1.0).await;
+    assert!(edge.metric("edgewarm_quic_sent_packets_total", &[("route", "b.test")]) >= 8.0);
     edge.stop().await;
 }
 

@@ -26,7 +26,9 @@ use crate::accesslog::AccessLog;
 use crate::config::{EarlyData as EarlyDataConfig, ListenerConfig};
 use crate::error::CloseReason;
 use crate::http::early::{EarlyData, QuicHandshake};
-use crate::metrics::{ListenerLabel, QuicHandshake as Outcome, QuicResult, QuicZeroRttLabel, ZeroRtt};
+use crate::metrics::{
+    ListenerLabel, QuicHandshake as Outcome, QuicResult, QuicRouteLabel, QuicZeroRttLabel, RouteName, ZeroRtt,
+};
 use crate::route::RouteAction;
 
 /// Handshakes in progress (accepted, not yet complete) above which a client whose address is
@@ -284,7 +286,9 @@ async fn connection(
     };
     if let Some(conn) = quic {
         let stats = conn.stats();
-        let label = ListenerLabel { listener: local.to_string() };
+        // A connection is only made once its route is known.
+        let route = RouteName::new(log.route.as_deref().unwrap_or_default());
+        let label = QuicRouteLabel { listener: local.to_string(), route };
         metrics.quic.lost_packets.get_or_create(&label).inc_by(stats.path.lost_packets);
         metrics.quic.sent_packets.get_or_create(&label).inc_by(stats.path.sent_packets);
         metrics.quic.rtt.get_or_create(&label).observe(stats.path.rtt.as_secs_f64());
