@@ -25,10 +25,9 @@ pub(crate) struct SocketCids {
 }
 
 impl SocketCids {
-    /// IDs for the socket at `index` in the group; `None` past 255, where a byte cannot name it
-    /// (the packets of such a socket's connections then go by the kernel's hash).
-    pub(crate) fn new(index: usize, key: u64) -> Option<Self> {
-        Some(Self { socket: u8::try_from(index).ok()?, inner: HashedConnectionIdGenerator::from_key(key) })
+    /// IDs for the socket at `socket` in the group, signed with `key`.
+    pub(crate) fn new(socket: u8, key: u64) -> Self {
+        Self { socket, inner: HashedConnectionIdGenerator::from_key(key) }
     }
 }
 
@@ -65,8 +64,8 @@ mod tests {
 
     #[test]
     fn ids_begin_with_their_socket_and_only_their_own_validate() {
-        let mut three = SocketCids::new(3, 7).unwrap();
-        let mut four = SocketCids::new(4, 7).unwrap();
+        let mut three = SocketCids::new(3, 7);
+        let mut four = SocketCids::new(4, 7);
         let a = three.generate_cid();
         let b = three.generate_cid();
         assert_eq!((a.len(), a[0], b[0]), (CID_LEN, 3, 3));
@@ -79,6 +78,5 @@ mod tests {
         assert!(three.validate(&ConnectionId::new(&forged)).is_err(), "a forged ID");
         assert!(three.validate(&ConnectionId::new(&a[..HASHED_LEN])).is_err(), "a short ID");
         assert_eq!(four.generate_cid()[0], 4);
-        assert!(SocketCids::new(256, 7).is_none());
     }
 }

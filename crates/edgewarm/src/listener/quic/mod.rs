@@ -124,9 +124,9 @@ fn endpoint(
     let socket = quinn::Runtime::wrap_udp_socket(&quinn::TokioRuntime, socket)?;
     let socket = Arc::new(socket::Counted::new(socket, &cx.metrics.quic, &listener));
     let mut config = quinn::EndpointConfig::default();
-    if cid::SocketCids::new(index, cid_key).is_some() {
-        config
-            .cid_generator(move || Box::new(cid::SocketCids::new(index, cid_key).expect("an index that fits a byte")));
+    // Past 255 sockets a byte cannot name one: those connections' packets go by the hash.
+    if let Ok(index) = u8::try_from(index) {
+        config.cid_generator(move || Box::new(cid::SocketCids::new(index, cid_key)));
     }
     quinn::Endpoint::new_with_abstract_socket(config, Some(server), socket, Arc::new(quinn::TokioRuntime))
 }
