@@ -15,8 +15,7 @@ rounds=${1:-7} conns=${2:-2000} page=${3:-30} rate=${4:-400}
 root=$(cd "$(dirname "$0")/.." && pwd)
 # shellcheck source=scripts/bench-lib.sh
 . "$root/scripts/bench-lib.sh"
-cargo build --release -q -p edgewarm -p edgewarm-lab --manifest-path "$root/Cargo.toml"
-edgewarm="$root/target/release/edgewarm" lab="$root/target/release/edgewarm-lab"
+bench_edgewarm_and_lab
 bench_workdir
 bench_http_pki
 A=ewbench-edge B=ewbench-client

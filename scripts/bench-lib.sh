@@ -8,6 +8,12 @@ bench_edgewarm() {
   edgewarm="$root/target/release/edgewarm"
 }
 
+# bench_edgewarm_and_lab: the same, and $lab, the lab's load generator.
+bench_edgewarm_and_lab() {
+  cargo build --release -q -p edgewarm -p edgewarm-lab --manifest-path "$root/Cargo.toml"
+  edgewarm="$root/target/release/edgewarm" lab="$root/target/release/edgewarm-lab"
+}
+
 # $dir: a new folder, removed on exit (kept with KEEP=1) after every pid in $pids is killed.
 bench_workdir() {
   dir=$(mktemp -d)

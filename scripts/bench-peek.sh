@@ -26,8 +26,7 @@ set -euo pipefail
 n1=${1:-50}
 n2=${2:-250}
 root=$(cd "$(dirname "$0")/.." && pwd)
-cargo build --release -q -p edgewarm -p edgewarm-lab --manifest-path "$root/Cargo.toml"
-edgewarm="$root/target/release/edgewarm" lab="$root/target/release/edgewarm-lab"
+bench_edgewarm_and_lab
 # shellcheck source=scripts/bench-lib.sh
 . "$root/scripts/bench-lib.sh"
 bench_workdir

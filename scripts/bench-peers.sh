@@ -20,8 +20,7 @@ conns=${1:-3000}
 parts=${PARTS:-abcd}
 want() { [[ $parts == *$1* ]]; }
 root=$(cd "$(dirname "$0")/.." && pwd)
-cargo build --release -q -p edgewarm -p edgewarm-lab --manifest-path "$root/Cargo.toml"
-edgewarm="$root/target/release/edgewarm" lab="$root/target/release/edgewarm-lab"
+bench_edgewarm_and_lab
 ulimit -n "$(ulimit -Hn)"
 # shellcheck source=scripts/bench-lib.sh
 . "$root/scripts/bench-lib.sh"
