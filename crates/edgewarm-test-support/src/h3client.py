@@ -18,7 +18,7 @@ test origin's pattern). Options:
     --garbage        send datagrams that cannot be QUIC: 5 bytes, a long header claiming a
                      200-byte connection ID, a 300-byte version 1 Initial
 Prints one JSON object: the responses (status, headers, body length, SHA-256 and its first 4 KiB
-as text) and what the
+as text, the code of a STOP_SENDING the server sent on the request's stream) and what the
 handshake did (resumed, early data accepted).
 """
 import asyncio
@@ -36,6 +36,7 @@ from aioquic.h3.connection import H3_ALPN, H3Connection
 from aioquic.h3.events import DataReceived, HeadersReceived
 from aioquic.quic.configuration import QuicConfiguration
 from aioquic.quic.connection import QuicConnection
+from aioquic.quic.events import StopSendingReceived
 
 BLOCK = bytes(i % 251 for i in range((1 << 20) + 251))
 
@@ -57,6 +58,8 @@ class Client(QuicConnectionProtocol):
         self.streams = {}
 
     def quic_event_received(self, event):
+        if isinstance(event, StopSendingReceived) and event.stream_id in self.streams:
+            self.streams[event.stream_id]["stop_sending"] = event.error_code
         for ev in self.h3.handle_event(event):
             st = self.streams.get(getattr(ev, "stream_id", None))
             if st is None:
@@ -78,14 +81,15 @@ class Client(QuicConnectionProtocol):
                    (b":path", path.encode()), (b"user-agent", b"edgewarm-test-aioquic")]
         if size is not None:
             headers.append((b"content-length", str(size).encode()))
-        st = {"headers": None, "sha": hashlib.sha256(), "length": 0, "text": b"",
+        st = {"headers": None, "sha": hashlib.sha256(), "length": 0, "text": b"", "stop_sending": None,
               "done": asyncio.get_running_loop().create_future()}
         self.streams[sid] = st
+        # The head leaves with the body's first chunk, as a browser's does.
         self.h3.send_headers(sid, headers, end_stream=size is None)
-        self.transmit()
         if size is not None:
             at = 0
-            while at < size:
+            # Until the server asks us to stop sending (it answered without the body).
+            while at < size and st["stop_sending"] is None:
                 n = min(size - at, 64 * 1024)
                 self.h3.send_data(sid, pattern(at, n), end_stream=at + n == size)
                 at += n
@@ -94,11 +98,12 @@ class Client(QuicConnectionProtocol):
                 await asyncio.sleep(0)
             if size == 0:
                 self.h3.send_data(sid, b"", end_stream=True)
-                self.transmit()
+        self.transmit()
         await asyncio.wait_for(st["done"], 120)
         h = st["headers"] or {}
         return {"status": int(h.get(":status", "0")), "headers": h, "length": st["length"],
-                "sha256": st["sha"].hexdigest(), "text": st["text"][:4096].decode("latin-1")}
+                "sha256": st["sha"].hexdigest(), "text": st["text"][:4096].decode("latin-1"),
+                "stop_sending": st["stop_sending"]}
 
 
 def configuration(args, tickets):

@@ -39,6 +39,28 @@ async fn get_and_post_over_http3_ride_the_standing_connections() {
     edge.stop().await;
 }
 
+/// A request body the edge does not need (declared over `max_request_body`: a 413 before any of
+/// it is read) has its sending stopped (STOP_SENDING), so the client does not upload the rest;
+/// nothing of it reaches the origin, and the connection goes on. The code is quinn's 0, not the
+/// H3_NO_ERROR RFC 9114 §4.1.2 asks for: h3 may hold the stream inside a pending read even when
+/// it has returned data, and h3-quinn panics if the stream is stopped then.
+#[tokio::test(flavor = "multi_thread")]
+#[cfg_attr(not(feature = "system-tests"), ignore = "system test (aioquic): scripts/test.sh runs it")]
+async fn a_body_the_edge_refuses_is_stopped() {
+    let fx = fixture();
+    let (origin, stats) = h2_origin(&fx.origin, H2Opts::default()).await;
+    let edge = edge(&fx.route(origin, "    max_request_body: 64KiB\n"), "", "http3: true").await;
+    // More than the stream's flow-control window: the client cannot finish before the edge
+    // either reads or stops it.
+    let out = h3_client(edge.addr, "b.test", &ca(&fx), &["POST:/sink:16777216", "GET:/after"]).await;
+    let r = &out["responses"];
+    assert_eq!(r[0]["status"], 413, "{out}");
+    assert!(r[0]["stop_sending"].is_u64(), "STOP_SENDING: {out}");
+    assert_eq!(r[1]["status"], 200, "{out}");
+    assert_eq!(stats.seen.lock().unwrap().len(), 1, "only the GET reached the origin");
+    edge.stop().await;
+}
+
 /// A name whose route is not `http` (here a tunnel) is refused in the QUIC handshake, and so is
 /// a name with no route: edgewarm is never an open proxy, over UDP either.
 #[tokio::test(flavor = "multi_thread")]
