@@ -16,12 +16,14 @@ const LISTEN_BACKLOG: i32 = 4096;
 
 /// `setsockopt(2)` with a typed argument: the size passed is always the size of `T`, so a
 /// struct option (kTLS's `tls12_crypto_info_*`, say) cannot be given a wrong length. `T` must be
-/// the plain C type the option expects (an `int`, a `#[repr(C)]` struct from libc).
+/// the plain C type the option expects (an `int`, a `#[repr(C)]` struct from libc); a struct
+/// that holds a pointer (`sock_fprog`) must point at memory that outlives the call.
 pub fn setsockopt<T: Copy>(fd: &impl AsFd, level: libc::c_int, name: libc::c_int, value: &T) -> io::Result<()> {
     let len = libc::socklen_t::try_from(std::mem::size_of::<T>())
         .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "socket option argument too large"))?;
     // SAFETY: fd is a live descriptor borrowed for the call; value points to a live, initialised
-    // T of exactly `len` bytes, which the kernel only reads.
+    // T of exactly `len` bytes, which the kernel only reads (and what a pointer in it addresses,
+    // which the caller keeps alive as the doc above requires).
     let rc = unsafe { libc::setsockopt(fd.as_fd().as_raw_fd(), level, name, std::ptr::from_ref(value).cast(), len) };
     if rc == 0 {
         Ok(())
@@ -93,25 +95,9 @@ pub fn steer_quic_by_connection_id(socket: &impl AsFd) -> io::Result<()> {
         stmt(libc::BPF_LD | libc::BPF_B | libc::BPF_ABS, 1),
         stmt(libc::BPF_RET | libc::BPF_A, 0),
     ];
+    // The kernel copies the program during the call; `program` outlives it.
     let filter = libc::sock_fprog { len: program.len() as libc::c_ushort, filter: program.as_mut_ptr() };
-    let len = std::mem::size_of::<libc::sock_fprog>() as libc::socklen_t;
-    // SAFETY: fd is a live descriptor borrowed for the call; `filter` is a live sock_fprog of
-    // `len` bytes whose `filter` pointer addresses `program`, `len` instructions that outlive the
-    // call; the kernel copies the program and writes to neither.
-    let rc = unsafe {
-        libc::setsockopt(
-            socket.as_fd().as_raw_fd(),
-            libc::SOL_SOCKET,
-            libc::SO_ATTACH_REUSEPORT_CBPF,
-            std::ptr::from_ref(&filter).cast(),
-            len,
-        )
-    };
-    if rc == 0 {
-        Ok(())
-    } else {
-        Err(io::Error::last_os_error())
-    }
+    setsockopt(socket, libc::SOL_SOCKET, libc::SO_ATTACH_REUSEPORT_CBPF, &filter)
 }
 
 /// TCP_NODELAY. Always on for proxied sockets: with Nagle, the small TLS flights that follow a
