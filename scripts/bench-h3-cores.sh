@@ -1,13 +1,15 @@
 #!/usr/bin/env bash
-# Exploratory: HTTP/3 against HTTP/2 by the edge's *core*, not its process. On loopback the
-# kernel's receive work for a segment is billed to the sender, so the edge's process time leaves
-# out what TCP does in the kernel for the edge's inbound segments (QUIC does that work in user
-# space, where it is counted). Here the edge runs alone on CPU 0 in a namespace of its own, the
-# load generator and the nginx origin on CPU 1 in another, joined by a veth pair whose receive
-# queues are steered (RPS) to their own side's core, as a NIC's interrupts would be. Printed:
-# CPU 0's busy ticks (/proc/stat) and the edge process's, per request. Caveats: RPS adds
-# inter-processor interrupts a NIC would not, tick sampling is coarse, and anything else the
-# scheduler puts on CPU 0 is counted. Needs root, nginx, taskset (util-linux).
+# HTTP/3 against HTTP/2 by the edge's *core*, not only its process. The edge runs alone on CPU 0
+# in a namespace of its own, the load generator and the nginx origin on CPU 1 in another, joined
+# by a veth pair whose receive queues are steered (RPS) to their own side's core, as a NIC's
+# interrupts would be; so CPU 0 carries the kernel's receive work for the edge's packets, which
+# on loopback is billed to the sender. CPU 0's busy time is wall time less its idle time: with
+# tickless idle the kernel keeps idle time exactly, while the busy counters (user, system,
+# softirq) are sampled at each tick and a core that wakes for a few microseconds at a time is
+# mis-sampled (earlier versions of this script read those and were wrong by a third). Printed
+# per request: CPU 0 busy, the edge process, and inter-processor interrupts taken by CPU 0 (the
+# steering's, which a NIC would replace by its own interrupts). Anything else on CPU 0 is
+# counted too: run it on an otherwise idle machine. Needs root, nginx, taskset (util-linux).
 #
 #   scripts/bench-h3-cores.sh [ROUNDS] [CONNECTIONS] [PAGE] [RATE]   # 7 2000 30 400
 set -euo pipefail
@@ -39,18 +41,27 @@ taskset -c 0 ip netns exec $A env RUST_LOG=warn "$edgewarm" run --config "$dir/e
 up_in() { ip netns exec "$1" bash -c "for i in {1..100}; do (exec 3<>/dev/tcp/$2/$3) 2>/dev/null && exit 0; sleep 0.1; done; exit 1"; }
 up_in $B 10.77.0.2 $origin && up_in $A 10.77.0.1 $edge
 hz=$(getconf CLK_TCK)
-core0() { awk '/^cpu0 / {print $2 + $3 + $4 + $7 + $8}' /proc/stat; }
-declare -A core proc
+# core0: CPU 0's idle time (idle + iowait, in clock ticks, kept exactly) and the wall clock.
+core0() { awk -v w="$(date +%s.%N)" '/^cpu0 / {print $5 + $6, w}' /proc/stat; }
+# ipis: interrupts between processors taken by CPU 0 so far.
+ipis() { awk '$1 == "CAL:" || $1 == "RES:" {s += $2} END {print s}' /proc/interrupts; }
+declare -A core proc ipi
 for round in $(seq "$rounds"); do
   order="h2 h3"; [ $((round % 2)) -eq 0 ] && order="h3 h2"
   for alpn in $order; do
-    c0=$(core0) p0=$(ticks $pid)
+    read -r i0 w0 < <(core0); q0=$(ipis) p0=$(ticks $pid)
     out=$(taskset -c 1 ip netns exec $B "$lab" load https://b.test/ --connect-to "10.77.0.1:$edge" --cacert "$dir/ca.pem" \
       --alpn "$alpn" --page "$page" --requests "$conns" --rate "$rate" --json)
-    c1=$(core0) p1=$(ticks $pid)
+    read -r i1 w1 < <(core0); q1=$(ipis) p1=$(ticks $pid)
     n=$(( $(printf '%s' "$out" | python3 -c "import json,sys; print(json.load(sys.stdin)['ok'])") * (page + 1) ))
-    core[$alpn]="${core[$alpn]:-} $(awk "BEGIN {printf \"%.1f\", ($c1 - $c0) * 1e6 / $hz / $n}")"
+    core[$alpn]="${core[$alpn]:-} $(awk "BEGIN {printf \"%.1f\", (($w1 - $w0) - ($i1 - $i0) / $hz) * 1e6 / $n}")"
+    ipi[$alpn]="${ipi[$alpn]:-} $(awk "BEGIN {printf \"%.2f\", ($q1 - $q0) / $n}")"
     proc[$alpn]="${proc[$alpn]:-} $(awk "BEGIN {printf \"%.1f\", ($p1 - $p0) * 1e6 / $hz / $n}")"
   done
 done
-for alpn in h2 h3; do echo "$alpn: core µs/request [${core[$alpn]} ] median $(echo "${core[$alpn]}" | median); process [${proc[$alpn]} ] median $(echo "${proc[$alpn]}" | median)"; done
+for alpn in h2 h3; do
+  echo "$alpn: CPU 0 µs/request [${core[$alpn]} ] median $(echo "${core[$alpn]}" | median);" \
+    "edge process [${proc[$alpn]} ] median $(echo "${proc[$alpn]}" | median); IPIs/request [${ipi[$alpn]} ]"
+done
+awk -v a="$(echo "${core[h3]}" | median)" -v b="$(echo "${core[h2]}" | median)" \
+  'BEGIN {printf "HTTP/3 CPU 0 time per request / HTTP/2 = %.2f\n", a / b}'
