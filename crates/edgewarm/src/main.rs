@@ -189,6 +189,9 @@ async fn run(path: PathBuf, config: Config, upgrade: bool) -> Result<(), RunErro
         if let Err(e) = server.adopt_ticket_keys(&handed.ticket_keys) {
             tracing::warn!(error = %e, "upgrade: the old process's ticket keys are unusable; its clients do a full handshake");
         }
+        if let Some(keys) = &handed.quic {
+            server.adopt_quic_keys(keys)?;
+        }
         (Bound::adopt(&config, handed.sockets)?, Some((takeover, handed.wait)))
     } else {
         (Bound::bind(&config)?, None)
@@ -304,12 +307,15 @@ async fn serving(
         }
     }
     let _ = sd_notify::notify(&[sd_notify::NotifyState::MainPid(std::process::id()), sd_notify::NotifyState::Ready]);
-    let (keys, stop, sessions) = (server.clone(), server.clone(), server.clone());
+    let (keys, quic, stop, sessions) = (server.clone(), server.clone(), server.clone(), server.clone());
     let process = edgewarm::upgrade::handover::Process {
         upgrades: server.metrics().upgrades.clone(),
         ticket_keys: Box::new(move || keys.ticket_keys()),
+        quic_keys: Box::new(move || quic.quic_keys()),
         stop: Box::new(move || {
             last_step.store(true, Ordering::Release);
+            // Before the shutdown: its QUIC connections drain on relayed datagrams.
+            stop.hand_over_quic();
             stop.shutdown();
             // `/ready` and `/metrics` are the new process's from now on: a probe that reached
             // this one would see 503 while it drains.

@@ -10,6 +10,7 @@
 //! `timeouts.shutdown_grace`, then cut what is left (close reason `shutdown`).
 
 use std::net::SocketAddr;
+use std::os::fd::OwnedFd;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -21,12 +22,14 @@ use tokio_util::task::TaskTracker;
 
 use crate::admin::AdminState;
 use crate::config::{Config, ConfigError, ListenerConfig};
+use crate::listener::quic::relay::QuicProcess;
 use crate::listener::{self, Context};
 use crate::metrics::{Metrics, ResultLabel};
 use crate::origin::registry::{Kind, Origins};
 use crate::snapshot::Snapshot;
 use crate::tls::client::Resumption;
 use crate::transport::{sockopt, Resolver};
+use crate::upgrade::{QuicKeys, RelayPair as Pair};
 use crate::workers::Workers;
 
 /// Listening sockets, bound before the proxy starts so that tests can bind port 0 and so that a
@@ -41,6 +44,10 @@ pub struct Bound {
 pub struct Listener {
     pub tcp: TcpListener,
     pub udp: Vec<std::net::UdpSocket>,
+    /// One per UDP socket: how a newer process will relay this one's QUIC datagrams to it.
+    pub relays: Vec<Pair>,
+    /// After an upgrade, one per UDP socket: where the older process's datagrams go.
+    pub to_old: Vec<OwnedFd>,
     pub config: ListenerConfig,
 }
 
@@ -69,17 +76,18 @@ impl Bound {
             };
             let h = handed_listeners.swap_remove(at);
             let tcp = nonblocking(std::net::TcpListener::from(h.tcp))?;
-            let udp = match (l.http3, h.udp.is_empty()) {
-                (false, _) => Vec::new(),
+            let (udp, to_old) = match (l.http3, h.udp.is_empty()) {
+                (false, _) => (Vec::new(), Vec::new()),
                 (true, false) => {
                     // Steered again: the process that handed them over may predate steering.
                     let group: Vec<_> = h.udp.into_iter().map(std::net::UdpSocket::from).collect();
                     steer(&group, l.listen);
-                    group
+                    (group, h.relays)
                 }
-                (true, true) => bind_udp_group(config, tcp.local_addr()?)?,
+                (true, true) => (bind_udp_group(config, tcp.local_addr()?)?, Vec::new()),
             };
-            listeners.push(Listener { tcp: TcpListener::from_std(tcp)?, udp, config: l.clone() });
+            let relays = pairs(udp.len())?;
+            listeners.push(Listener { tcp: TcpListener::from_std(tcp)?, udp, relays, to_old, config: l.clone() });
         }
         Ok(Self { admin, listeners })
     }
@@ -96,6 +104,7 @@ impl Bound {
                     listen: l.config.listen,
                     tcp: l.tcp.as_fd().try_clone_to_owned()?,
                     udp: l.udp.iter().map(|u| u.as_fd().try_clone_to_owned()).collect::<std::io::Result<_>>()?,
+                    relays: l.relays.iter().map(|p| p.send.try_clone()).collect::<std::io::Result<_>>()?,
                 })
             })
             .collect::<std::io::Result<_>>()?;
@@ -114,7 +123,13 @@ fn bind_one(config: &Config, l: &ListenerConfig) -> std::io::Result<Listener> {
     // The same port as TCP's (port 0 in tests: the one TCP was given), so that one `Alt-Svc`
     // names both.
     let udp = if l.http3 { bind_udp_group(config, std.local_addr()?)? } else { Vec::new() };
-    Ok(Listener { tcp: TcpListener::from_std(std)?, udp, config: l.clone() })
+    let relays = pairs(udp.len())?;
+    Ok(Listener { tcp: TcpListener::from_std(std)?, udp, relays, to_old: Vec::new(), config: l.clone() })
+}
+
+/// A relay for each of `n` UDP sockets ([`crate::listener::quic::relay`]).
+fn pairs(n: usize) -> std::io::Result<Vec<Pair>> {
+    (0..n).map(|_| Pair::new()).collect()
 }
 
 /// HTTP/3: one UDP socket per worker at `addr`, in a reuseport group that steers each
@@ -198,6 +213,7 @@ impl Server {
             cut: CancellationToken::new(),
             tracker: TaskTracker::new(),
             workers: workers.placement(),
+            quic: QuicProcess::new().map_err(|e| ConfigError::invalid("listeners", e.to_string()))?,
         });
         Ok(Arc::new(Self {
             metrics,
@@ -288,7 +304,7 @@ impl Server {
             if !l.udp.is_empty() {
                 let label = crate::metrics::RouteName::new(listener::quic::SESSIONS_LABEL);
                 let sessions = self.resumption.store(&format!("h3 {}", l.config.listen), &label);
-                match listener::quic::serve(l.udp, &l.config, &self.listeners, sessions) {
+                match listener::quic::serve(l.udp, l.relays, l.to_old, &l.config, &self.listeners, sessions) {
                     Ok(loops) => {
                         for done in loops {
                             accept_loops.spawn(done);
@@ -327,6 +343,23 @@ impl Server {
             // Cut connections finish at their next poll; bound the wait anyway.
             let _ = tokio::time::timeout(Duration::from_secs(5), tracker.wait()).await;
         }
+    }
+
+    /// The HTTP/3 endpoints' keys, for the next process of an upgrade.
+    pub fn quic_keys(&self) -> QuicKeys {
+        self.listeners.quic.keys().0
+    }
+
+    /// Take the previous process's HTTP/3 keys over (before [`Server::run`]): its connection
+    /// IDs are then known here, and relayed to it while it drains.
+    pub fn adopt_quic_keys(&self, old: &QuicKeys) -> std::io::Result<()> {
+        self.listeners.quic.adopt(old)
+    }
+
+    /// The next process has taken over: the UDP sockets are its to read from now on, and this
+    /// process's QUIC connections get their datagrams relayed by it.
+    pub fn hand_over_quic(&self) {
+        self.listeners.quic.handed_over.store(true, Ordering::Relaxed);
     }
 
     /// The process's session-ticket keys, for the next process of an upgrade.

@@ -47,6 +47,8 @@ pub(crate) struct Context {
     pub tracker: TaskTracker,
     /// The worker runtimes accepted connections are handed to, in turn.
     pub workers: Placement,
+    /// HTTP/3 endpoints' keys, and whether the process has handed its sockets over.
+    pub quic: quic::relay::QuicProcess,
 }
 
 pub(crate) async fn accept_loop(listener: TcpListener, config: ListenerConfig, cx: Arc<Context>) {

@@ -39,6 +39,20 @@ label_enum! {
         Rejected => "rejected",
     }
 }
+label_enum! {
+    /// What became of a datagram for the previous process's connections, after an upgrade
+    /// (`edgewarm_quic_relayed_datagrams_total`): passed on to it; or dropped because it was
+    /// behind (its queue full).
+    QuicRelayed {
+        Sent => "sent",
+        Dropped => "dropped",
+    }
+}
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct QuicRelayLabel {
+    pub listener: String,
+    pub result: QuicRelayed,
+}
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct QuicZeroRttLabel {
     pub listener: String,
@@ -85,6 +99,8 @@ pub struct QuicMetrics {
     pub resumed: Family<ListenerLabel, Counter>,
     /// 0-RTT accepted, and tickets refused (whose 0-RTT, if sent, was dropped).
     pub zero_rtt: Family<QuicZeroRttLabel, Counter>,
+    /// Datagrams for the previous process's connections, after an upgrade.
+    pub relayed: Family<QuicRelayLabel, Counter>,
 }
 
 impl QuicMetrics {
@@ -97,6 +113,7 @@ impl QuicMetrics {
             dropped: Family::default(),
             resumed: Family::default(),
             zero_rtt: Family::default(),
+            relayed: Family::default(),
         }
     }
 
@@ -118,6 +135,11 @@ impl QuicMetrics {
             "zero_rtt",
             "Returning HTTP/3 clients' 0-RTT: accepted (early data read), rejected (ticket replayed, expired or unknown; early data dropped)",
             self.zero_rtt.clone(),
+        );
+        r.register(
+            "relayed_datagrams",
+            "After an upgrade, datagrams for the previous process's HTTP/3 connections: sent on to it, or dropped (it was behind)",
+            self.relayed.clone(),
         );
         r.register(
             "dropped_datagrams",

@@ -29,7 +29,9 @@ pub struct Process {
     pub upgrades: Family<ResultLabel, Counter>,
     /// The session-ticket keys, at the moment of a hand-over.
     pub ticket_keys: Box<dyn Fn() -> String + Send + Sync>,
-    /// Stop accepting (the server then drains).
+    /// The HTTP/3 endpoints' keys.
+    pub quic_keys: Box<dyn Fn() -> super::QuicKeys + Send + Sync>,
+    /// Stop accepting (the server then drains), and leave the UDP sockets to the new process.
     pub stop: Box<dyn Fn() + Send + Sync>,
     /// The 0-RTT session stores, taken once accepting has stopped.
     pub sessions: Box<dyn Fn() -> Vec<(String, Exported)> + Send + Sync>,
@@ -103,6 +105,11 @@ async fn hand_over(
     for l in &sockets.listeners {
         fds.push(l.tcp.as_fd());
         fds.extend(l.udp.iter().map(AsFd::as_fd));
+        // Relays go with every UDP socket, or with none.
+        if l.relays.len() != l.udp.len() {
+            return Err(UpgradeError::Protocol(format!("{} relays for {} UDP sockets", l.relays.len(), l.udp.len())));
+        }
+        fds.extend(l.relays.iter().map(AsFd::as_fd));
         listeners.push((l.listen, l.udp.len()));
     }
     if fds.len() > wire::MAX_FDS {
@@ -110,7 +117,9 @@ async fn hand_over(
     }
     let ticket_keys = (process.ticket_keys)();
     let wait_ms = u64::try_from(serving_timeout.as_millis()).unwrap_or(u64::MAX);
-    wire::send(stream, &Msg::Sockets { admin: sockets.admin.0, listeners, ticket_keys, wait_ms }, &fds).await?;
+    let quic = Some((process.quic_keys)());
+    let msg = Msg::Sockets { admin: sockets.admin.0, listeners, ticket_keys, wait_ms, quic, relays: true };
+    wire::send(stream, &msg, &fds).await?;
     expect(stream, serving_timeout, "the new process to serve", |m| matches!(m, Msg::Serving)).await?;
     // Two steps, so that exactly one process stops serving: until the new process has
     // acknowledged, this one may still abandon and serve on (the new one then exits).

@@ -25,9 +25,9 @@
 //! it but does not acknowledge in time is killed by the old one: never two processes serving
 //! side by side for good.
 //!
-//! QUIC connections do not move: both processes read the same UDP sockets, so a datagram of a
-//! connection the old process still has can reach the new one, which answers with a stateless
-//! reset; the client reconnects at once (with 0-RTT when its route allows).
+//! QUIC connections stay with the old process until they drain: once it has stopped accepting
+//! it reads the UDP sockets no more, and the new process relays it their datagrams
+//! ([`crate::listener::quic::relay`], over a Unix datagram pair per socket handed over with it).
 //!
 //! - [`wire`]: the messages, and file descriptors over the stream (`SCM_RIGHTS`).
 //! - [`handover`]: the old side; [`takeover`]: the new side.
@@ -36,8 +36,12 @@ pub mod handover;
 pub mod takeover;
 pub mod wire;
 
+use std::io;
 use std::net::SocketAddr;
 use std::os::fd::OwnedFd;
+use std::os::unix::net::UnixDatagram;
+
+use serde::{Deserialize, Serialize};
 
 /// The sockets one process hands to the next: its own descriptors stay open (these are dups).
 #[derive(Debug)]
@@ -53,6 +57,55 @@ pub struct HandedListener {
     pub tcp: OwnedFd,
     /// HTTP/3: one per worker, in one `SO_REUSEPORT` group.
     pub udp: Vec<OwnedFd>,
+    /// One per UDP socket: the sending end of its relay ([`RelayPair`]); none from a process
+    /// that predates relaying.
+    pub relays: Vec<OwnedFd>,
+}
+
+/// The keys one process's HTTP/3 endpoints share, and hand to the next process.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct QuicKeys {
+    /// Stateless-reset tokens are derived from it (RFC 9000 §10.3).
+    pub reset: [u8; 32],
+    /// Connection IDs are signed with it, after their socket's index.
+    pub cid: u64,
+}
+
+impl QuicKeys {
+    /// Fresh keys for a process that did not take over from another.
+    pub fn random() -> io::Result<Self> {
+        let mut bytes = [0; 40];
+        aws_lc_rs::rand::fill(&mut bytes).map_err(|_| io::Error::other("no random bytes for the QUIC keys"))?;
+        let mut reset = [0; 32];
+        reset.copy_from_slice(&bytes[..32]);
+        let mut cid = [0; 8];
+        cid.copy_from_slice(&bytes[32..]);
+        Ok(Self { reset, cid: u64::from_ne_bytes(cid) })
+    }
+
+    /// The keys of a process taking over from one that used `old`: the same reset key (so
+    /// resets for the old process's connections are believed), a new ID key (so its IDs and
+    /// the old one's are told apart); and the old ID key.
+    pub fn after(old: &Self) -> io::Result<(Self, u64)> {
+        let fresh = Self::random()?;
+        Ok((Self { reset: old.reset, cid: fresh.cid }, old.cid))
+    }
+}
+
+/// One socket's relay, made by the process that binds or adopts the socket: it receives on
+/// `receive` once a newer process relays to it, and hands `send` to that process.
+#[derive(Debug)]
+pub struct RelayPair {
+    pub receive: UnixDatagram,
+    pub send: OwnedFd,
+}
+
+impl RelayPair {
+    pub fn new() -> io::Result<Self> {
+        let (receive, send) = UnixDatagram::pair()?;
+        receive.set_nonblocking(true)?;
+        Ok(Self { receive, send: send.into() })
+    }
 }
 
 #[derive(Debug, thiserror::Error)]

@@ -31,6 +31,8 @@ pub struct Handed {
     pub ticket_keys: String,
     /// How long it waits for this process to serve: warming must end well before.
     pub wait: Duration,
+    /// Its HTTP/3 endpoints' keys, if it has any to give.
+    pub quic: Option<super::QuicKeys>,
 }
 
 /// Connect to the running process at `path` and receive its sockets and ticket keys.
@@ -44,10 +46,11 @@ pub async fn connect(path: &Path) -> Result<(Takeover, Handed), UpgradeError> {
     let (msg, fds) = tokio::time::timeout(SOCKETS_TIMEOUT, wire::recv(&stream, wire::MAX_FROM_OLD))
         .await
         .map_err(|_| UpgradeError::Timeout("the sockets"))??;
-    let Msg::Sockets { admin, listeners, ticket_keys, wait_ms } = msg else {
+    let Msg::Sockets { admin, listeners, ticket_keys, wait_ms, quic, relays } = msg else {
         return Err(UpgradeError::Protocol(format!("{msg:?} instead of the sockets")));
     };
-    let want = 1 + listeners.iter().map(|(_, udp)| 1 + udp).sum::<usize>();
+    let per_udp = if relays { 2 } else { 1 };
+    let want = 1 + listeners.iter().map(|(_, udp)| 1 + per_udp * udp).sum::<usize>();
     if fds.len() != want {
         return Err(UpgradeError::Protocol(format!("{} descriptors for {want} sockets", fds.len())));
     }
@@ -57,11 +60,12 @@ pub async fn connect(path: &Path) -> Result<(Takeover, Handed), UpgradeError> {
     let mut handed = Vec::with_capacity(listeners.len());
     for (listen, udp) in listeners {
         let tcp = next()?;
-        let udp = (0..udp).map(|_| next()).collect::<Result<_, _>>()?;
-        handed.push(HandedListener { listen, tcp, udp });
+        let udp: Vec<_> = (0..udp).map(|_| next()).collect::<Result<_, _>>()?;
+        let relays = if relays { (0..udp.len()).map(|_| next()).collect::<Result<_, _>>()? } else { Vec::new() };
+        handed.push(HandedListener { listen, tcp, udp, relays });
     }
     let sockets = Sockets { admin, listeners: handed };
-    Ok((Takeover { stream }, Handed { sockets, ticket_keys, wait: Duration::from_millis(wait_ms) }))
+    Ok((Takeover { stream }, Handed { sockets, ticket_keys, wait: Duration::from_millis(wait_ms), quic }))
 }
 
 impl Takeover {

@@ -31,7 +31,7 @@ pub enum Msg {
     /// New → old: who is asking.
     Hello { pid: u32, version: String },
     /// Old → new: the sockets, in this order: admin, then each listener's TCP socket followed
-    /// by its `udp` UDP sockets.
+    /// by its `udp` UDP sockets (and, with `relays`, their relays' sending ends).
     /// With them, the process's session-ticket keys (base64 lines), so returning clients
     /// resume on the new process.
     /// `wait_ms`: how long the old process waits for `Serving`; the new one warms for less.
@@ -41,6 +41,12 @@ pub enum Msg {
         ticket_keys: String,
         #[serde(default)]
         wait_ms: u64,
+        /// The HTTP/3 endpoints' keys; absent from a process that predates relaying.
+        #[serde(default)]
+        quic: Option<super::QuicKeys>,
+        /// Each listener's UDP sockets are followed by as many relay ends.
+        #[serde(default)]
+        relays: bool,
     },
     /// New → old: warm and accepting.
     Serving,
@@ -147,7 +153,14 @@ mod tests {
         let (a, b) = UnixStream::pair().unwrap();
         let tcp = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let addr = tcp.local_addr().unwrap();
-        let msg = Msg::Sockets { admin: addr, listeners: vec![(addr, 0)], ticket_keys: String::new(), wait_ms: 1 };
+        let msg = Msg::Sockets {
+            admin: addr,
+            listeners: vec![(addr, 0)],
+            ticket_keys: String::new(),
+            wait_ms: 1,
+            quic: None,
+            relays: true,
+        };
         send(&a, &msg, &[tcp.as_fd()]).await.unwrap();
         let (got, fds) = recv(&b, MAX_FROM_OLD).await.unwrap();
         assert!(matches!(got, Msg::Sockets { admin, .. } if admin == addr));

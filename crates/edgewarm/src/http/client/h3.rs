@@ -8,10 +8,12 @@
 //! one, so a slow client slows the origin instead of growing our buffers; a request body is
 //! read from the stream as the upload to the origin asks for it.
 
+use std::future::Future;
 use std::panic::AssertUnwindSafe;
 use std::pin::{pin, Pin};
 use std::sync::Arc;
 use std::task::{ready, Context, Poll};
+use std::time::Duration;
 
 use bytes::{Buf, Bytes};
 use futures_util::stream::{FuturesUnordered, StreamExt};
@@ -74,8 +76,7 @@ pub(crate) async fn serve(
                 // GOAWAY: requests already accepted finish, later ones are refused unprocessed
                 // (the client may send them again on a new connection).
                 if conn.shutdown(0).await.is_err() || streams.is_empty() {
-                    quic.close(H3_NO_ERROR.into(), b"");
-                    return Ended::Done;
+                    return close_when_delivered(&quic, cut_wait.as_mut()).await;
                 }
             }
             Some(done) = streams.next(), if !streams.is_empty() => {
@@ -83,8 +84,7 @@ pub(crate) async fn serve(
                 // After GOAWAY the connection ends with its last request: h3 would otherwise
                 // wait for the client's own GOAWAY, which not every client sends.
                 if closing && streams.is_empty() {
-                    quic.close(H3_NO_ERROR.into(), b"");
-                    return Ended::Done;
+                    return close_when_delivered(&quic, cut_wait.as_mut()).await;
                 }
             }
             next = conn.accept() => match next {
@@ -92,11 +92,38 @@ pub(crate) async fn serve(
                 Ok(Some(resolver)) => {
                     streams.push(AssertUnwindSafe(request(shared.clone(), resolver)).catch_unwind());
                 }
-                Ok(None) => return Ended::Done,
+                // The client's GOAWAY, its requests answered.
+                Ok(None) => return close_when_delivered(&quic, cut_wait.as_mut()).await,
                 Err(e) => return ended(&quic, e.to_string()),
             },
         }
     }
+}
+
+/// Close a connection whose requests are all answered, once what it sent has arrived: QUIC's
+/// CONNECTION_CLOSE discards whatever is unacknowledged, which would cut the end off the last
+/// response. quinn does not say when a stream is acknowledged, but a connection that has sent
+/// nothing for longer than its probe timeout has nothing unacknowledged: the timeout would have
+/// sent a probe (RFC 9002 §6.2; the timeout is the smoothed RTT, four RTT variations, at most
+/// about two RTTs, and the peer's ACK delay, 25 ms by default). So wait for that, for the
+/// client's own close, or for the cut.
+async fn close_when_delivered(quic: &quinn::Connection, mut cut: Pin<&mut impl Future<Output = ()>>) -> Ended {
+    let mut sent = quic.stats().udp_tx.datagrams;
+    loop {
+        let quiet = quic.rtt() * 3 + Duration::from_millis(100);
+        tokio::select! {
+            _ = quic.closed() => return Ended::Done,
+            () = &mut cut => break,
+            () = tokio::time::sleep(quiet) => {}
+        }
+        let now = quic.stats().udp_tx.datagrams;
+        if now == sent {
+            break;
+        }
+        sent = now;
+    }
+    quic.close(H3_NO_ERROR.into(), b"");
+    Ended::Done
 }
 
 /// How a connection whose h3 layer failed ended: a close by the client (any code: aioquic

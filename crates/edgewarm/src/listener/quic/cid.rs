@@ -22,12 +22,44 @@ const HASHED_LEN: usize = 8;
 pub(crate) struct SocketCids {
     socket: u8,
     inner: HashedConnectionIdGenerator,
+    /// The previous process's, after an upgrade: its IDs are valid here too, so that once it
+    /// has gone quinn answers them with a stateless reset ([`super::relay`]).
+    previous: Option<PreviousCids>,
 }
 
 impl SocketCids {
-    /// IDs for the socket at `socket` in the group, signed with `key`.
+    /// IDs for the socket at `socket` in the group, signed with `key`; `previous`, the ID key of
+    /// the process this one took over from.
+    pub(crate) fn new(socket: u8, key: u64, previous: Option<u64>) -> Self {
+        let previous = previous.map(|key| PreviousCids::new(socket, key));
+        Self { socket, inner: HashedConnectionIdGenerator::from_key(key), previous }
+    }
+}
+
+/// Tells the IDs one socket's endpoint issued in the previous process.
+pub(crate) struct PreviousCids {
+    socket: u8,
+    inner: HashedConnectionIdGenerator,
+}
+
+impl PreviousCids {
     pub(crate) fn new(socket: u8, key: u64) -> Self {
         Self { socket, inner: HashedConnectionIdGenerator::from_key(key) }
+    }
+
+    /// Whether `id` (a packet's destination connection ID) is one of them.
+    pub(crate) fn issued(&self, id: &[u8]) -> bool {
+        signed(self.socket, &self.inner, id)
+    }
+}
+
+/// `id` begins with `socket` and the rest is signed by `inner`'s key.
+fn signed(socket: u8, inner: &HashedConnectionIdGenerator, id: &[u8]) -> bool {
+    match id.split_first() {
+        Some((&first, hashed)) if first == socket && hashed.len() == HASHED_LEN => {
+            inner.validate(&ConnectionId::new(hashed)).is_ok()
+        }
+        _ => false,
     }
 }
 
@@ -41,11 +73,10 @@ impl ConnectionIdGenerator for SocketCids {
     }
 
     fn validate(&self, cid: &ConnectionId) -> Result<(), InvalidCid> {
-        match cid.split_first() {
-            Some((&socket, hashed)) if socket == self.socket && hashed.len() == HASHED_LEN => {
-                self.inner.validate(&ConnectionId::new(hashed))
-            }
-            _ => Err(InvalidCid),
+        if signed(self.socket, &self.inner, cid) || self.previous.as_ref().is_some_and(|p| p.issued(cid)) {
+            Ok(())
+        } else {
+            Err(InvalidCid)
         }
     }
 
@@ -64,8 +95,8 @@ mod tests {
 
     #[test]
     fn ids_begin_with_their_socket_and_only_their_own_validate() {
-        let mut three = SocketCids::new(3, 7);
-        let mut four = SocketCids::new(4, 7);
+        let mut three = SocketCids::new(3, 7, None);
+        let mut four = SocketCids::new(4, 7, None);
         let a = three.generate_cid();
         let b = three.generate_cid();
         assert_eq!((a.len(), a[0], b[0]), (CID_LEN, 3, 3));
@@ -78,5 +109,20 @@ mod tests {
         assert!(three.validate(&ConnectionId::new(&forged)).is_err(), "a forged ID");
         assert!(three.validate(&ConnectionId::new(&a[..HASHED_LEN])).is_err(), "a short ID");
         assert_eq!(four.generate_cid()[0], 4);
+    }
+
+    #[test]
+    fn after_an_upgrade_the_old_processs_ids_are_told_apart_and_still_valid() {
+        let mut old = SocketCids::new(2, 11, None);
+        let mut new = SocketCids::new(2, 12, Some(11));
+        let previous = PreviousCids::new(2, 11);
+        let (theirs, ours) = (old.generate_cid(), new.generate_cid());
+        assert!(previous.issued(&theirs));
+        assert!(!previous.issued(&ours), "the new process's own");
+        assert!(!previous.issued(&SocketCids::new(3, 11, None).generate_cid()), "another socket's");
+        assert!(new.validate(&theirs).is_ok(), "so quinn resets it once the old process has gone");
+        assert!(new.validate(&ours).is_ok());
+        assert!(old.validate(&ours).is_err());
+        assert!(!previous.issued(&[2; 20]), "a client's own first ID");
     }
 }

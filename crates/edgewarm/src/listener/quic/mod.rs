@@ -6,10 +6,13 @@
 //! rules ([`tls`]) → on a worker, like a TCP connection → the route's HTTP/3 driver
 //! ([`crate::action::http::serve_quic`]) → one access-log line with `alpn=h3`.
 //!
-//! One endpoint per worker ([`serve`]), each with its own socket on the shared port. Datagrams that cannot be QUIC for us are counted as they arrive
-//! ([`socket`]) and dropped by quinn before they cost more than a parse.
+//! One endpoint per worker ([`serve`]), each with its own socket on the shared port. Datagrams
+//! that cannot be QUIC for us are counted as they arrive ([`socket`]) and dropped by quinn
+//! before they cost more than a parse. Across an upgrade, the new process relays the old one's
+//! datagrams to it ([`relay`]).
 
 mod cid;
+pub(crate) mod relay;
 mod socket;
 mod tls;
 mod zero_rtt;
@@ -27,7 +30,8 @@ use crate::config::{EarlyData as EarlyDataConfig, ListenerConfig};
 use crate::error::CloseReason;
 use crate::http::early::{EarlyData, QuicHandshake};
 use crate::metrics::{
-    ListenerLabel, QuicHandshake as Outcome, QuicResult, QuicRouteLabel, QuicZeroRttLabel, RouteName, ZeroRtt,
+    ListenerLabel, QuicHandshake as Outcome, QuicRelayLabel, QuicRelayed, QuicResult, QuicRouteLabel, QuicZeroRttLabel,
+    RouteName, ZeroRtt,
 };
 use crate::route::RouteAction;
 
@@ -59,6 +63,8 @@ pub(crate) type Loop = std::pin::Pin<Box<dyn std::future::Future<Output = ()> + 
 /// attached when the sockets are bound), and each endpoint's IDs name its socket ([`cid`]).
 pub(crate) fn serve(
     sockets: Vec<std::net::UdpSocket>,
+    relays: Vec<crate::upgrade::RelayPair>,
+    to_old: Vec<std::os::fd::OwnedFd>,
     config: &ListenerConfig,
     cx: &Arc<Context>,
     sessions: Arc<crate::tls::sessions::SessionStore>,
@@ -85,13 +91,13 @@ pub(crate) fn serve(
         handshaking: Arc::new(AtomicUsize::new(0)),
     });
     let mut loops: Vec<Loop> = Vec::new();
-    let mut key = [0; 8];
-    aws_lc_rs::rand::fill(&mut key).map_err(|_| std::io::Error::other("no random bytes for connection IDs"))?;
-    let cid_key = u64::from_ne_bytes(key);
-    for (i, socket) in sockets.into_iter().enumerate() {
-        let (server, shared, cx2) = (server.clone(), shared.clone(), cx.clone());
+    let keys = Arc::new(cx.quic.keys());
+    let mut to_old = to_old.into_iter();
+    for ((i, socket), pair) in sockets.into_iter().enumerate().zip(relays) {
+        let (server, shared, cx2, keys) = (server.clone(), shared.clone(), cx.clone(), keys.clone());
+        let to_old = to_old.next();
         let run = async move {
-            match endpoint(socket, i, cid_key, server, &cx2) {
+            match endpoint(socket, i, (pair, to_old), &keys, server, &cx2) {
                 Ok(endpoint) => accept_loop(endpoint, shared, cx2).await,
                 Err(e) => tracing::error!(error = %e, "cannot serve HTTP/3 on a worker"),
             }
@@ -116,17 +122,38 @@ pub(crate) fn serve(
 fn endpoint(
     socket: std::net::UdpSocket,
     index: usize,
-    cid_key: u64,
+    (pair, to_old): (crate::upgrade::RelayPair, Option<std::os::fd::OwnedFd>),
+    (keys, previous): &(crate::upgrade::QuicKeys, Option<u64>),
     server: quinn::ServerConfig,
     cx: &Context,
 ) -> std::io::Result<quinn::Endpoint> {
     let listener = socket.local_addr()?.to_string();
     let socket = quinn::Runtime::wrap_udp_socket(&quinn::TokioRuntime, socket)?;
-    let socket = Arc::new(socket::Counted::new(socket, &cx.metrics.quic, &listener));
-    let mut config = quinn::EndpointConfig::default();
-    // Past 255 sockets a byte cannot name one: those connections' packets go by the hash.
-    if let Ok(index) = u8::try_from(index) {
-        config.cid_generator(move || Box::new(cid::SocketCids::new(index, cid_key)));
+    // Past 255 sockets a byte cannot name one: those connections' packets go by the hash, and
+    // are not relayed across an upgrade.
+    let index = u8::try_from(index).ok();
+    let relayed =
+        |result| cx.metrics.quic.relayed.get_or_create(&QuicRelayLabel { listener: listener.clone(), result }).clone();
+    let to_old = match (to_old, previous, index) {
+        (Some(fd), Some(key), Some(index)) => Some(relay::ToOld::new(
+            fd,
+            cid::PreviousCids::new(index, *key),
+            relayed(QuicRelayed::Sent),
+            relayed(QuicRelayed::Dropped),
+        )?),
+        _ => None,
+    };
+    let relay = socket::Relay {
+        from_next: tokio::net::UnixDatagram::from_std(pair.receive)?,
+        handed_over: cx.quic.handed_over.clone(),
+        to_old,
+    };
+    let socket = Arc::new(socket::Counted::new(socket, &cx.metrics.quic, &listener, relay));
+    let reset = aws_lc_rs::hmac::Key::new(aws_lc_rs::hmac::HMAC_SHA256, &keys.reset);
+    let mut config = quinn::EndpointConfig::new(Arc::new(reset));
+    if let Some(index) = index {
+        let (key, previous) = (keys.cid, *previous);
+        config.cid_generator(move || Box::new(cid::SocketCids::new(index, key, previous)));
     }
     quinn::Endpoint::new_with_abstract_socket(config, Some(server), socket, Arc::new(quinn::TokioRuntime))
 }

@@ -1,18 +1,23 @@
 //! The HTTP/3 listener's UDP socket: quinn's own (GSO and GRO where the kernel has them),
-//! wrapped to count the datagrams that cannot be QUIC for us. quinn drops those silently; an
-//! internet-facing UDP port needs them seen. [`check`] is a pure function over one datagram.
+//! wrapped to count the datagrams that cannot be QUIC for us (quinn drops those silently; an
+//! internet-facing UDP port needs them seen), and to relay datagrams between the two processes
+//! of an upgrade ([`super::relay`]). [`check`] and [`destination_id`] are pure functions over
+//! one datagram.
 
 use std::fmt;
 use std::io::{self, IoSliceMut};
 use std::net::SocketAddr;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::task::{Context, Poll};
+use std::task::{ready, Context, Poll};
 
 use prometheus_client::metrics::counter::Counter;
 use quinn::udp::{RecvMeta, Transmit};
 use quinn::{AsyncUdpSocket, UdpPoller};
 
+use super::cid::CID_LEN;
+use super::relay::{self, ToOld};
 use crate::metrics::{QuicDropped, QuicDroppedLabel, QuicMetrics};
 
 /// Why a datagram cannot be a QUIC packet for this endpoint (RFC 9000 §17, §14.1).
@@ -57,16 +62,42 @@ pub(crate) fn check(d: &[u8]) -> Option<Unusable> {
     None
 }
 
-/// quinn's socket, counting unusable datagrams as they are received (quinn then drops them).
+/// The destination connection ID of a packet to us, if the datagram is long enough to hold
+/// one of ours: in a short header, the bytes after the flags; in a long header, the ID whose
+/// length it gives, if that is ours.
+pub(crate) fn destination_id(d: &[u8]) -> Option<&[u8]> {
+    let first = *d.first()?;
+    if first & 0x80 == 0 {
+        return d.get(1..1 + CID_LEN);
+    }
+    if usize::from(*d.get(5)?) != CID_LEN {
+        return None;
+    }
+    d.get(6..6 + CID_LEN)
+}
+
+/// The two ends of an upgrade, as one socket's endpoint sees them.
+pub(crate) struct Relay {
+    /// Datagrams a newer process passes on once this one has handed over.
+    pub from_next: tokio::net::UnixDatagram,
+    /// Set when this process hands over: the socket is then the newer process's to read.
+    pub handed_over: Arc<AtomicBool>,
+    /// After taking over: the older process's connections.
+    pub to_old: Option<ToOld>,
+}
+
+/// quinn's socket, counting unusable datagrams as they are received (quinn then drops them),
+/// and relaying across an upgrade.
 pub(crate) struct Counted {
     inner: Arc<dyn AsyncUdpSocket>,
     truncated: Counter,
     malformed: Counter,
     small_initial: Counter,
+    relay: Relay,
 }
 
 impl Counted {
-    pub(crate) fn new(inner: Arc<dyn AsyncUdpSocket>, metrics: &QuicMetrics, listener: &str) -> Self {
+    pub(crate) fn new(inner: Arc<dyn AsyncUdpSocket>, metrics: &QuicMetrics, listener: &str, relay: Relay) -> Self {
         let counter = |reason| {
             metrics.dropped.get_or_create(&QuicDroppedLabel { listener: listener.to_string(), reason }).clone()
         };
@@ -75,6 +106,81 @@ impl Counted {
             truncated: counter(QuicDropped::Truncated),
             malformed: counter(QuicDropped::Malformed),
             small_initial: counter(QuicDropped::SmallInitial),
+            relay,
+        }
+    }
+
+    /// Count what quinn will drop; after a takeover, take out the old process's datagrams and
+    /// send them on. How many buffers are left (moved to the front).
+    fn sort(&self, bufs: &mut [IoSliceMut<'_>], meta: &mut [RecvMeta], n: usize) -> usize {
+        let Some(old) = &self.relay.to_old else {
+            for (buf, m) in bufs.iter().zip(meta.iter()).take(n) {
+                // With GRO one buffer holds several datagrams, `stride` bytes apart.
+                for datagram in buf[..m.len.min(buf.len())].chunks(m.stride.max(1)) {
+                    self.count(datagram);
+                }
+            }
+            return n;
+        };
+        let mut kept = 0;
+        for i in 0..n {
+            let m = meta[i];
+            let (len, stride) = (m.len.min(bufs[i].len()), m.stride.max(1));
+            // The datagrams that stay are moved down over those taken; all but the last are
+            // still `stride` long, as GRO has them.
+            let (mut read, mut write) = (0, 0);
+            while read < len {
+                let end = (read + stride).min(len);
+                self.count(&bufs[i][read..end]);
+                if !old.take(&bufs[i][read..end], &m) {
+                    bufs[i].copy_within(read..end, write);
+                    write += end - read;
+                }
+                read = end;
+            }
+            if write == 0 {
+                continue;
+            }
+            if kept != i {
+                let (front, back) = bufs.split_at_mut(i);
+                front[kept][..write].copy_from_slice(&back[0][..write]);
+            }
+            meta[kept] = RecvMeta { len: write, ..m };
+            kept += 1;
+        }
+        kept
+    }
+
+    /// Datagrams relayed by a newer process, as many as there are buffers.
+    fn poll_relayed(
+        &self,
+        cx: &mut Context,
+        bufs: &mut [IoSliceMut<'_>],
+        meta: &mut [RecvMeta],
+    ) -> Poll<io::Result<usize>> {
+        let from = &self.relay.from_next;
+        loop {
+            ready!(from.poll_recv_ready(cx))?;
+            let mut n = 0;
+            while n < bufs.len() {
+                match from.try_recv(&mut bufs[n]) {
+                    Ok(len) => {
+                        if let Some(m) = relay::unwrap_in_place(&mut bufs[n][..len]) {
+                            meta[n] = m;
+                            n += 1;
+                        }
+                    }
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                    Err(e) => {
+                        // Never quinn's error: that would end the endpoint and every connection.
+                        tracing::warn!(error = %e, "HTTP/3: cannot read datagrams relayed by the new process");
+                        return if n > 0 { Poll::Ready(Ok(n)) } else { Poll::Pending };
+                    }
+                }
+            }
+            if n > 0 {
+                return Poll::Ready(Ok(n));
+            }
         }
     }
 
@@ -110,18 +216,19 @@ impl AsyncUdpSocket for Counted {
         bufs: &mut [IoSliceMut<'_>],
         meta: &mut [RecvMeta],
     ) -> Poll<io::Result<usize>> {
-        let n = match self.inner.poll_recv(cx, bufs, meta) {
-            Poll::Ready(Ok(n)) => n,
-            other => return other,
-        };
-        for (buf, m) in bufs.iter().zip(meta.iter()).take(n) {
-            // With GRO one buffer holds several datagrams, `stride` bytes apart.
-            let stride = m.stride.max(1);
-            for datagram in buf[..m.len.min(buf.len())].chunks(stride) {
-                self.count(datagram);
+        // Once handed over, the socket is the newer process's: what is ours comes relayed.
+        while !self.relay.handed_over.load(Ordering::Relaxed) {
+            match self.inner.poll_recv(cx, bufs, meta) {
+                Poll::Ready(Ok(n)) => match self.sort(bufs, meta, n) {
+                    0 => continue,
+                    kept => return Poll::Ready(Ok(kept)),
+                },
+                Poll::Pending => break,
+                Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),
             }
         }
-        Poll::Ready(Ok(n))
+        // Polled even before any upgrade, so that the first relayed datagram wakes the endpoint.
+        self.poll_relayed(cx, bufs, meta)
     }
 
     fn local_addr(&self) -> io::Result<SocketAddr> {
@@ -152,6 +259,19 @@ mod tests {
         d.extend_from_slice(scid);
         d.resize(len.max(d.len()), 0);
         d
+    }
+
+    #[test]
+    fn the_destination_id_is_found_in_either_header() {
+        let id = [9u8; CID_LEN];
+        let mut short = vec![0x40];
+        short.extend_from_slice(&id);
+        short.extend_from_slice(&[0; 20]);
+        assert_eq!(destination_id(&short), Some(&id[..]));
+        assert_eq!(destination_id(&short[..CID_LEN]), None, "cut short");
+        assert_eq!(destination_id(&long(0xe0, &id, &[2; 8], 100)), Some(&id[..]));
+        assert_eq!(destination_id(&long(0xc0, &[1; 8], &[2; 8], 1200)), None, "not one of ours: a client's own");
+        assert_eq!(destination_id(&[]), None);
     }
 
     #[test]

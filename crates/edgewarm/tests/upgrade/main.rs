@@ -14,6 +14,8 @@ use sha2::{Digest, Sha256};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
+mod quic;
+
 const BIN: &str = env!("CARGO_BIN_EXE_edgewarm");
 
 /// Every test here ends within this, whatever hangs (a client, a tunnel, a process that never
@@ -447,8 +449,15 @@ async fn a_new_process_the_old_one_does_not_release_exits() {
         let (stream, _) = socket.accept().await.unwrap();
         let (hello, _) = wire::recv(&stream, wire::MAX_FROM_NEW).await.unwrap();
         assert!(matches!(hello, Msg::Hello { .. }), "{hello:?}");
-        let sockets =
-            Msg::Sockets { admin: s.admin, listeners: vec![(s.edge, 0)], ticket_keys: String::new(), wait_ms: 40_000 };
+        // As from a process that predates relaying QUIC datagrams.
+        let sockets = Msg::Sockets {
+            admin: s.admin,
+            listeners: vec![(s.edge, 0)],
+            ticket_keys: String::new(),
+            wait_ms: 40_000,
+            quic: None,
+            relays: false,
+        };
         wire::send(&stream, &sockets, &[admin.as_fd(), edge.as_fd()]).await.unwrap();
         let (serving, _) = wire::recv(&stream, wire::MAX_FROM_NEW).await.unwrap();
         assert!(matches!(serving, Msg::Serving), "{serving:?}");

@@ -1,0 +1,201 @@
+//! QUIC connections across an upgrade ([`crate::upgrade`]).
+//!
+//! Both processes hold the same UDP sockets, and a datagram goes to whichever process reads it
+//! first. So once the old process has handed over, it stops reading them; the new one reads
+//! everything and passes each datagram addressed to one of the old process's connection IDs on
+//! to it, over a Unix datagram pair made for each socket (the old process keeps the receiving
+//! end, and hands the sending end over with the socket). The old process serves its
+//! connections until they drain, sending on its own descriptors of the same sockets.
+//!
+//! The old process's IDs are told apart by its connection-ID key, which goes with the sockets
+//! ([`QuicKeys`]): a client's own random first ID passes for one with a chance of 2^-32. The
+//! stateless-reset key goes too, and the new process keeps it: once the old process has gone,
+//! the new one answers its clients' packets with resets they believe, and they reconnect at
+//! once instead of waiting out their idle timeout.
+
+use std::io;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::os::fd::OwnedFd;
+use std::os::unix::net::UnixDatagram;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+
+use prometheus_client::metrics::counter::Counter;
+use quinn::udp::{EcnCodepoint, RecvMeta};
+
+use super::cid::PreviousCids;
+use crate::upgrade::QuicKeys;
+
+/// The process's QUIC keys and whether it has handed its sockets over, shared by every
+/// HTTP/3 endpoint it runs.
+#[derive(Debug)]
+pub(crate) struct QuicProcess {
+    /// Its own keys, and the ID key of the process it took over from.
+    keys: Mutex<(QuicKeys, Option<u64>)>,
+    /// Set once this process has handed over: its endpoints stop reading the sockets.
+    pub handed_over: Arc<AtomicBool>,
+}
+
+impl QuicProcess {
+    pub(crate) fn new() -> io::Result<Self> {
+        Ok(Self { keys: Mutex::new((QuicKeys::random()?, None)), handed_over: Arc::default() })
+    }
+
+    /// This process's keys, and the previous process's ID key.
+    pub(crate) fn keys(&self) -> (QuicKeys, Option<u64>) {
+        self.keys.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    /// Take over from a process whose keys were `old` (before any endpoint starts).
+    pub(crate) fn adopt(&self, old: &QuicKeys) -> io::Result<()> {
+        let (own, previous) = QuicKeys::after(old)?;
+        *self.keys.lock().unwrap_or_else(|p| p.into_inner()) = (own, Some(previous));
+        Ok(())
+    }
+}
+
+/// Before each relayed datagram: version, ECN bits, the client's address (family, 16 address
+/// bytes, port) and the address it was sent to (family or 0, 16 bytes).
+pub(crate) const HEADER: usize = 38;
+const VERSION: u8 = 1;
+
+fn put_ip(out: &mut [u8], ip: IpAddr) {
+    match ip {
+        IpAddr::V4(v4) => {
+            out[0] = 4;
+            out[1..5].copy_from_slice(&v4.octets());
+        }
+        IpAddr::V6(v6) => {
+            out[0] = 6;
+            out[1..17].copy_from_slice(&v6.octets());
+        }
+    }
+}
+
+fn get_ip(b: &[u8]) -> Option<Option<IpAddr>> {
+    let mut v6 = [0; 16];
+    v6.copy_from_slice(&b[1..17]);
+    match b[0] {
+        0 => Some(None),
+        4 => Some(Some(IpAddr::V4(Ipv4Addr::new(b[1], b[2], b[3], b[4])))),
+        6 => Some(Some(IpAddr::V6(Ipv6Addr::from(v6)))),
+        _ => None,
+    }
+}
+
+/// The header for a datagram received with `meta`.
+pub(crate) fn header(meta: &RecvMeta) -> [u8; HEADER] {
+    let mut h = [0; HEADER];
+    h[0] = VERSION;
+    h[1] = meta.ecn.map_or(0, |e| e as u8);
+    put_ip(&mut h[2..19], meta.addr.ip());
+    h[19..21].copy_from_slice(&meta.addr.port().to_be_bytes());
+    if let Some(ip) = meta.dst_ip {
+        put_ip(&mut h[21..38], ip);
+    }
+    h
+}
+
+/// A relayed message, read into `buf`: the datagram moved to the front, and its metadata. None
+/// for anything else (never sent by us).
+pub(crate) fn unwrap_in_place(buf: &mut [u8]) -> Option<RecvMeta> {
+    if buf.len() <= HEADER || buf[0] != VERSION {
+        return None;
+    }
+    let ecn = EcnCodepoint::from_bits(buf[1]);
+    let ip = get_ip(&buf[2..19])??;
+    let port = u16::from_be_bytes([buf[19], buf[20]]);
+    let dst_ip = get_ip(&buf[21..38])?;
+    let len = buf.len() - HEADER;
+    buf.copy_within(HEADER.., 0);
+    Some(RecvMeta { addr: SocketAddr::new(ip, port), len, stride: len, ecn, dst_ip })
+}
+
+/// The new side: datagrams for the old process's connections, sent on to it.
+pub(crate) struct ToOld {
+    socket: UnixDatagram,
+    ids: PreviousCids,
+    /// The old process has exited: its connections' packets go to quinn, which resets them.
+    gone: AtomicBool,
+    pub sent: Counter,
+    pub dropped: Counter,
+}
+
+impl ToOld {
+    pub(crate) fn new(send: OwnedFd, ids: PreviousCids, sent: Counter, dropped: Counter) -> io::Result<Self> {
+        let socket = UnixDatagram::from(send);
+        socket.set_nonblocking(true)?;
+        Ok(Self { socket, ids, gone: AtomicBool::new(false), sent, dropped })
+    }
+
+    /// Whether `datagram` (received with `meta`) was the old process's, and so taken here: sent
+    /// on, or dropped when the old process is behind (as a full queue anywhere on a path drops).
+    pub(crate) fn take(&self, datagram: &[u8], meta: &RecvMeta) -> bool {
+        if self.gone.load(Ordering::Relaxed) {
+            return false;
+        }
+        let Some(id) = super::socket::destination_id(datagram) else { return false };
+        if !self.ids.issued(id) {
+            return false;
+        }
+        let mut message = Vec::with_capacity(HEADER + datagram.len());
+        message.extend_from_slice(&header(meta));
+        message.extend_from_slice(datagram);
+        match self.socket.send(&message) {
+            Ok(_) => {
+                self.sent.inc();
+            }
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                self.dropped.inc();
+            }
+            Err(e) => {
+                self.gone.store(true, Ordering::Relaxed);
+                tracing::info!(error = %e, "the previous process has gone: its HTTP/3 clients are reset");
+                return false;
+            }
+        }
+        true
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_relayed_datagram_comes_out_as_it_went_in() {
+        for (addr, dst) in [
+            ("192.0.2.7:4433", Some("198.51.100.1")),
+            ("[2001:db8::5]:65535", Some("2001:db8::1")),
+            ("127.0.0.1:1", None),
+        ] {
+            let meta = RecvMeta {
+                addr: addr.parse().unwrap(),
+                len: 0,
+                stride: 0,
+                ecn: Some(EcnCodepoint::Ce),
+                dst_ip: dst.map(|d| d.parse().unwrap()),
+            };
+            let datagram = b"\x40 a short-header packet";
+            let mut buf = header(&meta).to_vec();
+            buf.extend_from_slice(datagram);
+            let got = unwrap_in_place(&mut buf).unwrap();
+            assert_eq!((got.addr, got.ecn, got.dst_ip), (meta.addr, meta.ecn, meta.dst_ip));
+            assert_eq!((got.len, got.stride), (datagram.len(), datagram.len()));
+            assert_eq!(&buf[..got.len], datagram);
+        }
+        assert!(unwrap_in_place(&mut [VERSION; HEADER]).is_none(), "no datagram");
+        let mut bad = [0u8; HEADER + 4];
+        bad[0] = VERSION;
+        bad[2] = 5;
+        assert!(unwrap_in_place(&mut bad).is_none(), "no such address family");
+    }
+
+    #[test]
+    fn a_process_taking_over_keeps_the_reset_key_and_knows_the_old_id_key() {
+        let old = QuicKeys::random().unwrap();
+        let (new, previous) = QuicKeys::after(&old).unwrap();
+        assert_eq!((new.reset, previous), (old.reset, old.cid));
+        assert_ne!(new.cid, old.cid);
+    }
+}
