@@ -20,7 +20,7 @@ bench_workdir
 bench_http_pki
 origin=18743 edge=19743 admin=19990
 "$lab" origin --listen 127.0.0.1:$origin --cert "$dir/origin.test.pem" --key "$dir/origin.test.key" 2>/dev/null & pids+=($!)
-bench_http_edge $edge $admin $origin | sed "s/{listen: \"127.0.0.1:$edge\"}/{listen: \"127.0.0.1:$edge\", http3: true}/" > "$dir/edge.yaml"
+BENCH_HTTP3=1 bench_http_edge $edge $admin $origin > "$dir/edge.yaml"
 RUST_LOG=warn "$edgewarm" run --config "$dir/edge.yaml" 2>"$dir/edge.log" & pids+=($!); pid=$!
 wait_ports $origin $edge
 spki=$(openssl x509 -pubkey -noout -in "$dir/b.test.pem" | openssl pkey -pubin -outform der | openssl dgst -sha256 -binary | base64)

@@ -33,7 +33,7 @@ ip netns exec $B sh -c 'echo 2 > /sys/class/net/ewbench-b/queues/rx-0/rps_cpus'
 origin=18743 edge=19743 admin=19990
 bench_h2_origin $origin 1
 sed -i "s/listen 127.0.0.1:$origin/listen 10.77.0.2:$origin/" "$dir/origin.conf"
-bench_http_edge $edge $admin $origin | sed -e "s/{listen: \"127.0.0.1:$edge\"}/{listen: \"10.77.0.1:$edge\", http3: true}/" \
+BENCH_HTTP3=1 bench_http_edge $edge $admin $origin | sed -e "s/listen: \"127.0.0.1:$edge\"/listen: \"10.77.0.1:$edge\"/" \
   -e "s/origin: \"127.0.0.1:$origin\"/origin: \"10.77.0.2:$origin\"/" -e '1i workers: 1' > "$dir/edge.yaml"
 taskset -c 1 ip netns exec $B nginx -c "$dir/origin.conf" & pids+=($!)
 taskset -c 0 ip netns exec $A env RUST_LOG=warn "$edgewarm" run --config "$dir/edge.yaml" 2>"$dir/edge.log" & pids+=($!); pid=$!

@@ -21,7 +21,7 @@ bench_workdir
 bench_http_pki
 origin=18743 edge=19743 admin=19990
 bench_h2_origin $origin 2
-bench_http_edge $edge $admin $origin | sed "s/{listen: \"127.0.0.1:$edge\"}/{listen: \"127.0.0.1:$edge\", http3: true}/" > "$dir/edge.yaml"
+BENCH_HTTP3=1 bench_http_edge $edge $admin $origin > "$dir/edge.yaml"
 nginx -c "$dir/origin.conf" & pids+=($!)
 RUST_LOG=warn "$edgewarm" run --config "$dir/edge.yaml" 2>"$dir/edge.log" & pids+=($!); pid=$!
 wait_ports $origin $edge

@@ -19,7 +19,7 @@ origin=18743 edge=19743 admin=19990
 bench_h2_origin $origin 2
 head -c 20000000 /dev/urandom > "$dir/big"
 sed -i "s#location / {#location /big { alias $dir/big; } location / {#" "$dir/origin.conf"
-bench_http_edge $edge $admin $origin | sed "s/{listen: \"127.0.0.1:$edge\"}/{listen: \"127.0.0.1:$edge\", http3: true}/" > "$dir/edge.yaml"
+BENCH_HTTP3=1 bench_http_edge $edge $admin $origin > "$dir/edge.yaml"
 nginx -c "$dir/origin.conf" & pids+=($!)
 # one BINARY: the edge from BINARY, 15 s of page loads with three upgrades in them; prints a row.
 one() {

@@ -1,4 +1,5 @@
-//! Clients: a real ClientHello, a rustls TLS client, a hyper HTTP client.
+//! Clients: a real ClientHello, a rustls TLS client, a hyper HTTP client, HTTP/3 clients
+//! (aioquic's, and a quinn endpoint for h3 in Rust).
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -119,6 +120,28 @@ impl HttpClient {
         let bytes = body.collect().await?.to_bytes().to_vec();
         Ok((parts, bytes))
     }
+}
+
+/// A quinn client endpoint on 127.0.0.1 for HTTP/3 (TLS 1.3, ALPN h3, aws-lc-rs as the edge
+/// has it) that trusts `ca`, with `transport` as its QUIC settings.
+pub fn h3_endpoint(
+    ca: &rustls::pki_types::CertificateDer<'static>,
+    transport: quinn::TransportConfig,
+) -> quinn::Endpoint {
+    let mut roots = rustls::RootCertStore::empty();
+    roots.add(ca.clone()).expect("the CA certificate");
+    let mut tls = rustls::ClientConfig::builder_with_provider(Arc::new(rustls::crypto::aws_lc_rs::default_provider()))
+        .with_protocol_versions(&[&rustls::version::TLS13])
+        .expect("TLS 1.3")
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    tls.alpn_protocols = vec![b"h3".to_vec()];
+    let crypto = quinn::crypto::rustls::QuicClientConfig::try_from(tls).expect("a QUIC TLS config");
+    let mut client = quinn::ClientConfig::new(Arc::new(crypto));
+    client.transport_config(Arc::new(transport));
+    let mut endpoint = quinn::Endpoint::client(([127, 0, 0, 1], 0).into()).expect("a UDP socket on 127.0.0.1");
+    endpoint.set_default_client_config(client);
+    endpoint
 }
 
 /// aioquic's HTTP/3 client (`h3client.py`, run with `python3`; scripts/deps.sh installs

@@ -195,18 +195,7 @@ async fn a_client_whose_port_changes_keeps_its_connection() {
     let fx = fixture();
     let (origin, _) = h2_origin(&fx.origin, H2Opts::default()).await;
     let edge = edge(&fx.route(origin, ""), "workers: 4\n", "http3: true").await;
-    let mut roots = rustls::RootCertStore::empty();
-    roots.add(fx.edge.ca_der.clone()).unwrap();
-    let mut tls =
-        rustls::ClientConfig::builder_with_provider(std::sync::Arc::new(rustls::crypto::aws_lc_rs::default_provider()))
-            .with_protocol_versions(&[&rustls::version::TLS13])
-            .unwrap()
-            .with_root_certificates(roots)
-            .with_no_client_auth();
-    tls.alpn_protocols = vec![b"h3".to_vec()];
-    let crypto = quinn::crypto::rustls::QuicClientConfig::try_from(tls).unwrap();
-    let mut endpoint = quinn::Endpoint::client(([127, 0, 0, 1], 0).into()).unwrap();
-    endpoint.set_default_client_config(quinn::ClientConfig::new(std::sync::Arc::new(crypto)));
+    let endpoint = common::h3_endpoint(&fx.edge.ca_der, quinn::TransportConfig::default());
     let conn = endpoint.connect(edge.addr, "b.test").unwrap().await.unwrap();
     let (mut driver, mut send) = ::h3::client::new(h3_quinn::Connection::new(conn.clone())).await.unwrap();
     let drive = tokio::spawn(async move { std::future::poll_fn(|cx| driver.poll_close(cx)).await });

@@ -21,21 +21,9 @@ type SendRequest = ::h3::client::SendRequest<h3_quinn::OpenStreams, bytes::Bytes
 /// An HTTP/3 client connection to the edge for `h.test` (its driver runs in a task), sending a
 /// PING every `keep_alive` if given.
 async fn h3_connect(s: &Setup, keep_alive: Option<Duration>) -> (quinn::Endpoint, quinn::Connection, SendRequest) {
-    let mut roots = rustls::RootCertStore::empty();
-    roots.add(s.edge_certs.ca_der.clone()).unwrap();
-    let mut tls = rustls::ClientConfig::builder_with_provider(Arc::new(rustls::crypto::aws_lc_rs::default_provider()))
-        .with_protocol_versions(&[&rustls::version::TLS13])
-        .unwrap()
-        .with_root_certificates(roots)
-        .with_no_client_auth();
-    tls.alpn_protocols = vec![b"h3".to_vec()];
-    let crypto = quinn::crypto::rustls::QuicClientConfig::try_from(tls).unwrap();
-    let mut client = quinn::ClientConfig::new(Arc::new(crypto));
     let mut transport = quinn::TransportConfig::default();
     transport.keep_alive_interval(keep_alive);
-    client.transport_config(Arc::new(transport));
-    let mut endpoint = quinn::Endpoint::client(([127, 0, 0, 1], 0).into()).unwrap();
-    endpoint.set_default_client_config(client);
+    let endpoint = common::h3_endpoint(&s.edge_certs.ca_der, transport);
     let conn = endpoint.connect(s.edge, "h.test").unwrap().await.unwrap();
     let (mut driver, send) = ::h3::client::new(h3_quinn::Connection::new(conn.clone())).await.unwrap();
     tokio::spawn(async move { std::future::poll_fn(|cx| driver.poll_close(cx)).await });
