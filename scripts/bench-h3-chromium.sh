@@ -15,10 +15,7 @@ rounds=${1:-7} loads=${2:-3} page=${3:-news}
 root=$(cd "$(dirname "$0")/.." && pwd)
 # shellcheck source=scripts/bench-lib.sh
 . "$root/scripts/bench-lib.sh"
-bench_edgewarm_and_lab
-bench_workdir
-bench_http_pki
-origin=18743 edge=19743 admin=19990
+bench_http_setup
 "$lab" origin --listen 127.0.0.1:$origin --cert "$dir/origin.test.pem" --key "$dir/origin.test.key" 2>/dev/null & pids+=($!)
 BENCH_HTTP3=1 bench_http_edge $edge $admin $origin > "$dir/edge.yaml"
 RUST_LOG=warn "$edgewarm" run --config "$dir/edge.yaml" 2>"$dir/edge.log" & pids+=($!); pid=$!

@@ -16,10 +16,7 @@ rounds=${1:-7} conns=${2:-3000} page=${3:-30} rate=${4:-600} concurrency=${5:-10
 root=$(cd "$(dirname "$0")/.." && pwd)
 # shellcheck source=scripts/bench-lib.sh
 . "$root/scripts/bench-lib.sh"
-bench_edgewarm_and_lab
-bench_workdir
-bench_http_pki
-origin=18743 edge=19743 admin=19990
+bench_http_setup
 bench_h2_origin $origin 2
 BENCH_HTTP3=1 bench_http_edge $edge $admin $origin > "$dir/edge.yaml"
 nginx -c "$dir/origin.conf" & pids+=($!)

@@ -14,6 +14,15 @@ bench_edgewarm_and_lab() {
   edgewarm="$root/target/release/edgewarm" lab="$root/target/release/edgewarm-lab"
 }
 
+# bench_http_setup: the builds, the folder and the PKI the HTTP benches share, and their ports:
+# $origin, $edge (listener) and $admin.
+bench_http_setup() {
+  bench_edgewarm_and_lab
+  bench_workdir
+  bench_http_pki
+  origin=18743 edge=19743 admin=19990
+}
+
 # $dir: a new folder, removed on exit (kept with KEEP=1) after every pid in $pids is killed.
 bench_workdir() {
   dir=$(mktemp -d)

@@ -12,10 +12,7 @@ rounds=${1:-3} rate=${2:-100} page=${3:-10}
 root=$(cd "$(dirname "$0")/.." && pwd)
 # shellcheck source=scripts/bench-lib.sh
 . "$root/scripts/bench-lib.sh"
-bench_edgewarm_and_lab
-bench_workdir
-bench_http_pki
-origin=18743 edge=19743 admin=19990
+bench_http_setup
 bench_h2_origin $origin 2
 head -c 20000000 /dev/urandom > "$dir/big"
 sed -i "s#location / {#location /big { alias $dir/big; } location / {#" "$dir/origin.conf"
