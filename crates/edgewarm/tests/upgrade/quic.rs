@@ -80,7 +80,8 @@ async fn an_http3_download_carries_on_across_an_upgrade() {
         assert!(conn.close_reason().is_none(), "the same connection throughout");
         assert!(relayed(s.admin, "sent").await > 0.0, "the client's datagrams went through the new process");
         // And the old process ends its connection now that its last request is done.
-        assert!(matches!(conn.closed().await, quinn::ConnectionError::ApplicationClosed(_)));
+        let reason = conn.closed().await;
+        assert!(matches!(reason, quinn::ConnectionError::ApplicationClosed(_)), "{reason:?}\n{}", logs());
     })
     .await;
 }

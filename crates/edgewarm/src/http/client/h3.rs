@@ -31,6 +31,7 @@ use crate::http::Body;
 /// H3_NO_ERROR (RFC 9114 §8.1): how a connection is closed when all went well.
 const H3_NO_ERROR: u32 = 0x100;
 
+type Connection = h3::server::Connection<h3_quinn::Connection, Bytes>;
 type Resolver = RequestResolver<h3_quinn::Connection, Bytes>;
 type SendHalf = RequestStream<h3_quinn::SendStream<Bytes>, Bytes>;
 type RecvHalf = RequestStream<h3_quinn::RecvStream, Bytes>;
@@ -76,7 +77,7 @@ pub(crate) async fn serve(
                 // GOAWAY: requests already accepted finish, later ones are refused unprocessed
                 // (the client may send them again on a new connection).
                 if conn.shutdown(0).await.is_err() || streams.is_empty() {
-                    return close_when_delivered(&quic, cut_wait.as_mut()).await;
+                    return close_when_delivered(&quic, Some(&mut conn), cut_wait.as_mut()).await;
                 }
             }
             Some(done) = streams.next(), if !streams.is_empty() => {
@@ -84,7 +85,7 @@ pub(crate) async fn serve(
                 // After GOAWAY the connection ends with its last request: h3 would otherwise
                 // wait for the client's own GOAWAY, which not every client sends.
                 if closing && streams.is_empty() {
-                    return close_when_delivered(&quic, cut_wait.as_mut()).await;
+                    return close_when_delivered(&quic, Some(&mut conn), cut_wait.as_mut()).await;
                 }
             }
             next = conn.accept() => match next {
@@ -93,7 +94,7 @@ pub(crate) async fn serve(
                     streams.push(AssertUnwindSafe(request(shared.clone(), resolver)).catch_unwind());
                 }
                 // The client's GOAWAY, its requests answered.
-                Ok(None) => return close_when_delivered(&quic, cut_wait.as_mut()).await,
+                Ok(None) => return close_when_delivered(&quic, None, cut_wait.as_mut()).await,
                 Err(e) => return ended(&quic, e.to_string()),
             },
         }
@@ -106,14 +107,31 @@ pub(crate) async fn serve(
 /// nothing for longer than its probe timeout has nothing unacknowledged: the timeout would have
 /// sent a probe (RFC 9002 §6.2; the timeout is the smoothed RTT, four RTT variations, at most
 /// about two RTTs, and the peer's ACK delay, 25 ms by default). So wait for that, for the
-/// client's own close, or for the cut.
-async fn close_when_delivered(quic: &quinn::Connection, mut cut: Pin<&mut impl Future<Output = ()>>) -> Ended {
+/// client's own close, or for the cut. Meanwhile `conn`, after our GOAWAY, refuses the requests
+/// the client sent before it arrived (H3_REQUEST_REJECTED: never processed, so the client may
+/// send them again on a new connection at once).
+async fn close_when_delivered(
+    quic: &quinn::Connection,
+    mut conn: Option<&mut Connection>,
+    mut cut: Pin<&mut impl Future<Output = ()>>,
+) -> Ended {
     let mut sent = quic.stats().udp_tx.datagrams;
     loop {
         let quiet = quic.rtt() * 3 + Duration::from_millis(100);
+        let refusing = async {
+            match conn.as_mut() {
+                // Past the GOAWAY h3 accepts nothing: it refuses, until none is left to wait for.
+                Some(c) => drop(c.accept().await),
+                None => std::future::pending().await,
+            }
+        };
         tokio::select! {
             _ = quic.closed() => return Ended::Done,
             () = &mut cut => break,
+            () = refusing => {
+                conn = None;
+                continue;
+            }
             () = tokio::time::sleep(quiet) => {}
         }
         let now = quic.stats().udp_tx.datagrams;

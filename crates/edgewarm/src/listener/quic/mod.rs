@@ -190,6 +190,11 @@ async fn accept_loop(endpoint: quinn::Endpoint, shared: Arc<Shared>, cx: Arc<Con
     }
     // No new connections; those open finish on `stop` (GOAWAY) or `cut`.
     endpoint.set_server_config(None);
+    // A connection's task ends as it closes, but its CONNECTION_CLOSE is sent by quinn after
+    // that (and sent again to any packet in its closing period): the drain waits for the
+    // endpoint to be idle, or the process could exit first and leave the client to its idle
+    // timeout.
+    cx.tracker.spawn(async move { endpoint.wait_idle().await });
 }
 
 /// Counts a handshake as in progress until dropped.
