@@ -112,6 +112,92 @@ async fn an_http3_client_of_a_killed_old_process_is_reset() {
     .await;
 }
 
+/// A request the edge never processed: refused by its GOAWAY, before or after it was sent
+/// (RFC 9114 §5.2). A client sends it again on a new connection; browsers do.
+fn unprocessed(e: &::h3::error::StreamError) -> bool {
+    use ::h3::error::{Code, StreamError};
+    matches!(e, StreamError::RemoteClosing { .. })
+        || matches!(e, StreamError::RemoteTerminate { code, .. } if *code == Code::H3_REQUEST_REJECTED)
+}
+
+/// One HTTP/3 request on a new connection: whether it was answered 200, or an error; an
+/// unprocessed request is sent once more on another new connection.
+async fn h3_get(s: &Setup, retried: &AtomicUsize) -> Result<bool, String> {
+    for attempt in 0..2 {
+        let (_endpoint, conn, mut send) = h3_connect(s, None).await;
+        let get = async {
+            let mut stream = send.send_request(http::Request::get("https://h.test/x").body(()).unwrap()).await?;
+            stream.finish().await?;
+            let status = stream.recv_response().await?.status();
+            while stream.recv_data().await?.is_some() {}
+            Ok::<_, ::h3::error::StreamError>(status == 200)
+        };
+        let got = get.await;
+        conn.close(0u32.into(), b"");
+        match got {
+            Ok(ok) => return Ok(ok),
+            Err(e) if attempt == 0 && unprocessed(&e) => retried.fetch_add(1, Ordering::Relaxed),
+            Err(e) => return Err(e.to_string()),
+        };
+    }
+    unreachable!()
+}
+
+/// Three upgrades back to back under a steady stream of new HTTP/3 connections (each one
+/// request): none fails, whichever process it reaches and whenever.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_upgrades_under_http3_load_drop_nothing() {
+    bounded(async {
+        let s = Arc::new(setup().await);
+        let cfg = config_h3(&s, "");
+        let mut procs = vec![start(&cfg, false, &s.dir.join("edge-0.log"))];
+        logged(&s.dir.join("edge-0.log"), "listening for upgrades").await;
+        let stop = Arc::new(AtomicBool::new(false));
+        let (failed, retried) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
+        let load: Vec<_> = (0..4)
+            .map(|_| {
+                let (s, stop, failed, retried) = (s.clone(), stop.clone(), failed.clone(), retried.clone());
+                tokio::spawn(async move {
+                    let mut ok = 0;
+                    while !stop.load(Ordering::Relaxed) {
+                        match h3_get(&s, &retried).await {
+                            Ok(true) => ok += 1,
+                            other => {
+                                eprintln!("HTTP/3 client failed: {other:?}");
+                                failed.fetch_add(1, Ordering::Relaxed);
+                            }
+                        }
+                    }
+                    ok
+                })
+            })
+            .collect();
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        for i in 1..=3 {
+            let log = s.dir.join(format!("edge-{i}.log"));
+            procs.push(start(&cfg, true, &log));
+            logged(&log, "took over").await;
+            logged(&s.dir.join(format!("edge-{}.log", i - 1)), "this one stops accepting").await;
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+        stop.store(true, Ordering::Relaxed);
+        let mut ok = 0;
+        for l in load {
+            ok += l.await.unwrap();
+        }
+        let retried = retried.load(Ordering::Relaxed);
+        assert_eq!(failed.load(Ordering::Relaxed), 0, "failed requests ({ok} succeeded, {retried} retried)");
+        assert!(ok > 0);
+        // The old processes drained and exited; the newest serves.
+        for (i, p) in procs.iter_mut().enumerate().take(3) {
+            let status = wait_exit(&mut p.0).await;
+            assert!(status.success(), "process {i}: {status:?}");
+        }
+        assert!(procs[3].0.try_wait().unwrap().is_none());
+    })
+    .await;
+}
+
 fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }

@@ -31,7 +31,6 @@ use crate::http::Body;
 /// H3_NO_ERROR (RFC 9114 §8.1): how a connection is closed when all went well.
 const H3_NO_ERROR: u32 = 0x100;
 
-type Connection = h3::server::Connection<h3_quinn::Connection, Bytes>;
 type Resolver = RequestResolver<h3_quinn::Connection, Bytes>;
 type SendHalf = RequestStream<h3_quinn::SendStream<Bytes>, Bytes>;
 type RecvHalf = RequestStream<h3_quinn::RecvStream, Bytes>;
@@ -51,21 +50,25 @@ pub(crate) async fn serve(
     // h3's default is no limit at all.
     builder.max_field_section_size(MAX_HEADER_BYTES as u64);
     let build = builder.build::<_, Bytes>(h3_quinn::Connection::new(quic.clone()));
+    // Even after a stop: the client may have sent its first request already; it gets GOAWAY
+    // below and its request is answered.
     let mut conn = tokio::select! {
         r = build => match r {
             Ok(conn) => conn,
             Err(e) => return ended(&quic, e.to_string()),
         },
-        // Nothing in flight yet: a shutdown need not wait for this client.
-        () = stop.cancelled() => {
+        () = &mut cut_wait => {
             quic.close(H3_NO_ERROR.into(), b"");
-            return Ended::Done;
+            return Ended::Cut;
         }
     };
     let mut stop_wait = pin!(stopping(stop, retired));
     let mut streams = FuturesUnordered::new();
     let mut closing = false;
+    // While closing with nothing in flight: datagrams sent as of the last quiet check.
+    let mut sent_then = None;
     loop {
+        let quiet = quiet_period(&quic);
         tokio::select! {
             biased;
             () = &mut cut_wait, if closing => {
@@ -75,70 +78,66 @@ pub(crate) async fn serve(
             () = &mut stop_wait, if !closing => {
                 closing = true;
                 // GOAWAY: requests already accepted finish, later ones are refused unprocessed
-                // (the client may send them again on a new connection).
-                if conn.shutdown(0).await.is_err() || streams.is_empty() {
-                    return close_when_delivered(&quic, Some(&mut conn), cut_wait.as_mut()).await;
+                // (H3_REQUEST_REJECTED: the client may send them again on a new connection).
+                if conn.shutdown(0).await.is_err() {
+                    quic.close(H3_NO_ERROR.into(), b"");
+                    return Ended::Done;
                 }
             }
-            Some(done) = streams.next(), if !streams.is_empty() => {
-                handler_panicked(&shared, done);
-                // After GOAWAY the connection ends with its last request: h3 would otherwise
-                // wait for the client's own GOAWAY, which not every client sends.
-                if closing && streams.is_empty() {
-                    return close_when_delivered(&quic, Some(&mut conn), cut_wait.as_mut()).await;
-                }
-            }
+            Some(done) = streams.next(), if !streams.is_empty() => handler_panicked(&shared, done),
             next = conn.accept() => match next {
                 // A panic is caught per stream, as for HTTP/2: it must not end the connection.
                 Ok(Some(resolver)) => {
                     streams.push(AssertUnwindSafe(request(shared.clone(), resolver)).catch_unwind());
                 }
                 // The client's GOAWAY, its requests answered.
-                Ok(None) => return close_when_delivered(&quic, None, cut_wait.as_mut()).await,
+                Ok(None) => return close_when_delivered(&quic, cut_wait.as_mut()).await,
                 Err(e) => return ended(&quic, e.to_string()),
             },
+            // After GOAWAY the connection ends once its last response has arrived (h3 would
+            // otherwise wait for the client's own GOAWAY, which not every client sends).
+            () = tokio::time::sleep(quiet), if closing && streams.is_empty() => {
+                if delivered(&quic, &mut sent_then) {
+                    quic.close(H3_NO_ERROR.into(), b"");
+                    return Ended::Done;
+                }
+            }
         }
     }
 }
 
-/// Close a connection whose requests are all answered, once what it sent has arrived: QUIC's
+/// How long a connection must send nothing before all it sent is known to have arrived: QUIC's
 /// CONNECTION_CLOSE discards whatever is unacknowledged, which would cut the end off the last
-/// response. quinn does not say when a stream is acknowledged, but a connection that has sent
-/// nothing for longer than its probe timeout has nothing unacknowledged: the timeout would have
-/// sent a probe (RFC 9002 §6.2; the timeout is the smoothed RTT, four RTT variations, at most
-/// about two RTTs, and the peer's ACK delay, 25 ms by default). So wait for that, for the
-/// client's own close, or for the cut. Meanwhile `conn`, after our GOAWAY, refuses the requests
-/// the client sent before it arrived (H3_REQUEST_REJECTED: never processed, so the client may
-/// send them again on a new connection at once).
-async fn close_when_delivered(
-    quic: &quinn::Connection,
-    mut conn: Option<&mut Connection>,
-    mut cut: Pin<&mut impl Future<Output = ()>>,
-) -> Ended {
-    let mut sent = quic.stats().udp_tx.datagrams;
+/// response, and quinn does not say when a stream is acknowledged. But a connection with
+/// something unacknowledged sends a probe within its probe timeout (RFC 9002 §6.2: the smoothed
+/// RTT, four RTT variations, at most about two RTTs, and the peer's ACK delay, 25 ms by
+/// default), so one that has sent nothing for longer has nothing unacknowledged.
+fn quiet_period(quic: &quinn::Connection) -> Duration {
+    quic.rtt() * 3 + Duration::from_millis(100)
+}
+
+/// Whether the connection has sent nothing since the last check (`then`, updated).
+fn delivered(quic: &quinn::Connection, then: &mut Option<u64>) -> bool {
+    let now = quic.stats().udp_tx.datagrams;
+    let quiet = *then == Some(now);
+    *then = Some(now);
+    quiet
+}
+
+/// Close a connection whose requests are all answered once what it sent has arrived
+/// ([`quiet_period`]), or the client closes, or the cut.
+async fn close_when_delivered(quic: &quinn::Connection, mut cut: Pin<&mut impl Future<Output = ()>>) -> Ended {
+    let mut sent_then = None;
     loop {
-        let quiet = quic.rtt() * 3 + Duration::from_millis(100);
-        let refusing = async {
-            match conn.as_mut() {
-                // Past the GOAWAY h3 accepts nothing: it refuses, until none is left to wait for.
-                Some(c) => drop(c.accept().await),
-                None => std::future::pending().await,
-            }
-        };
         tokio::select! {
             _ = quic.closed() => return Ended::Done,
             () = &mut cut => break,
-            () = refusing => {
-                conn = None;
-                continue;
+            () = tokio::time::sleep(quiet_period(quic)) => {
+                if delivered(quic, &mut sent_then) {
+                    break;
+                }
             }
-            () = tokio::time::sleep(quiet) => {}
         }
-        let now = quic.stats().udp_tx.datagrams;
-        if now == sent {
-            break;
-        }
-        sent = now;
     }
     quic.close(H3_NO_ERROR.into(), b"");
     Ended::Done

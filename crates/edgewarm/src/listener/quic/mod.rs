@@ -301,10 +301,11 @@ async fn connection(
             Some(handshake as Arc<dyn EarlyData>)
         } else {
             // Not a 0-RTT route: nothing is read before the handshake completes, so nothing
-            // read can be a replay. A shutdown does not wait for handshakes.
+            // read can be a replay. A handshake under way at a stop (an upgrade's, say) goes
+            // on: the client then gets GOAWAY, and its first request is answered.
             let completed = tokio::select! {
                 ok = handshake.handshake_done() => ok,
-                () = cx.stop.cancelled() => {
+                () = cx.cut.cancelled() => {
                     conn.close(0u32.into(), b"");
                     break 'conn CloseReason::Shutdown;
                 }
