@@ -94,7 +94,7 @@ async fn hand_over(
         Ok(got) => got?,
         Err(_) => return Err(UpgradeError::Timeout("the new process's hello")),
     };
-    let Msg::Hello { pid: said, version } = hello else {
+    let Msg::Hello { pid: said, version, relays: takes_relays } = hello else {
         return Err(UpgradeError::Protocol(format!("{hello:?} instead of a hello")));
     };
     // The kernel's word for who is connected, not the message's.
@@ -105,21 +105,25 @@ async fn hand_over(
     for l in &sockets.listeners {
         fds.push(l.tcp.as_fd());
         fds.extend(l.udp.iter().map(AsFd::as_fd));
-        // Relays go with every UDP socket, or with none.
-        if l.relays.len() != l.udp.len() {
-            return Err(UpgradeError::Protocol(format!("{} relays for {} UDP sockets", l.relays.len(), l.udp.len())));
-        }
-        fds.extend(l.relays.iter().map(AsFd::as_fd));
         listeners.push((l.listen, l.udp.len()));
     }
     if fds.len() > wire::MAX_FDS {
         return Err(UpgradeError::Protocol(format!("{} sockets: more than one message carries", fds.len())));
     }
+    // A relay for every UDP socket, or none at all (then the new process's HTTP/3 clients of
+    // this one wait for their idle timeout when it exits, as before relays).
+    let relays: Vec<_> = sockets.listeners.iter().flat_map(|l| l.relays.iter().map(AsFd::as_fd)).collect();
+    let udp = sockets.listeners.iter().map(|l| l.udp.len()).sum::<usize>();
+    let relays = takes_relays && relays.len() == udp && relays.len() <= wire::MAX_FDS && udp > 0;
     let ticket_keys = (process.ticket_keys)();
     let wait_ms = u64::try_from(serving_timeout.as_millis()).unwrap_or(u64::MAX);
     let quic = Some((process.quic_keys)());
-    let msg = Msg::Sockets { admin: sockets.admin.0, listeners, ticket_keys, wait_ms, quic, relays: true };
+    let msg = Msg::Sockets { admin: sockets.admin.0, listeners, ticket_keys, wait_ms, quic, relays };
     wire::send(stream, &msg, &fds).await?;
+    if relays {
+        let ends: Vec<_> = sockets.listeners.iter().flat_map(|l| l.relays.iter().map(AsFd::as_fd)).collect();
+        wire::send(stream, &Msg::Relays, &ends).await?;
+    }
     expect(stream, serving_timeout, "the new process to serve", |m| matches!(m, Msg::Serving)).await?;
     // Two steps, so that exactly one process stops serving: until the new process has
     // acknowledged, this one may still abandon and serve on (the new one then exits).

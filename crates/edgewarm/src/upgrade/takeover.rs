@@ -41,7 +41,7 @@ pub async fn connect(path: &Path) -> Result<(Takeover, Handed), UpgradeError> {
         .await
         .map_err(|_| UpgradeError::Timeout("the running process to answer"))?
         .map_err(|source| UpgradeError::Connect { path: path.display().to_string(), source })?;
-    let hello = Msg::Hello { pid: std::process::id(), version: env!("CARGO_PKG_VERSION").into() };
+    let hello = Msg::Hello { pid: std::process::id(), version: env!("CARGO_PKG_VERSION").into(), relays: true };
     wire::send(&stream, &hello, &[]).await?;
     let (msg, fds) = tokio::time::timeout(SOCKETS_TIMEOUT, wire::recv(&stream, wire::MAX_FROM_OLD))
         .await
@@ -49,19 +49,30 @@ pub async fn connect(path: &Path) -> Result<(Takeover, Handed), UpgradeError> {
     let Msg::Sockets { admin, listeners, ticket_keys, wait_ms, quic, relays } = msg else {
         return Err(UpgradeError::Protocol(format!("{msg:?} instead of the sockets")));
     };
-    let per_udp = if relays { 2 } else { 1 };
-    let want = 1 + listeners.iter().map(|(_, udp)| 1 + per_udp * udp).sum::<usize>();
+    let want = 1 + listeners.iter().map(|(_, udp)| 1 + udp).sum::<usize>();
     if fds.len() != want {
         return Err(UpgradeError::Protocol(format!("{} descriptors for {want} sockets", fds.len())));
     }
     let mut fds = fds.into_iter();
     let mut next = || fds.next().ok_or_else(|| UpgradeError::Protocol("descriptors ran out".into()));
     let admin = (admin, next()?);
+    let mut relay_fds = if relays {
+        let udp = listeners.iter().map(|(_, udp)| udp).sum::<usize>();
+        let (msg, fds) = tokio::time::timeout(SOCKETS_TIMEOUT, wire::recv(&stream, wire::MAX_FROM_OLD))
+            .await
+            .map_err(|_| UpgradeError::Timeout("the HTTP/3 relays"))??;
+        if !matches!(msg, Msg::Relays) || fds.len() != udp {
+            return Err(UpgradeError::Protocol(format!("{msg:?} with {} descriptors for {udp} relays", fds.len())));
+        }
+        fds.into_iter()
+    } else {
+        Vec::new().into_iter()
+    };
     let mut handed = Vec::with_capacity(listeners.len());
     for (listen, udp) in listeners {
         let tcp = next()?;
         let udp: Vec<_> = (0..udp).map(|_| next()).collect::<Result<_, _>>()?;
-        let relays = if relays { (0..udp.len()).map(|_| next()).collect::<Result<_, _>>()? } else { Vec::new() };
+        let relays = relay_fds.by_ref().take(udp.len()).collect();
         handed.push(HandedListener { listen, tcp, udp, relays });
     }
     let sockets = Sockets { admin, listeners: handed };

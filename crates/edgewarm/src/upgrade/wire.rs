@@ -29,9 +29,16 @@ pub const MAX_FDS: usize = 253;
 #[serde(rename_all = "snake_case")]
 pub enum Msg {
     /// New → old: who is asking.
-    Hello { pid: u32, version: String },
+    /// `relays`: it takes the old process's HTTP/3 relays ([`Msg::Relays`]); absent from a
+    /// binary that predates them, which must not be sent them.
+    Hello {
+        pid: u32,
+        version: String,
+        #[serde(default)]
+        relays: bool,
+    },
     /// Old → new: the sockets, in this order: admin, then each listener's TCP socket followed
-    /// by its `udp` UDP sockets (and, with `relays`, their relays' sending ends).
+    /// by its `udp` UDP sockets.
     /// With them, the process's session-ticket keys (base64 lines), so returning clients
     /// resume on the new process.
     /// `wait_ms`: how long the old process waits for `Serving`; the new one warms for less.
@@ -44,10 +51,13 @@ pub enum Msg {
         /// The HTTP/3 endpoints' keys; absent from a process that predates relaying.
         #[serde(default)]
         quic: Option<super::QuicKeys>,
-        /// Each listener's UDP sockets are followed by as many relay ends.
+        /// A [`Msg::Relays`] follows.
         #[serde(default)]
         relays: bool,
     },
+    /// Old → new, right after the sockets: the sending end of each UDP socket's relay, in the
+    /// sockets' order (a message of their own: one message carries at most [`MAX_FDS`]).
+    Relays,
     /// New → old: warm and accepting.
     Serving,
     /// Old → new: the old process will stop accepting once this is acknowledged.

@@ -198,6 +198,47 @@ async fn three_upgrades_under_http3_load_drop_nothing() {
     .await;
 }
 
+/// A new process that predates relays (its hello says nothing of them) gets the sockets as it
+/// expects them, and no relays: an upgrade back to an older binary still works. One that takes
+/// relays gets one per UDP socket, in a message of their own.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn relays_go_only_to_a_new_process_that_takes_them() {
+    bounded(async {
+        use edgewarm::upgrade::wire::{self, Msg};
+        let s = setup().await;
+        let cfg = config_h3(&s, "");
+        let _old = start(&cfg, false, &s.dir.join("old.log"));
+        logged(&s.dir.join("old.log"), "listening for upgrades").await;
+        for takes in [false, true] {
+            let stream = tokio::net::UnixStream::connect(s.dir.join("upgrade.sock")).await.unwrap();
+            let hello = format!(
+                r#"{{"hello":{{"pid":{},"version":"0.0.1"{}}}}}"#,
+                std::process::id(),
+                if takes { r#","relays":true"# } else { "" }
+            );
+            let mut frame = (hello.len() as u32).to_be_bytes().to_vec();
+            frame.extend_from_slice(hello.as_bytes());
+            stream.writable().await.unwrap();
+            stream.try_write(&frame).unwrap();
+            let (sockets, fds) = wire::recv(&stream, wire::MAX_FROM_OLD).await.unwrap();
+            let Msg::Sockets { listeners, relays, quic, .. } = sockets else { panic!("{sockets:?}") };
+            // Two workers: two UDP sockets beside the admin and TCP ones.
+            assert_eq!((listeners[0].1, fds.len()), (2, 4), "the sockets as before relays");
+            assert!(quic.is_some(), "the keys (a binary that predates them ignores them)");
+            assert_eq!(relays, takes);
+            if takes {
+                let (msg, ends) = wire::recv(&stream, wire::MAX_FROM_OLD).await.unwrap();
+                assert!(matches!(msg, Msg::Relays), "{msg:?}");
+                assert_eq!(ends.len(), 2, "one relay per UDP socket");
+            }
+            // Closing here abandons the upgrade: the old process serves on for the next try.
+            drop(stream);
+            logged(&s.dir.join("old.log"), "upgrade abandoned").await;
+        }
+    })
+    .await;
+}
+
 fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }

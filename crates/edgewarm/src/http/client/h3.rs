@@ -65,7 +65,9 @@ pub(crate) async fn serve(
     let mut stop_wait = pin!(stopping(stop, retired));
     let mut streams = FuturesUnordered::new();
     let mut closing = false;
-    // While closing with nothing in flight: datagrams sent as of the last quiet check.
+    // Requests accepted, and whether the next one is to be refused (see the GOAWAY below).
+    let (mut accepted, mut refuse_next) = (0u64, false);
+    // While closing with nothing in flight: datagrams sent and lost as of the last quiet check.
     let mut sent_then = None;
     loop {
         let quiet = quiet_period(&quic);
@@ -77,6 +79,11 @@ pub(crate) async fn serve(
             }
             () = &mut stop_wait, if !closing => {
                 closing = true;
+                // h3 announces GOAWAY with the last request it accepted, or stream 0 if none, and
+                // then still accepts that stream: with none accepted, refuse it ourselves, as the
+                // GOAWAY told the client (RFC 9114 §5.2: never processed, so it may send it again
+                // on a new connection; it must not find it processed here too).
+                refuse_next = accepted == 0;
                 // GOAWAY: requests already accepted finish, later ones are refused unprocessed
                 // (H3_REQUEST_REJECTED: the client may send them again on a new connection).
                 if conn.shutdown(0).await.is_err() {
@@ -88,7 +95,9 @@ pub(crate) async fn serve(
             next = conn.accept() => match next {
                 // A panic is caught per stream, as for HTTP/2: it must not end the connection.
                 Ok(Some(resolver)) => {
-                    streams.push(AssertUnwindSafe(request(shared.clone(), resolver)).catch_unwind());
+                    accepted += 1;
+                    let refused = std::mem::take(&mut refuse_next);
+                    streams.push(AssertUnwindSafe(request(shared.clone(), resolver, refused)).catch_unwind());
                 }
                 // The client's GOAWAY, its requests answered.
                 Ok(None) => return close_when_delivered(&quic, cut_wait.as_mut()).await,
@@ -106,19 +115,22 @@ pub(crate) async fn serve(
     }
 }
 
-/// How long a connection must send nothing before all it sent is known to have arrived: QUIC's
+/// How long a connection must send nothing before all it sent is taken to have arrived: QUIC's
 /// CONNECTION_CLOSE discards whatever is unacknowledged, which would cut the end off the last
 /// response, and quinn does not say when a stream is acknowledged. But a connection with
 /// something unacknowledged sends a probe within its probe timeout (RFC 9002 §6.2: the smoothed
-/// RTT, four RTT variations, at most about two RTTs, and the peer's ACK delay, 25 ms by
-/// default), so one that has sent nothing for longer has nothing unacknowledged.
+/// RTT, four RTT variations and the peer's ACK delay), a timeout that doubles with each probe
+/// unanswered. A second beyond three RTTs covers a few of those doublings on any path a client
+/// could still be served on; a loss declared meanwhile restarts the wait.
 fn quiet_period(quic: &quinn::Connection) -> Duration {
-    quic.rtt() * 3 + Duration::from_millis(100)
+    quic.rtt() * 3 + Duration::from_secs(1)
 }
 
-/// Whether the connection has sent nothing since the last check (`then`, updated).
-fn delivered(quic: &quinn::Connection, then: &mut Option<u64>) -> bool {
-    let now = quic.stats().udp_tx.datagrams;
+/// Whether the connection has sent nothing, and declared nothing lost, since the last check
+/// (`then`, updated).
+fn delivered(quic: &quinn::Connection, then: &mut Option<(u64, u64)>) -> bool {
+    let stats = quic.stats();
+    let now = (stats.udp_tx.datagrams, stats.path.lost_packets);
     let quiet = *then == Some(now);
     *then = Some(now);
     quiet
@@ -154,9 +166,9 @@ fn ended(quic: &quinn::Connection, error: String) -> Ended {
 }
 
 /// One request stream: its head read, the request handled, the response sent (head, then the
-/// body as quinn takes it).
-async fn request(shared: Arc<Service>, resolver: Resolver) {
-    let (req, stream) = match resolver.resolve_request().await {
+/// body as quinn takes it). `refused`: reset with H3_REQUEST_REJECTED instead, unprocessed.
+async fn request(shared: Arc<Service>, resolver: Resolver, refused: bool) {
+    let (req, mut stream) = match resolver.resolve_request().await {
         Ok(r) => r,
         Err(e) => {
             // A malformed head is refused by h3 itself (stream error); nothing reached us.
@@ -164,6 +176,11 @@ async fn request(shared: Arc<Service>, resolver: Resolver) {
             return;
         }
     };
+    if refused {
+        // Only the sending side: stopping the receiving one is quinn's on drop (see `pipe`).
+        stream.stop_stream(h3::error::Code::H3_REQUEST_REJECTED);
+        return;
+    }
     let (mut send, recv) = stream.split();
     let length = content_length(req.headers());
     let req = req.map(|()| H3Body::new(recv, length));

@@ -174,7 +174,12 @@ impl Counted {
                     Err(e) => {
                         // Never quinn's error: that would end the endpoint and every connection.
                         tracing::warn!(error = %e, "HTTP/3: cannot read datagrams relayed by the new process");
-                        return if n > 0 { Poll::Ready(Ok(n)) } else { Poll::Pending };
+                        if n == 0 {
+                            // Readiness stays set and no waker is registered: be polled again.
+                            cx.waker().wake_by_ref();
+                            return Poll::Pending;
+                        }
+                        return Poll::Ready(Ok(n));
                     }
                 }
             }
