@@ -3,7 +3,7 @@
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -176,6 +176,8 @@ impl<E: Into<anyhow::Error>> From<E> for RunError {
 const WARM_MARGIN: Duration = Duration::from_secs(10);
 /// How long a process that has handed over (or failed to take over) waits for the last step.
 const LAST_STEP: Duration = Duration::from_secs(65);
+/// Beyond the grace period: how long a drained process waits for an older one it relays to.
+const OLDER_SLACK: Duration = Duration::from_secs(10);
 
 async fn run(path: PathBuf, config: Config, upgrade: bool) -> Result<(), RunError> {
     // Certificates and keys are loaded here, still before any port is bound. The pools start
@@ -228,17 +230,28 @@ async fn run(path: PathBuf, config: Config, upgrade: bool) -> Result<(), RunErro
     let admin =
         tokio::spawn(edgewarm::admin::serve(bound.admin, server.admin_state(), admin_stop.clone().cancelled_owned()));
     let last_step = Arc::new(AtomicBool::new(false));
+    // The process this one took over from, once it has agreed.
+    let older = Arc::new(AtomicU32::new(0));
     let serving = tokio::spawn(serving(
         server.clone(),
         takeover,
         config.upgrade.clone(),
         next_upgrade,
         admin_stop.clone(),
-        last_step.clone(),
+        (last_step.clone(), older.clone()),
     ));
     server.run(bound.listeners).await;
     admin_stop.cancel();
     let _ = admin.await;
+    // Handed over while an older process still drains: this one relays its HTTP/3 datagrams
+    // from the newer process, so it stays until that one has gone (whose own drain is bounded).
+    let older = older.load(Ordering::Acquire);
+    if server.quic_relaying() && older != 0 {
+        let limit = config.timeouts.shutdown_grace + OLDER_SLACK;
+        if !edgewarm::upgrade::outlive(older, limit).await {
+            tracing::warn!(older_pid = older, "the older process still runs; its HTTP/3 clients lose their relay");
+        }
+    }
     // An upgrade's last step (the sessions on their way to the new process, or a failed
     // takeover's verdict) ends before the process does.
     let outcome = if last_step.load(Ordering::Acquire) {
@@ -266,7 +279,7 @@ async fn serving(
     upgrade: edgewarm::config::UpgradeConfig,
     sockets: edgewarm::upgrade::Sockets,
     admin_stop: tokio_util::sync::CancellationToken,
-    last_step: Arc<AtomicBool>,
+    (last_step, older): (Arc<AtomicBool>, Arc<AtomicU32>),
 ) -> Result<(), edgewarm::upgrade::UpgradeError> {
     while !server.is_ready() {
         if server.is_stopping() {
@@ -290,6 +303,7 @@ async fn serving(
                 // below: never before, or a new process the old one kills as too late would leave
                 // systemd with a dead main process.
                 tracing::info!(old_pid = old, "upgrade: took over; the old process drains");
+                older.store(old, Ordering::Release);
                 match takeover.sessions().await {
                     Ok(sessions) => {
                         let adopted = server.adopt_sessions(&sessions);

@@ -347,7 +347,7 @@ impl Server {
 
     /// The HTTP/3 endpoints' keys, for the next process of an upgrade.
     pub fn quic_keys(&self) -> QuicKeys {
-        self.listeners.quic.keys().0
+        self.listeners.quic.keys()
     }
 
     /// Take the previous process's HTTP/3 keys over (before [`Server::run`]): its connection
@@ -360,6 +360,12 @@ impl Server {
     /// process's QUIC connections get their datagrams relayed by it.
     pub fn hand_over_quic(&self) {
         self.listeners.quic.handed_over.store(true, Ordering::Relaxed);
+    }
+
+    /// [`Server::hand_over_quic`] was called and there are HTTP/3 endpoints: they may be relaying
+    /// for an older process.
+    pub fn quic_relaying(&self) -> bool {
+        self.listeners.quic.relaying()
     }
 
     /// The process's session-ticket keys, for the next process of an upgrade.

@@ -27,7 +27,8 @@
 //!
 //! QUIC connections stay with the old process until they drain: once it has stopped accepting
 //! it reads the UDP sockets no more, and the new process relays it their datagrams
-//! ([`crate::listener::quic::relay`], over a Unix datagram pair per socket handed over with it).
+//! ([`crate::listener::quic::relay`], over a Unix datagram pair per socket handed over with it);
+//! after upgrades in quick succession, along the chain of processes still draining.
 //!
 //! - [`wire`]: the messages, and file descriptors over the stream (`SCM_RIGHTS`).
 //! - [`handover`]: the old side; [`takeover`]: the new side.
@@ -69,6 +70,10 @@ pub struct QuicKeys {
     pub reset: [u8; 32],
     /// Connection IDs are signed with it, after their socket's index.
     pub cid: u64,
+    /// The ID keys of the processes it took over from, the latest first (they may still be
+    /// draining): at most [`QuicKeys::EARLIER`].
+    #[serde(default)]
+    pub earlier: Vec<u64>,
 }
 
 impl QuicKeys {
@@ -80,15 +85,19 @@ impl QuicKeys {
         reset.copy_from_slice(&bytes[..32]);
         let mut cid = [0; 8];
         cid.copy_from_slice(&bytes[32..]);
-        Ok(Self { reset, cid: u64::from_ne_bytes(cid) })
+        Ok(Self { reset, cid: u64::from_ne_bytes(cid), earlier: Vec::new() })
     }
+
+    /// How many earlier processes' ID keys are kept: upgrades closer together than their drains.
+    pub const EARLIER: usize = 4;
 
     /// The keys of a process taking over from one that used `old`: the same reset key (so
     /// resets for the old process's connections are believed), a new ID key (so its IDs and
-    /// the old one's are told apart); and the old ID key.
-    pub fn after(old: &Self) -> io::Result<(Self, u64)> {
+    /// the old ones are told apart), and the old ID keys.
+    pub fn after(old: &Self) -> io::Result<Self> {
         let fresh = Self::random()?;
-        Ok((Self { reset: old.reset, cid: fresh.cid }, old.cid))
+        let earlier = std::iter::once(old.cid).chain(old.earlier.iter().copied()).take(Self::EARLIER).collect();
+        Ok(Self { reset: old.reset, cid: fresh.cid, earlier })
     }
 }
 
@@ -105,6 +114,27 @@ impl RelayPair {
         let (receive, send) = UnixDatagram::pair()?;
         receive.set_nonblocking(true)?;
         Ok(Self { receive, send: send.into() })
+    }
+}
+
+/// Wait until the process `pid` has exited (or is a zombie: exited, not yet reaped), for at
+/// most `limit`. Whether it has. It is not our child, so /proc is where to look.
+pub async fn outlive(pid: u32, limit: std::time::Duration) -> bool {
+    let deadline = tokio::time::Instant::now() + limit;
+    loop {
+        let state = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok();
+        // The state is the field after the command name, which is in parentheses.
+        let gone = state
+            .as_deref()
+            .and_then(|s| s.rsplit_once(')'))
+            .is_none_or(|(_, rest)| rest.trim_start().starts_with('Z'));
+        if gone {
+            return true;
+        }
+        if tokio::time::Instant::now() >= deadline {
+            return false;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
     }
 }
 

@@ -45,45 +45,57 @@ async fn relayed(admin: SocketAddr, result: &str) -> f64 {
 /// reach the UDP sockets it no longer reads and which the new process relays to it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_http3_download_carries_on_across_an_upgrade() {
-    bounded(async {
-        let s = setup().await;
-        let cfg = config_h3(&s, "");
-        let _old = start(&cfg, false, &s.dir.join("old.log"));
-        logged(&s.dir.join("old.log"), "listening for upgrades").await;
-        let (_endpoint, conn, mut send) = h3_connect(&s, None).await;
-        // Much more than QUIC's and HTTP/2's windows hold: most of it leaves the origin only
-        // after the upgrade, as the client reads.
-        const TOTAL: u64 = 64 << 20;
-        let req = http::Request::get(format!("https://h.test/source/{TOTAL}")).body(()).unwrap();
-        let mut stream = send.send_request(req).await.unwrap();
-        stream.finish().await.unwrap();
-        assert_eq!(stream.recv_response().await.unwrap().status(), 200);
-        let mut got = Sha256::new();
-        let mut read = 0u64;
-        while read < 1 << 20 {
-            let mut chunk = stream.recv_data().await.unwrap().expect("the body ended early");
-            read += chunk.remaining() as u64;
-            got.update(chunk.copy_to_bytes(chunk.remaining()));
-        }
-        let _new = start(&cfg, true, &s.dir.join("new.log"));
-        logged(&s.dir.join("new.log"), "took over").await;
-        logged(&s.dir.join("old.log"), "this one stops accepting").await;
-        // Both processes' logs if the body breaks off: which one ended the connection, and why.
-        let logs =
-            || ["old.log", "new.log"].map(|l| std::fs::read_to_string(s.dir.join(l)).unwrap_or_default()).join("\n");
-        while let Some(mut chunk) = stream.recv_data().await.unwrap_or_else(|e| panic!("{e}\n{}", logs())) {
-            read += chunk.remaining() as u64;
-            got.update(chunk.copy_to_bytes(chunk.remaining()));
-        }
-        assert_eq!(read, TOTAL);
-        assert_eq!(hex(&got.finalize()), common::pattern_sha256(TOTAL), "the body, byte for byte");
-        assert!(conn.close_reason().is_none(), "the same connection throughout");
-        assert!(relayed(s.admin, "sent").await > 0.0, "the client's datagrams went through the new process");
-        // And the old process ends its connection now that its last request is done.
-        let reason = conn.closed().await;
-        assert!(matches!(reason, quinn::ConnectionError::ApplicationClosed(_)), "{reason:?}\n{}", logs());
-    })
-    .await;
+    bounded(download_across_upgrades(1)).await;
+}
+
+/// The same across two upgrades in a row: the newest process relays to the one before, which
+/// passes the first one's datagrams on to it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_http3_download_carries_on_across_two_upgrades_in_a_row() {
+    bounded(download_across_upgrades(2)).await;
+}
+
+async fn download_across_upgrades(upgrades: usize) {
+    let s = setup().await;
+    let cfg = config_h3(&s, "");
+    let log = |i: usize| s.dir.join(format!("edge-{i}.log"));
+    let mut procs = vec![start(&cfg, false, &log(0))];
+    logged(&log(0), "listening for upgrades").await;
+    let (_endpoint, conn, mut send) = h3_connect(&s, None).await;
+    // Much more than QUIC's and HTTP/2's windows hold: most of it leaves the origin only
+    // after the upgrades, as the client reads.
+    const TOTAL: u64 = 64 << 20;
+    let req = http::Request::get(format!("https://h.test/source/{TOTAL}")).body(()).unwrap();
+    let mut stream = send.send_request(req).await.unwrap();
+    stream.finish().await.unwrap();
+    assert_eq!(stream.recv_response().await.unwrap().status(), 200);
+    let mut got = Sha256::new();
+    let mut read = 0u64;
+    while read < 1 << 20 {
+        let mut chunk = stream.recv_data().await.unwrap().expect("the body ended early");
+        read += chunk.remaining() as u64;
+        got.update(chunk.copy_to_bytes(chunk.remaining()));
+    }
+    for i in 1..=upgrades {
+        procs.push(start(&cfg, true, &log(i)));
+        logged(&log(i), "took over").await;
+        logged(&log(i - 1), "this one stops accepting").await;
+        logged(&log(i), "listening for upgrades").await;
+    }
+    // Every process's log if the body breaks off: which one ended the connection, and why.
+    let logs =
+        || (0..=upgrades).map(|i| std::fs::read_to_string(log(i)).unwrap_or_default()).collect::<Vec<_>>().join("\n");
+    while let Some(mut chunk) = stream.recv_data().await.unwrap_or_else(|e| panic!("{e}\n{}", logs())) {
+        read += chunk.remaining() as u64;
+        got.update(chunk.copy_to_bytes(chunk.remaining()));
+    }
+    assert_eq!(read, TOTAL);
+    assert_eq!(hex(&got.finalize()), common::pattern_sha256(TOTAL), "the body, byte for byte");
+    assert!(conn.close_reason().is_none(), "the same connection throughout");
+    assert!(relayed(s.admin, "sent").await > 0.0, "the client's datagrams went through the newest process");
+    // And the first process ends its connection now that its last request is done.
+    let reason = conn.closed().await;
+    assert!(matches!(reason, quinn::ConnectionError::ApplicationClosed(_)), "{reason:?}\n{}", logs());
 }
 
 /// The old process killed mid-drain: the new one answers its connection's next packet with a

@@ -22,34 +22,33 @@ const HASHED_LEN: usize = 8;
 pub(crate) struct SocketCids {
     socket: u8,
     inner: HashedConnectionIdGenerator,
-    /// The previous process's, after an upgrade: its IDs are valid here too, so that once it
-    /// has gone quinn answers them with a stateless reset ([`super::relay`]).
-    previous: Option<PreviousCids>,
+    /// The earlier processes', after upgrades: their IDs are valid here too, so that once they
+    /// have gone quinn answers them with a stateless reset ([`super::relay`]).
+    earlier: PreviousCids,
 }
 
 impl SocketCids {
-    /// IDs for the socket at `socket` in the group, signed with `key`; `previous`, the ID key of
-    /// the process this one took over from.
-    pub(crate) fn new(socket: u8, key: u64, previous: Option<u64>) -> Self {
-        let previous = previous.map(|key| PreviousCids::new(socket, key));
-        Self { socket, inner: HashedConnectionIdGenerator::from_key(key), previous }
+    /// IDs for the socket at `socket` in the group, signed with `key`; `earlier`, the ID keys of
+    /// the processes this one took over from (the latest first).
+    pub(crate) fn new(socket: u8, key: u64, earlier: &[u64]) -> Self {
+        Self { socket, inner: HashedConnectionIdGenerator::from_key(key), earlier: PreviousCids::new(socket, earlier) }
     }
 }
 
-/// Tells the IDs one socket's endpoint issued in the previous process.
+/// Tells the IDs one socket's endpoint issued in earlier processes.
 pub(crate) struct PreviousCids {
     socket: u8,
-    inner: HashedConnectionIdGenerator,
+    keys: Vec<HashedConnectionIdGenerator>,
 }
 
 impl PreviousCids {
-    pub(crate) fn new(socket: u8, key: u64) -> Self {
-        Self { socket, inner: HashedConnectionIdGenerator::from_key(key) }
+    pub(crate) fn new(socket: u8, keys: &[u64]) -> Self {
+        Self { socket, keys: keys.iter().map(|&k| HashedConnectionIdGenerator::from_key(k)).collect() }
     }
 
     /// Whether `id` (a packet's destination connection ID) is one of them.
     pub(crate) fn issued(&self, id: &[u8]) -> bool {
-        signed(self.socket, &self.inner, id)
+        self.keys.iter().any(|inner| signed(self.socket, inner, id))
     }
 }
 
@@ -73,7 +72,7 @@ impl ConnectionIdGenerator for SocketCids {
     }
 
     fn validate(&self, cid: &ConnectionId) -> Result<(), InvalidCid> {
-        if signed(self.socket, &self.inner, cid) || self.previous.as_ref().is_some_and(|p| p.issued(cid)) {
+        if signed(self.socket, &self.inner, cid) || self.earlier.issued(cid) {
             Ok(())
         } else {
             Err(InvalidCid)
@@ -95,8 +94,8 @@ mod tests {
 
     #[test]
     fn ids_begin_with_their_socket_and_only_their_own_validate() {
-        let mut three = SocketCids::new(3, 7, None);
-        let mut four = SocketCids::new(4, 7, None);
+        let mut three = SocketCids::new(3, 7, &[]);
+        let mut four = SocketCids::new(4, 7, &[]);
         let a = three.generate_cid();
         let b = three.generate_cid();
         assert_eq!((a.len(), a[0], b[0]), (CID_LEN, 3, 3));
@@ -113,13 +112,16 @@ mod tests {
 
     #[test]
     fn after_an_upgrade_the_old_processs_ids_are_told_apart_and_still_valid() {
-        let mut old = SocketCids::new(2, 11, None);
-        let mut new = SocketCids::new(2, 12, Some(11));
-        let previous = PreviousCids::new(2, 11);
+        let mut older = SocketCids::new(2, 10, &[]);
+        let mut old = SocketCids::new(2, 11, &[10]);
+        let mut new = SocketCids::new(2, 12, &[11, 10]);
+        let previous = PreviousCids::new(2, &[11, 10]);
         let (theirs, ours) = (old.generate_cid(), new.generate_cid());
         assert!(previous.issued(&theirs));
         assert!(!previous.issued(&ours), "the new process's own");
-        assert!(!previous.issued(&SocketCids::new(3, 11, None).generate_cid()), "another socket's");
+        assert!(previous.issued(&older.generate_cid()), "two upgrades back");
+        assert!(!previous.issued(&SocketCids::new(3, 11, &[]).generate_cid()), "another socket's");
+        assert!(!PreviousCids::new(2, &[]).issued(&theirs), "none before");
         assert!(new.validate(&theirs).is_ok(), "so quinn resets it once the old process has gone");
         assert!(new.validate(&ours).is_ok());
         assert!(old.validate(&ours).is_err());

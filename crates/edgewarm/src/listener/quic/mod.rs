@@ -123,7 +123,7 @@ fn endpoint(
     socket: std::net::UdpSocket,
     index: usize,
     (pair, to_old): (crate::upgrade::RelayPair, Option<std::os::fd::OwnedFd>),
-    (keys, previous): &(crate::upgrade::QuicKeys, Option<u64>),
+    keys: &crate::upgrade::QuicKeys,
     server: quinn::ServerConfig,
     cx: &Context,
 ) -> std::io::Result<quinn::Endpoint> {
@@ -134,10 +134,11 @@ fn endpoint(
     let index = u8::try_from(index).ok();
     let relayed =
         |result| cx.metrics.quic.relayed.get_or_create(&QuicRelayLabel { listener: listener.clone(), result }).clone();
-    let to_old = match (to_old, previous, index) {
-        (Some(fd), Some(key), Some(index)) => Some(relay::ToOld::new(
+    // Every earlier process's datagrams go to the latest, which passes on what is not its own.
+    let to_old = match (to_old, keys.earlier.is_empty(), index) {
+        (Some(fd), false, Some(index)) => Some(relay::ToOld::new(
             fd,
-            cid::PreviousCids::new(index, *key),
+            cid::PreviousCids::new(index, &keys.earlier),
             relayed(QuicRelayed::Sent),
             relayed(QuicRelayed::Dropped),
         )?),
@@ -152,8 +153,8 @@ fn endpoint(
     let reset = aws_lc_rs::hmac::Key::new(aws_lc_rs::hmac::HMAC_SHA256, &keys.reset);
     let mut config = quinn::EndpointConfig::new(Arc::new(reset));
     if let Some(index) = index {
-        let (key, previous) = (keys.cid, *previous);
-        config.cid_generator(move || Box::new(cid::SocketCids::new(index, key, previous)));
+        let (key, earlier) = (keys.cid, keys.earlier.clone());
+        config.cid_generator(move || Box::new(cid::SocketCids::new(index, key, &earlier)));
     }
     quinn::Endpoint::new_with_abstract_socket(config, Some(server), socket, Arc::new(quinn::TokioRuntime))
 }
@@ -194,6 +195,7 @@ async fn accept_loop(endpoint: quinn::Endpoint, shared: Arc<Shared>, cx: Arc<Con
     // that (and sent again to any packet in its closing period): the drain waits for the
     // endpoint to be idle, or the process could exit first and leave the client to its idle
     // timeout.
+    cx.quic.keep(endpoint.clone());
     cx.tracker.spawn(async move { endpoint.wait_idle().await });
 }
 

@@ -30,26 +30,38 @@ use crate::upgrade::QuicKeys;
 /// HTTP/3 endpoint it runs.
 #[derive(Debug)]
 pub(crate) struct QuicProcess {
-    /// Its own keys, and the ID key of the process it took over from.
-    keys: Mutex<(QuicKeys, Option<u64>)>,
+    /// Its own keys, with the ID keys of the processes it took over from.
+    keys: Mutex<QuicKeys>,
     /// Set once this process has handed over: its endpoints stop reading the sockets.
     pub handed_over: Arc<AtomicBool>,
+    /// The endpoints, once they accept no more: kept for as long as the process lives, since
+    /// one that has handed over may still relay for an older process draining beside it.
+    kept: Mutex<Vec<quinn::Endpoint>>,
 }
 
 impl QuicProcess {
     pub(crate) fn new() -> io::Result<Self> {
-        Ok(Self { keys: Mutex::new((QuicKeys::random()?, None)), handed_over: Arc::default() })
+        Ok(Self { keys: Mutex::new(QuicKeys::random()?), handed_over: Arc::default(), kept: Mutex::default() })
     }
 
-    /// This process's keys, and the previous process's ID key.
-    pub(crate) fn keys(&self) -> (QuicKeys, Option<u64>) {
+    /// Whether this process has handed over and has HTTP/3 endpoints: it may be relaying.
+    pub(crate) fn relaying(&self) -> bool {
+        self.handed_over.load(Ordering::Relaxed) && !self.kept.lock().unwrap_or_else(|p| p.into_inner()).is_empty()
+    }
+
+    /// Keep `endpoint` (and so its relay) until the process ends.
+    pub(crate) fn keep(&self, endpoint: quinn::Endpoint) {
+        self.kept.lock().unwrap_or_else(|p| p.into_inner()).push(endpoint);
+    }
+
+    /// This process's keys, with the earlier processes' ID keys.
+    pub(crate) fn keys(&self) -> QuicKeys {
         self.keys.lock().unwrap_or_else(|p| p.into_inner()).clone()
     }
 
     /// Take over from a process whose keys were `old` (before any endpoint starts).
     pub(crate) fn adopt(&self, old: &QuicKeys) -> io::Result<()> {
-        let (own, previous) = QuicKeys::after(old)?;
-        *self.keys.lock().unwrap_or_else(|p| p.into_inner()) = (own, Some(previous));
+        *self.keys.lock().unwrap_or_else(|p| p.into_inner()) = QuicKeys::after(old)?;
         Ok(())
     }
 }
@@ -192,10 +204,16 @@ mod tests {
     }
 
     #[test]
-    fn a_process_taking_over_keeps_the_reset_key_and_knows_the_old_id_key() {
-        let old = QuicKeys::random().unwrap();
-        let (new, previous) = QuicKeys::after(&old).unwrap();
-        assert_eq!((new.reset, previous), (old.reset, old.cid));
-        assert_ne!(new.cid, old.cid);
+    fn a_process_taking_over_keeps_the_reset_key_and_knows_the_old_id_keys() {
+        let first = QuicKeys::random().unwrap();
+        let second = QuicKeys::after(&first).unwrap();
+        assert_eq!((second.reset, &second.earlier[..]), (first.reset, &[first.cid][..]));
+        assert_ne!(second.cid, first.cid);
+        let mut keys = second.clone();
+        for _ in 0..QuicKeys::EARLIER + 2 {
+            keys = QuicKeys::after(&keys).unwrap();
+        }
+        assert_eq!(keys.reset, first.reset);
+        assert_eq!(keys.earlier.len(), QuicKeys::EARLIER, "a few generations back, no more");
     }
 }

@@ -166,8 +166,12 @@ impl Counted {
                 match from.try_recv(&mut bufs[n]) {
                     Ok(len) => {
                         if let Some(m) = relay::unwrap_in_place(&mut bufs[n][..len]) {
-                            meta[n] = m;
-                            n += 1;
+                            // An earlier process's still: on down the chain.
+                            let onward = self.relay.to_old.as_ref().is_some_and(|old| old.take(&bufs[n][..m.len], &m));
+                            if !onward {
+                                meta[n] = m;
+                                n += 1;
+                            }
                         }
                     }
                     Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
