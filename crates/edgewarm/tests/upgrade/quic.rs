@@ -200,12 +200,7 @@ async fn three_upgrades_under_http3_load_drop_nothing() {
         let retried = retried.load(Ordering::Relaxed);
         assert_eq!(failed.load(Ordering::Relaxed), 0, "failed requests ({ok} succeeded, {retried} retried)");
         assert!(ok > 0);
-        // The old processes drained and exited; the newest serves.
-        for (i, p) in procs.iter_mut().enumerate().take(3) {
-            let status = wait_exit(&mut p.0).await;
-            assert!(status.success(), "process {i}: {status:?}");
-        }
-        assert!(procs[3].0.try_wait().unwrap().is_none());
+        only_the_newest_serves(&mut procs).await;
     })
     .await;
 }
