@@ -42,6 +42,9 @@ origin=$!
 /usr/bin/edgewarm run --config /etc/edgewarm/edgewarm.yaml 2>"$work/edge.log" &
 edge=$!
 for _ in $(seq 100); do curl -sf --max-time 1 -o /dev/null http://127.0.0.1:9900/ready && break; sleep 0.1; done
+# To a file, then read: `grep -q` in a pipe stops reading at its match, and with pipefail
+# curl's broken pipe would fail the step.
 curl -sf --max-time 10 --cacert "$work/cert.pem" --resolve www.example.com:443:127.0.0.1 \
-  https://www.example.com/ | grep -q 's_server' || { cat "$work/edge.log"; exit 1; }
+  -o "$work/page.html" https://www.example.com/ && grep -q 's_server' "$work/page.html" \
+  || { cat "$work/edge.log"; exit 1; }
 echo "package: installed, unit verified, shipped config checked, one request served through it"
