@@ -17,9 +17,10 @@ test origin's pattern). Options:
                      server closes it; prints the close's error code and when it came
     --garbage        send datagrams that cannot be QUIC: 5 bytes, a long header claiming a
                      200-byte connection ID, a 300-byte version 1 Initial
-Prints one JSON object: the responses (status, headers, body length, SHA-256 and its first 4 KiB
-as text, the code of a STOP_SENDING the server sent on the request's stream) and what the
-handshake did (resumed, early data accepted).
+Prints one JSON object: the responses (stream ID, status, headers, body length, SHA-256 and its
+first 4 KiB as text, the codes of a STOP_SENDING and a RESET_STREAM the server sent on the
+request's stream), what the handshake did (resumed, early data accepted), and the stream IDs of
+the GOAWAY frames the server sent (aioquic reads them but does not say).
 """
 import asyncio
 import hashlib
@@ -36,7 +37,8 @@ from aioquic.h3.connection import H3_ALPN, H3Connection
 from aioquic.h3.events import DataReceived, HeadersReceived
 from aioquic.quic.configuration import QuicConfiguration
 from aioquic.quic.connection import QuicConnection
-from aioquic.quic.events import StopSendingReceived
+from aioquic.buffer import Buffer, BufferReadError
+from aioquic.quic.events import StopSendingReceived, StreamDataReceived, StreamReset
 
 BLOCK = bytes(i % 251 for i in range((1 << 20) + 251))
 
@@ -56,10 +58,37 @@ class Client(QuicConnectionProtocol):
         super().__init__(*a, **kw)
         self.h3 = H3Connection(self._quic)
         self.streams = {}
+        # The server's unidirectional streams as received so far, to find GOAWAY on its control stream.
+        self.server_uni = {}
+        self.goaway = []
+
+    def control_frames(self, stream_id, data):
+        raw = self.server_uni.setdefault(stream_id, bytearray())
+        raw += data
+        buf = Buffer(data=bytes(raw))
+        try:
+            if buf.pull_uint_var() != 0:  # not the control stream
+                return
+            ids = []
+            while not buf.eof():
+                kind, length = buf.pull_uint_var(), buf.pull_uint_var()
+                payload = Buffer(data=buf.pull_bytes(length))
+                if kind == 0x7:
+                    ids.append(payload.pull_uint_var())
+            self.goaway = ids
+        except BufferReadError:
+            pass  # a frame not complete yet: the next data completes it
 
     def quic_event_received(self, event):
-        if isinstance(event, StopSendingReceived) and event.stream_id in self.streams:
-            self.streams[event.stream_id]["stop_sending"] = event.error_code
+        sid = getattr(event, "stream_id", None)
+        if isinstance(event, StopSendingReceived) and sid in self.streams:
+            self.streams[sid]["stop_sending"] = event.error_code
+        if isinstance(event, StreamDataReceived) and sid % 4 == 3:
+            self.control_frames(sid, event.data)
+        if isinstance(event, StreamReset) and sid in self.streams:
+            self.streams[sid]["reset"] = event.error_code
+            if not self.streams[sid]["done"].done():
+                self.streams[sid]["done"].set_result(None)
         for ev in self.h3.handle_event(event):
             st = self.streams.get(getattr(ev, "stream_id", None))
             if st is None:
@@ -72,7 +101,7 @@ class Client(QuicConnectionProtocol):
                 st["length"] += len(ev.data)
                 if len(st["text"]) < 4096:
                     st["text"] += ev.data[:4096]
-            if getattr(ev, "stream_ended", False):
+            if getattr(ev, "stream_ended", False) and not st["done"].done():
                 st["done"].set_result(None)
 
     async def request(self, method, path, authority, size):
@@ -82,7 +111,7 @@ class Client(QuicConnectionProtocol):
         if size is not None:
             headers.append((b"content-length", str(size).encode()))
         st = {"headers": None, "sha": hashlib.sha256(), "length": 0, "text": b"", "stop_sending": None,
-              "done": asyncio.get_running_loop().create_future()}
+              "reset": None, "done": asyncio.get_running_loop().create_future()}
         self.streams[sid] = st
         # The head leaves with the body's first chunk, as a browser's does.
         self.h3.send_headers(sid, headers, end_stream=size is None)
@@ -101,9 +130,9 @@ class Client(QuicConnectionProtocol):
         self.transmit()
         await asyncio.wait_for(st["done"], 120)
         h = st["headers"] or {}
-        return {"status": int(h.get(":status", "0")), "headers": h, "length": st["length"],
+        return {"stream": sid, "status": int(h.get(":status", "0")), "headers": h, "length": st["length"],
                 "sha256": st["sha"].hexdigest(), "text": st["text"][:4096].decode("latin-1"),
-                "stop_sending": st["stop_sending"]}
+                "stop_sending": st["stop_sending"], "reset": st["reset"]}
 
 
 def configuration(args, tickets):
@@ -162,6 +191,7 @@ async def one(args):
                 out["closed"] = {"error_code": ev.error_code, "after_s": round(time.monotonic() - held, 3)}
             except asyncio.TimeoutError:
                 out["closed"] = None
+        out["goaway"] = p.goaway
         # A ticket may trail the response (its packet lost and resent): wait for it, bounded.
         for _ in range(40):
             if tickets or not args.get("ticket_out"):

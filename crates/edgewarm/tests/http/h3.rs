@@ -385,6 +385,51 @@ async fn reloads_and_shutdowns_close_http3_clients_gracefully() {
     edge.stop().await;
 }
 
+/// GOAWAY tells the client which of its requests were processed (RFC 9114 §5.2): every one on
+/// a stream below its ID was answered, and every one at or above it was refused unprocessed
+/// (H3_REQUEST_REJECTED), so the client may send those, and only those, again on a new
+/// connection. A request in flight when the edge stops must be on the answered side: were it
+/// announced as unprocessed, a browser could send a POST again elsewhere that the origin has
+/// already taken.
+#[tokio::test(flavor = "multi_thread")]
+#[cfg_attr(not(feature = "system-tests"), ignore = "system test (aioquic): scripts/test.sh runs it")]
+async fn goaway_counts_the_requests_in_flight_as_processed() {
+    let fx = fixture();
+    let (origin, stats) = h2_origin(&fx.origin, H2Opts::default()).await;
+    let edge = edge(&fx.route(origin, ""), "", "http3: true").await;
+    let client = {
+        let (addr, ca) = (edge.addr, ca(&fx));
+        tokio::spawn(async move {
+            h3_client(addr, "b.test", &ca, &["--hold", "20", "POST:/delay:100", "GET:/after"]).await
+        })
+    };
+    // The POST has reached the origin, which answers it after 500 ms: stop while it is in flight.
+    for _ in 0..2000 {
+        if stats.requests.load(Ordering::Relaxed) > 0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    assert_eq!(stats.requests.load(Ordering::Relaxed), 1, "the POST never reached the origin");
+    edge.server.shutdown();
+    let out = client.await.unwrap();
+    let goaway = out["goaway"].as_array().unwrap_or_else(|| panic!("{out}"));
+    let id = goaway.last().and_then(|id| id.as_u64()).unwrap_or_else(|| panic!("no GOAWAY: {out}"));
+    let responses = out["responses"].as_array().unwrap();
+    assert_eq!(responses[0]["status"], 200, "the request in flight is answered: {out}");
+    for r in responses {
+        let stream = r["stream"].as_u64().unwrap();
+        if r["status"] == 200 {
+            assert!(stream < id, "stream {stream} was answered, but GOAWAY {id} says it was not processed: {out}");
+        } else {
+            assert!(stream >= id, "stream {stream} was refused below GOAWAY {id}: {out}");
+            assert_eq!(r["reset"], 0x10b, "refused with H3_REQUEST_REJECTED: {out}");
+        }
+    }
+    assert_eq!(out["closed"]["error_code"], 0x100, "{out}");
+    edge.stop().await;
+}
+
 /// The request metrics say which protocol each request came in over.
 #[tokio::test(flavor = "multi_thread")]
 #[cfg_attr(not(feature = "system-tests"), ignore = "system test (aioquic): scripts/test.sh runs it")]

@@ -65,8 +65,8 @@ pub(crate) async fn serve(
     let mut stop_wait = pin!(stopping(stop, retired));
     let mut streams = FuturesUnordered::new();
     let mut closing = false;
-    // Requests accepted, and whether the next one is to be refused (see the GOAWAY below).
-    let (mut accepted, mut refuse_next) = (0u64, false);
+    // Whether the next request is to be refused (see the GOAWAY below).
+    let mut refuse_next = false;
     // While closing with nothing in flight: datagrams sent and lost as of the last quiet check.
     let mut sent_then = None;
     loop {
@@ -79,14 +79,15 @@ pub(crate) async fn serve(
             }
             () = &mut stop_wait, if !closing => {
                 closing = true;
-                // h3 announces GOAWAY with the last request it accepted, or stream 0 if none, and
-                // then still accepts that stream: with none accepted, refuse it ourselves, as the
-                // GOAWAY told the client (RFC 9114 §5.2: never processed, so it may send it again
-                // on a new connection; it must not find it processed here too).
-                refuse_next = accepted == 0;
                 // GOAWAY: requests already accepted finish, later ones are refused unprocessed
-                // (H3_REQUEST_REJECTED: the client may send them again on a new connection).
-                if conn.shutdown(0).await.is_err() {
+                // (H3_REQUEST_REJECTED), and the client may send those again on a new connection
+                // (RFC 9114 §5.2). So its ID must be the stream after the last one accepted:
+                // h3's `shutdown(n)` announces the last accepted plus n, or stream 0 if none.
+                // h3 still accepts the stream it announces and refuses only those after it, so
+                // that one is refused here: the client was told it was never processed, and must
+                // not find it processed here too.
+                refuse_next = true;
+                if conn.shutdown(1).await.is_err() {
                     quic.close(H3_NO_ERROR.into(), b"");
                     return Ended::Done;
                 }
@@ -95,7 +96,6 @@ pub(crate) async fn serve(
             next = conn.accept() => match next {
                 // A panic is caught per stream, as for HTTP/2: it must not end the connection.
                 Ok(Some(resolver)) => {
-                    accepted += 1;
                     let refused = std::mem::take(&mut refuse_next);
                     streams.push(AssertUnwindSafe(request(shared.clone(), resolver, refused)).catch_unwind());
                 }
