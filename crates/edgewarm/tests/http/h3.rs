@@ -399,9 +399,9 @@ async fn goaway_counts_the_requests_in_flight_as_processed() {
     let edge = edge(&fx.route(origin, ""), "", "http3: true").await;
     let client = {
         let (addr, ca) = (edge.addr, ca(&fx));
-        tokio::spawn(async move {
-            h3_client(addr, "b.test", &ca, &["--hold", "20", "POST:/delay:100", "GET:/after"]).await
-        })
+        tokio::spawn(
+            async move { h3_client(addr, "b.test", &ca, &["--hold", "20", "POST:/delay:100", "GET:/after"]).await },
+        )
     };
     // The POST has reached the origin, which answers it after 500 ms: stop while it is in flight.
     for _ in 0..2000 {
