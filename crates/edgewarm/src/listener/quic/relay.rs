@@ -13,12 +13,14 @@
 //! the new one answers its clients' packets with resets they believe, and they reconnect at
 //! once instead of waiting out their idle timeout.
 
+use std::collections::VecDeque;
 use std::io;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::os::fd::OwnedFd;
 use std::os::unix::net::UnixDatagram;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
 
 use prometheus_client::metrics::counter::Counter;
 use quinn::udp::{EcnCodepoint, RecvMeta};
@@ -123,25 +125,42 @@ pub(crate) fn unwrap_in_place(buf: &mut [u8]) -> Option<RecvMeta> {
     Some(RecvMeta { addr: SocketAddr::new(ip, port), len, stride: len, ecn, dst_ip })
 }
 
+/// Bytes of relayed datagrams waiting for room in the relay's socket, per UDP socket. The
+/// kernel's own queue holds fewer than a hundred datagrams (its default send buffer), and the
+/// old process may be busy for a moment while the new one reads a burst for it; past this,
+/// datagrams are dropped, as at any full queue on a path.
+const QUEUE_BYTES: usize = 1 << 20;
+
 /// The new side: datagrams for the old process's connections, sent on to it.
 pub(crate) struct ToOld {
-    socket: UnixDatagram,
+    socket: tokio::net::UnixDatagram,
     ids: PreviousCids,
     /// The old process has exited: its connections' packets go to quinn, which resets them.
     gone: AtomicBool,
+    /// Messages (header and datagram) the socket had no room for yet, oldest first.
+    waiting: Mutex<Waiting>,
     pub sent: Counter,
     pub dropped: Counter,
 }
 
+#[derive(Default)]
+struct Waiting {
+    queue: VecDeque<Vec<u8>>,
+    bytes: usize,
+}
+
 impl ToOld {
+    /// In the runtime that will poll it.
     pub(crate) fn new(send: OwnedFd, ids: PreviousCids, sent: Counter, dropped: Counter) -> io::Result<Self> {
         let socket = UnixDatagram::from(send);
         socket.set_nonblocking(true)?;
-        Ok(Self { socket, ids, gone: AtomicBool::new(false), sent, dropped })
+        let socket = tokio::net::UnixDatagram::from_std(socket)?;
+        Ok(Self { socket, ids, gone: AtomicBool::new(false), waiting: Mutex::default(), sent, dropped })
     }
 
     /// Whether `datagram` (received with `meta`) was the old process's, and so taken here: sent
-    /// on, or dropped when the old process is behind (as a full queue anywhere on a path drops).
+    /// on, queued until the old process reads ([`Self::poll_flush`] sends it), or dropped when
+    /// the queue is full.
     pub(crate) fn take(&self, datagram: &[u8], meta: &RecvMeta) -> bool {
         if self.gone.load(Ordering::Relaxed) {
             return false;
@@ -153,20 +172,65 @@ impl ToOld {
         let mut message = Vec::with_capacity(HEADER + datagram.len());
         message.extend_from_slice(&header(meta));
         message.extend_from_slice(datagram);
-        match self.socket.send(&message) {
-            Ok(_) => {
-                self.sent.inc();
-            }
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                self.dropped.inc();
-            }
-            Err(e) => {
-                self.gone.store(true, Ordering::Relaxed);
-                tracing::info!(error = %e, "the previous process has gone: its HTTP/3 clients are reset");
-                return false;
+        let mut waiting = self.waiting.lock().unwrap_or_else(|p| p.into_inner());
+        // Behind others waiting, it waits too: a connection's packets keep their order.
+        if waiting.queue.is_empty() {
+            match self.socket.try_send(&message) {
+                Ok(_) => {
+                    self.sent.inc();
+                    return true;
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                Err(e) => {
+                    self.gone(&e, &mut waiting);
+                    return false;
+                }
             }
         }
+        if waiting.bytes + message.len() > QUEUE_BYTES {
+            self.dropped.inc();
+        } else {
+            waiting.bytes += message.len();
+            waiting.queue.push_back(message);
+        }
         true
+    }
+
+    /// Send what waits, as far as the socket has room; while some still waits, `cx` is woken
+    /// when it has more.
+    pub(crate) fn poll_flush(&self, cx: &mut Context<'_>) {
+        let mut waiting = self.waiting.lock().unwrap_or_else(|p| p.into_inner());
+        while let Some(message) = waiting.queue.front() {
+            let sent = match self.socket.poll_send_ready(cx) {
+                Poll::Pending => return,
+                Poll::Ready(Ok(())) => self.socket.try_send(message),
+                Poll::Ready(Err(e)) => Err(e),
+            };
+            match sent {
+                Ok(_) => {
+                    self.sent.inc();
+                    let len = message.len();
+                    waiting.bytes -= len;
+                    waiting.queue.pop_front();
+                }
+                // Readiness was stale: the next poll registers `cx`.
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                Err(e) => return self.gone(&e, &mut waiting),
+            }
+        }
+    }
+
+    /// Datagrams waiting now.
+    #[cfg(test)]
+    fn waiting(&self) -> usize {
+        self.waiting.lock().unwrap_or_else(|p| p.into_inner()).queue.len()
+    }
+
+    fn gone(&self, e: &io::Error, waiting: &mut Waiting) {
+        self.gone.store(true, Ordering::Relaxed);
+        self.dropped.inc_by(waiting.queue.len() as u64);
+        *waiting = Waiting::default();
+        tracing::info!(error = %e, "the previous process has gone: its HTTP/3 clients are reset");
     }
 }
 
@@ -201,6 +265,60 @@ mod tests {
         bad[0] = VERSION;
         bad[2] = 5;
         assert!(unwrap_in_place(&mut bad).is_none(), "no such address family");
+    }
+
+    /// Datagrams for an old process that is not reading wait, past what the kernel queues, and
+    /// go on in order once it reads; past the bound they are dropped and counted.
+    #[tokio::test]
+    async fn relayed_datagrams_wait_for_a_busy_old_process() {
+        use quinn_proto::ConnectionIdGenerator;
+        let (send, receive) = UnixDatagram::pair().unwrap();
+        let key = 7;
+        let id = super::super::cid::SocketCids::new(3, key, &[]).generate_cid();
+        let old =
+            ToOld::new(send.into(), PreviousCids::new(3, &[key]), Counter::default(), Counter::default()).unwrap();
+        let meta = RecvMeta { addr: "192.0.2.7:4433".parse().unwrap(), len: 0, stride: 0, ecn: None, dst_ip: None };
+        let datagram = |i: u32| {
+            let mut d = vec![0x40];
+            d.extend_from_slice(&id);
+            d.extend_from_slice(&i.to_be_bytes());
+            d.resize(1200, 0);
+            d
+        };
+        let mut taken = 0u32;
+        while old.dropped.get() == 0 {
+            assert!(old.take(&datagram(taken), &meta), "the old process's datagram is taken");
+            taken += 1;
+            assert!(taken < 100_000, "never dropped");
+        }
+        let message = HEADER + 1200;
+        assert!(old.waiting() * message > QUEUE_BYTES - message, "waiting: {}", old.waiting());
+        assert!(!old.take(&[0x40; 40], &meta), "not the old process's: quinn's");
+        // The old process reads now: all but the dropped last arrive, in order and whole.
+        let receive = tokio::net::UnixDatagram::from_std({
+            receive.set_nonblocking(true).unwrap();
+            receive
+        })
+        .unwrap();
+        let read = async {
+            let mut buf = vec![0; 2048];
+            for i in 0..taken - 1 {
+                let len = receive.recv(&mut buf).await.unwrap();
+                let m = unwrap_in_place(&mut buf[..len]).unwrap();
+                assert_eq!((m.addr, m.len), (meta.addr, 1200));
+                assert_eq!(buf[..m.len], datagram(i)[..], "datagram {i}");
+            }
+        };
+        let flush = std::future::poll_fn(|cx| {
+            old.poll_flush(cx);
+            if old.waiting() == 0 {
+                Poll::Ready(())
+            } else {
+                Poll::Pending
+            }
+        });
+        tokio::time::timeout(std::time::Duration::from_secs(60), async { tokio::join!(read, flush) }).await.unwrap();
+        assert_eq!((old.sent.get(), old.dropped.get()), (u64::from(taken) - 1, 1));
     }
 
     #[test]

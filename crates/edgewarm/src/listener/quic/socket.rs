@@ -193,6 +193,29 @@ impl Counted {
         }
     }
 
+    /// What the endpoint is to read: from the socket until this process hands over, and what a
+    /// newer process relays.
+    fn poll_datagrams(
+        &self,
+        cx: &mut Context,
+        bufs: &mut [IoSliceMut<'_>],
+        meta: &mut [RecvMeta],
+    ) -> Poll<io::Result<usize>> {
+        // Once handed over, the socket is the newer process's: what is ours comes relayed.
+        while !self.relay.handed_over.load(Ordering::Relaxed) {
+            match self.inner.poll_recv(cx, bufs, meta) {
+                Poll::Ready(Ok(n)) => match self.sort(bufs, meta, n) {
+                    0 => continue,
+                    kept => return Poll::Ready(Ok(kept)),
+                },
+                Poll::Pending => break,
+                Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),
+            }
+        }
+        // Polled even before any upgrade, so that the first relayed datagram wakes the endpoint.
+        self.poll_relayed(cx, bufs, meta)
+    }
+
     fn count(&self, datagram: &[u8]) {
         let counter = match check(datagram) {
             None => return,
@@ -225,19 +248,13 @@ impl AsyncUdpSocket for Counted {
         bufs: &mut [IoSliceMut<'_>],
         meta: &mut [RecvMeta],
     ) -> Poll<io::Result<usize>> {
-        // Once handed over, the socket is the newer process's: what is ours comes relayed.
-        while !self.relay.handed_over.load(Ordering::Relaxed) {
-            match self.inner.poll_recv(cx, bufs, meta) {
-                Poll::Ready(Ok(n)) => match self.sort(bufs, meta, n) {
-                    0 => continue,
-                    kept => return Poll::Ready(Ok(kept)),
-                },
-                Poll::Pending => break,
-                Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),
-            }
+        let polled = self.poll_datagrams(cx, bufs, meta);
+        // Relayed datagrams that found the old process's queue full wait here: sent now if it
+        // has room, else the endpoint is woken when it has.
+        if let Some(old) = &self.relay.to_old {
+            old.poll_flush(cx);
         }
-        // Polled even before any upgrade, so that the first relayed datagram wakes the endpoint.
-        self.poll_relayed(cx, bufs, meta)
+        polled
     }
 
     fn local_addr(&self) -> io::Result<SocketAddr> {
