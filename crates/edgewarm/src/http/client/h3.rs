@@ -177,7 +177,10 @@ async fn request(shared: Arc<Service>, resolver: Resolver, refused: bool) {
         }
     };
     if refused {
-        // Only the sending side: stopping the receiving one is quinn's on drop (see `pipe`).
+        // Both directions, with the code that tells the client it may send the request again
+        // (RFC 9114 §4.1.1), as h3 refuses the streams after the one announced. Nothing is
+        // being read from the stream yet, so h3-quinn can stop it with a code of our choosing.
+        stream.stop_sending(h3::error::Code::H3_REQUEST_REJECTED);
         stream.stop_stream(h3::error::Code::H3_REQUEST_REJECTED);
         return;
     }
