@@ -121,6 +121,10 @@ pub struct LoadReport {
     /// Connections whose TLS 1.3 early data (the request) the server accepted.
     #[serde(default)]
     pub early_data: usize,
+    /// Requests refused unprocessed (HTTP/3: after a GOAWAY) and sent again on a new
+    /// connection, as a browser does; their connection counts as ok if the retry succeeded.
+    #[serde(default)]
+    pub retried: usize,
     /// Every request's TTFB in ms, in start order (failed ones absent), for CDF plots.
     pub ttfb_samples: Vec<f64>,
     /// Scheduled start of each request in `ttfb_samples`, ms after the run began.
@@ -138,6 +142,8 @@ pub(crate) struct Sample {
     pub(crate) resumed: bool,
     /// The request went as early data and the server accepted it.
     pub(crate) early: bool,
+    /// Requests the server refused unprocessed and the client sent again (HTTP/3).
+    pub(crate) retried: usize,
 }
 
 pub(crate) struct Target {
@@ -317,7 +323,16 @@ async fn attempt(t: &Target, t0: Instant, at: Duration) -> Result<Sample, &'stat
     if let Some((client, addr)) = &t.h3 {
         let s = client.get(*addr, &t.host, &t.path, t.zero_rtt, t.page, t0).await?;
         let (connect, tls) = (s.handshake, s.handshake);
-        return Ok(Sample { at, connect, tls, ttfb: s.ttfb, total: s.total, resumed: s.early, early: s.early });
+        return Ok(Sample {
+            at,
+            connect,
+            tls,
+            ttfb: s.ttfb,
+            total: s.total,
+            resumed: s.early,
+            early: s.early,
+            retried: s.retried,
+        });
     }
     let (tcp, _) =
         connect::connect(&t.resolver, &t.addr, t.tfo, t.timeout, &[]).await.map_err(|e| e.close_reason().label())?;
@@ -358,7 +373,7 @@ async fn attempt(t: &Target, t0: Instant, at: Duration) -> Result<Sample, &'stat
     // With 0-RTT the handshake was still running when `connect` returned: ask now.
     let resumed = resumed || tls.get_ref().1.handshake_kind() == Some(rustls::HandshakeKind::Resumed);
     let early = tls.get_ref().1.is_early_data_accepted();
-    Ok(Sample { at, connect, tls: tls_done, ttfb, total: t0.elapsed(), resumed, early })
+    Ok(Sample { at, connect, tls: tls_done, ttfb, total: t0.elapsed(), resumed, early, retried: 0 })
 }
 
 fn percentiles(h: &Histogram<u64>) -> Percentiles {
@@ -378,6 +393,7 @@ fn summarise(results: Vec<Option<Result<Sample, &'static str>>>) -> LoadReport {
                 report.ok += 1;
                 report.resumed += usize::from(s.resumed);
                 report.early_data += usize::from(s.early);
+                report.retried += s.retried;
                 let us = |d: Duration| u64::try_from(d.as_micros()).unwrap_or(u64::MAX).max(1);
                 let _ = c.record(us(s.connect));
                 let _ = t.record(us(s.tls));
@@ -402,8 +418,8 @@ impl LoadReport {
             format!("{name:<8} {:>9.2} {:>9.2} {:>9.2} {:>9.2} {:>9.2}\n", p.p50, p.p90, p.p99, p.p999, p.max)
         };
         let mut s = format!(
-            "{} requests, {} ok, {} resumed, {} with early data accepted, errors {:?}\nphase (ms)     p50       p90       p99     p99.9       max\n",
-            self.requests, self.ok, self.resumed, self.early_data, self.errors
+            "{} requests, {} ok, {} resumed, {} with early data accepted, {} retried, errors {:?}\nphase (ms)     p50       p90       p99     p99.9       max\n",
+            self.requests, self.ok, self.resumed, self.early_data, self.retried, self.errors
         );
         s += &row("connect", &self.connect_ms);
         s += &row("tls", &self.tls_ms);

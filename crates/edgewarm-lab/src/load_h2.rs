@@ -52,5 +52,5 @@ where
     while let Some(done) = subs.join_next().await {
         done.map_err(|_| "http2")??;
     }
-    Ok(Sample { at, connect, tls: tls_done, ttfb, total: t0.elapsed(), resumed, early: false })
+    Ok(Sample { at, connect, tls: tls_done, ttfb, total: t0.elapsed(), resumed, early: false, retried: 0 })
 }
