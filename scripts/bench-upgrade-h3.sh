@@ -2,8 +2,9 @@
 # HTTP/3 clients through upgrades, on loopback: an open-loop stream of HTTP/3 page loads (a page
 # and PAGE sub-resources on each new connection) while the edge is upgraded three times, each
 # upgrade's old process kept draining by a slow HTTP/2 download over TCP, as real drains are.
-# Printed per build: TTFB p50 / p99 / max and the failed page loads (a request refused by a
-# GOAWAY counts as failed here; a browser sends it again on a new connection). BASELINE: other
+# Printed per build: TTFB p50 / p99 / max, the failed page loads, and the requests refused
+# unprocessed (after a GOAWAY) that the load generator sent again on a new connection, as a
+# browser does (a page load whose retry succeeded is not failed). BASELINE: other
 # edgewarm binaries to run the same way first, e.g. a build from before a change.
 #
 #   BASELINE="/tmp/edgewarm-before" scripts/bench-upgrade-h3.sh [ROUNDS] [RATE] [PAGE]   # 3 100 10
@@ -33,18 +34,18 @@ one() {
     RUST_LOG=warn "$bin" run --config "$dir/edge.yaml" --upgrade 2>>"$dir/edge.log" & pids+=($!)
   done
   wait $load
-  out=$(python3 -c "import json,sys; d=json.load(open(sys.argv[1])); t=d['ttfb_ms']; print(t['p50'], t['p99'], t['max'], d['requests'] - d['ok'])" "$dir/load.json")
+  out=$(python3 -c "import json,sys; d=json.load(open(sys.argv[1])); t=d['ttfb_ms']; print(t['p50'], t['p99'], t['max'], d['requests'] - d['ok'], d.get('retried', 0))" "$dir/load.json")
   echo "$bin $out"
   # The last process (and any still draining) go before the next build's run.
   for p in "${pids[@]:1}"; do kill "$p" 2>/dev/null || true; done
   pkill -f "$dir/edge.yaml" 2>/dev/null || true
   sleep 1
 }
-echo "| build | round | TTFB p50 ms | p99 | max | failed page loads of $((rate * 15)) |"
-echo "|---|---|---|---|---|---|"
+echo "| build | round | TTFB p50 ms | p99 | max | failed page loads of $((rate * 15)) | requests sent again |"
+echo "|---|---|---|---|---|---|---|"
 for round in $(seq "$rounds"); do
   for bin in ${BASELINE:-} "$edgewarm"; do
-    read -r b p50 p99 max failed <<< "$(one "$bin")"
-    echo "| $b | $round | $p50 | $p99 | $max | $failed |"
+    read -r b p50 p99 max failed retried <<< "$(one "$bin")"
+    echo "| $b | $round | $p50 | $p99 | $max | $failed | $retried |"
   done
 done
