@@ -13,6 +13,8 @@ test origin's pattern). Options:
                      wait 1 s for answers; prints how many datagrams came back
     --flood N        send the first flights (Initial packets) of N new connections and never
                      answer; prints how many answers came back and how many were Retry packets
+    --after-goaway   send the requests only once the server's GOAWAY has come (up to 30 s)
+    --send-goaway    after the requests send a GOAWAY of our own (as a client going away)
     --hold S         after the requests keep the connection open up to S seconds, until the
                      server closes it; prints the close's error code and when it came
     --garbage        send datagrams that cannot be QUIC: 5 bytes, a long header claiming a
@@ -61,6 +63,7 @@ class Client(QuicConnectionProtocol):
         # The server's unidirectional streams as received so far, to find GOAWAY on its control stream.
         self.server_uni = {}
         self.goaway = []
+        self.goaway_seen = asyncio.Event()
 
     def control_frames(self, stream_id, data):
         raw = self.server_uni.setdefault(stream_id, bytearray())
@@ -76,6 +79,8 @@ class Client(QuicConnectionProtocol):
                 if kind == 0x7:
                     ids.append(payload.pull_uint_var())
             self.goaway = ids
+            if ids:
+                self.goaway_seen.set()
         except BufferReadError:
             pass  # a frame not complete yet: the next data completes it
 
@@ -164,6 +169,10 @@ def parse(argv):
             args["flood"] = int(next(it))
         elif a == "--garbage":
             args["garbage"] = True
+        elif a == "--send-goaway":
+            args["send_goaway"] = True
+        elif a == "--after-goaway":
+            args["after_goaway"] = True
         elif a == "--hold":
             args["hold"] = float(next(it))
         else:
@@ -178,8 +187,14 @@ async def one(args):
     out = {"responses": []}
     async with connect(args["host"], args["port"], configuration=cfg, create_protocol=Client,
                        session_ticket_handler=tickets.append, wait_connected=not args.get("early")) as p:
+        if args.get("after_goaway"):
+            await asyncio.wait_for(p.goaway_seen.wait(), 30)
         for method, path, size in args["requests"]:
             out["responses"].append(await p.request(method, path, args["sni"], size))
+        if args.get("send_goaway"):
+            # aioquic has no call for it: the frame (type 7, length, push ID 0) on our control stream.
+            p._quic.send_stream_data(p.h3._local_control_stream_id, bytes([0x07, 0x01, 0x00]))
+            p.transmit()
         tls = p._quic.tls
         out["resumed"] = bool(tls.session_resumed)
         out["early_accepted"] = bool(tls.early_data_accepted)

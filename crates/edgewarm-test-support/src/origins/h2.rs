@@ -45,12 +45,15 @@ pub struct H2Opts {
     /// The first connection is closed with GOAWAY ENHANCE_YOUR_CALM this long after it opened
     /// (what gRPC servers send as `too_many_pings`).
     pub calm_first_after: Option<Duration>,
+    /// `/gate` answers once this is notified (a request held in flight for as long as a test
+    /// needs; each notification lets one through).
+    pub gate: Option<Arc<tokio::sync::Notify>>,
 }
 
 /// An HTTP/2 origin over TLS (ALPN h2), driven with the `h2` crate so tests control GOAWAY and
 /// stream limits. Paths: `/echo` answers with the request body; `/page` is an HTML page with
 /// sub-resources (for browsers); `/slow` never answers;
-/// `/delay` answers after 500 ms; `/sink` answers the SHA-256 of the request body and
+/// `/delay` answers after 500 ms; `/gate` when the test lets it ([`H2Opts::gate`]); `/sink` answers the SHA-256 of the request body and
 /// `/source/N` sends N pattern bytes (both streamed, for transfers of any size); any other path
 /// answers `hello <path>`. Each response carries `x-origin-conn` (which connection).
 pub async fn h2_origin(certs: &Certs, opts: H2Opts) -> (SocketAddr, Arc<H2Stats>) {
@@ -106,7 +109,13 @@ pub async fn h2_origin(certs: &Certs, opts: H2Opts) -> (SocketAddr, Arc<H2Stats>
                     let _ = respond.send_response(http::Response::builder().status(425).body(()).unwrap(), true);
                     continue;
                 }
-                tokio::spawn(h2_answer(req, respond, n));
+                let gate = opts.gate.clone().filter(|_| req.uri().path() == "/gate");
+                tokio::spawn(async move {
+                    if let Some(gate) = gate {
+                        gate.notified().await;
+                    }
+                    h2_answer(req, respond, n).await;
+                });
                 if opts.goaway_after == Some(streams) {
                     conn.graceful_shutdown();
                 }

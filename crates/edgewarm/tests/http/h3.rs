@@ -390,44 +390,74 @@ async fn reloads_and_shutdowns_close_http3_clients_gracefully() {
 /// (H3_REQUEST_REJECTED), so the client may send those, and only those, again on a new
 /// connection. A request in flight when the edge stops must be on the answered side: were it
 /// announced as unprocessed, a browser could send a POST again elsewhere that the origin has
-/// already taken.
+/// already taken. So too when the client then sends a GOAWAY of its own (h3, left to answer
+/// it, would announce the last request answered as unprocessed).
 #[tokio::test(flavor = "multi_thread")]
 #[cfg_attr(not(feature = "system-tests"), ignore = "system test (aioquic): scripts/test.sh runs it")]
 async fn goaway_counts_the_requests_in_flight_as_processed() {
+    let fx = fixture();
+    let gate = std::sync::Arc::new(tokio::sync::Notify::new());
+    let (origin, stats) = h2_origin(&fx.origin, H2Opts { gate: Some(gate.clone()), ..H2Opts::default() }).await;
+    let edge = edge(&fx.route(origin, ""), "", "http3: true").await;
+    let client = {
+        let (addr, ca) = (edge.addr, ca(&fx));
+        tokio::spawn(async move {
+            h3_client(addr, "b.test", &ca, &["--send-goaway", "--hold", "20", "POST:/gate:100"]).await
+        })
+    };
+    // The POST is held at the origin until the edge has been told to stop.
+    while stats.requests.load(Ordering::Relaxed) == 0 {
+        assert!(!client.is_finished(), "the client ended before its POST reached the origin");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    edge.server.shutdown();
+    gate.notify_one();
+    let out = client.await.unwrap();
+    assert_eq!((&out["responses"][0]["stream"], &out["responses"][0]["status"]), (&0.into(), &200.into()), "{out}");
+    // Every GOAWAY the edge sent says stream 0 was processed.
+    assert_eq!(out["goaway"], serde_json::json!([4]), "{out}");
+    assert_eq!(out["closed"]["error_code"], 0x100, "{out}");
+    edge.stop().await;
+}
+
+/// A client that had asked nothing when the edge stopped gets GOAWAY 0, and a request it sends
+/// after that is refused unprocessed, never answered.
+#[tokio::test(flavor = "multi_thread")]
+#[cfg_attr(not(feature = "system-tests"), ignore = "system test (aioquic): scripts/test.sh runs it")]
+async fn a_request_after_goaway_on_an_idle_connection_is_refused() {
     let fx = fixture();
     let (origin, stats) = h2_origin(&fx.origin, H2Opts::default()).await;
     let edge = edge(&fx.route(origin, ""), "", "http3: true").await;
     let client = {
         let (addr, ca) = (edge.addr, ca(&fx));
         tokio::spawn(
-            async move { h3_client(addr, "b.test", &ca, &["--hold", "20", "POST:/delay:100", "GET:/after"]).await },
+            async move { h3_client(addr, "b.test", &ca, &["--after-goaway", "--hold", "20", "GET:/late"]).await },
         )
     };
-    // The POST has reached the origin, which answers it after 500 ms: stop while it is in flight.
-    for _ in 0..2000 {
-        if stats.requests.load(Ordering::Relaxed) > 0 {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
-    assert_eq!(stats.requests.load(Ordering::Relaxed), 1, "the POST never reached the origin");
+    wait_for(&edge, "edgewarm_quic_handshakes_total", &[("result", "ok")], 1.0).await;
     edge.server.shutdown();
     let out = client.await.unwrap();
-    let goaway = out["goaway"].as_array().unwrap_or_else(|| panic!("{out}"));
-    let id = goaway.last().and_then(|id| id.as_u64()).unwrap_or_else(|| panic!("no GOAWAY: {out}"));
-    let responses = out["responses"].as_array().unwrap();
-    assert_eq!(responses[0]["status"], 200, "the request in flight is answered: {out}");
-    for r in responses {
-        let stream = r["stream"].as_u64().unwrap();
-        if r["status"] == 200 {
-            assert!(stream < id, "stream {stream} was answered, but GOAWAY {id} says it was not processed: {out}");
-        } else {
-            assert!(stream >= id, "stream {stream} was refused below GOAWAY {id}: {out}");
-            assert_eq!((&r["reset"], &r["stop_sending"]), (&0x10b.into(), &0x10b.into()), "H3_REQUEST_REJECTED: {out}");
-        }
-    }
+    assert_eq!(goaway(&out), 0, "{out}");
+    assert_eq!(out["responses"][0]["stream"], 0, "{out}");
+    assert_rejected(&out["responses"][0], &out);
+    assert_eq!(stats.requests.load(Ordering::Relaxed), 0, "nothing reached the origin");
     assert_eq!(out["closed"]["error_code"], 0x100, "{out}");
     edge.stop().await;
+}
+
+/// The last GOAWAY's stream ID.
+fn goaway(out: &serde_json::Value) -> u64 {
+    let ids = out["goaway"].as_array().unwrap_or_else(|| panic!("{out}"));
+    ids.last().and_then(|id| id.as_u64()).unwrap_or_else(|| panic!("no GOAWAY: {out}"))
+}
+
+/// Refused unprocessed: reset, and stopped, with H3_REQUEST_REJECTED.
+fn assert_rejected(response: &serde_json::Value, out: &serde_json::Value) {
+    assert_eq!(
+        (&response["reset"], &response["stop_sending"]),
+        (&0x10b.into(), &0x10b.into()),
+        "H3_REQUEST_REJECTED both ways: {out}"
+    );
 }
 
 /// The request metrics say which protocol each request came in over.

@@ -30,6 +30,8 @@ use crate::http::Body;
 
 /// H3_NO_ERROR (RFC 9114 §8.1): how a connection is closed when all went well.
 const H3_NO_ERROR: u32 = 0x100;
+/// H3_REQUEST_REJECTED: a request refused unprocessed, which the client may send again.
+const H3_REQUEST_REJECTED: u32 = 0x10b;
 
 type Resolver = RequestResolver<h3_quinn::Connection, Bytes>;
 type SendHalf = RequestStream<h3_quinn::SendStream<Bytes>, Bytes>;
@@ -93,7 +95,18 @@ pub(crate) async fn serve(
                 }
             }
             Some(done) = streams.next(), if !streams.is_empty() => handler_panicked(&shared, done),
-            next = conn.accept() => match next {
+            // Closing with nothing in flight, a request stream can only be at or past the one
+            // GOAWAY announced: refused here as it comes, straight from quinn. h3's accept is
+            // not polled any more: on a client's GOAWAY it would send one of its own, naming the
+            // last request answered as unprocessed.
+            straggler = quic.accept_bi(), if closing && streams.is_empty() => match straggler {
+                Ok((mut send, mut recv)) => {
+                    let _ = send.reset(H3_REQUEST_REJECTED.into());
+                    let _ = recv.stop(H3_REQUEST_REJECTED.into());
+                }
+                Err(e) => return ended(&quic, e.to_string()),
+            },
+            next = conn.accept(), if !(closing && streams.is_empty()) => match next {
                 // A panic is caught per stream, as for HTTP/2: it must not end the connection.
                 Ok(Some(resolver)) => {
                     let refused = std::mem::take(&mut refuse_next);
