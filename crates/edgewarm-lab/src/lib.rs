@@ -7,7 +7,8 @@
 //! - [`origin`]: the lab's HTTPS origin (`edgewarm-lab origin`); [`pages`]: the synthetic
 //!   pages it serves to the browser lab.
 //! - [`load`]: the load generator (`edgewarm-lab load`): every request a new connection;
-//!   [`load_h2`] and [`load_h3`] its HTTP/2 (hyper) and HTTP/3 (quinn) requests.
+//!   [`load_h2`] and [`load_h3`] its HTTP/2 (hyper) and HTTP/3 (quinn) requests,
+//!   [`load_report`] what it reports.
 //! - [`browse`]: headless Chromium loading a page over the DevTools protocol
 //!   (`edgewarm-lab browse`).
 //! - [`model`]: the round-trip minimum of each mode.
@@ -31,6 +32,7 @@ pub(crate) mod files;
 pub mod load;
 pub(crate) mod load_h2;
 pub mod load_h3;
+pub(crate) mod load_report;
 pub mod model;
 pub mod netns;
 pub mod origin;
