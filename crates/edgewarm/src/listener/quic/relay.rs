@@ -147,6 +147,8 @@ pub(crate) struct ToOld {
 struct Waiting {
     queue: VecDeque<Vec<u8>>,
     bytes: usize,
+    /// Where a message is put together: it is copied out only when it has to wait.
+    scratch: Vec<u8>,
 }
 
 impl ToOld {
@@ -169,20 +171,22 @@ impl ToOld {
         if !self.ids.issued(id) {
             return false;
         }
-        let mut message = Vec::with_capacity(HEADER + datagram.len());
-        message.extend_from_slice(&header(meta));
-        message.extend_from_slice(datagram);
         let mut waiting = self.waiting.lock().unwrap_or_else(|p| p.into_inner());
+        let waiting = &mut *waiting;
+        waiting.scratch.clear();
+        waiting.scratch.extend_from_slice(&header(meta));
+        waiting.scratch.extend_from_slice(datagram);
+        let message = &waiting.scratch;
         // Behind others waiting, it waits too: a connection's packets keep their order.
         if waiting.queue.is_empty() {
-            match self.socket.try_send(&message) {
+            match self.socket.try_send(message) {
                 Ok(_) => {
                     self.sent.inc();
                     return true;
                 }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
                 Err(e) => {
-                    self.gone(&e, &mut waiting);
+                    self.gone(&e, waiting);
                     return false;
                 }
             }
@@ -191,6 +195,7 @@ impl ToOld {
             self.dropped.inc();
         } else {
             waiting.bytes += message.len();
+            let message = message.clone();
             waiting.queue.push_back(message);
         }
         true
