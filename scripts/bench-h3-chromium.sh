@@ -51,5 +51,4 @@ echo
 echo "| client protocol (Chromium, $page page, $loads first + $loads returning visits a round; median of $rounds) | edge CPU µs per request | packets received per request (last round) |"
 echo "|---|---|---|"
 for alpn in h2 h3; do echo "| $alpn | $(echo "${cpu[$alpn]}" | median) | ${pkts[$alpn]} |"; done
-awk -v a="$(echo "${cpu[h3]}" | median)" -v b="$(echo "${cpu[h2]}" | median)" \
-  'BEGIN {printf "HTTP/3 CPU per request / HTTP/2 = %.2f\n", a / b}'
+h3_ratio "${cpu[h3]}" "${cpu[h2]}"

@@ -56,5 +56,4 @@ echo "|---|---|---|"
 for alpn in h2 h3; do
   echo "| $alpn | $(echo "${cpu[$alpn]}" | median) | $(echo "${rps[$alpn]}" | median) |"
 done
-awk -v a="$(echo "${cpu[h3]}" | median)" -v b="$(echo "${cpu[h2]}" | median)" \
-  'BEGIN {printf "HTTP/3 CPU per request / HTTP/2 = %.2f\n", a / b}'
+h3_ratio "${cpu[h3]}" "${cpu[h2]}"

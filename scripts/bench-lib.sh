@@ -59,6 +59,11 @@ ticks() {
 
 # median: the median of the numbers on stdin (space or newline separated).
 median() { tr ' ' '\n' | grep -v '^$' | sort -n | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
+# h3_ratio "H3 SAMPLES" "H2 SAMPLES": prints the ratio of their medians (HTTP/3 over HTTP/2).
+h3_ratio() {
+  awk -v a="$(echo "$1" | median)" -v b="$(echo "$2" | median)" \
+    'BEGIN {printf "HTTP/3 CPU per request / HTTP/2 = %.2f\n", a / b}'
+}
 
 # wait_ports PORT...: until each accepts a connection on 127.0.0.1 (20 s at most each).
 wait_ports() {
