@@ -1,5 +1,5 @@
 //! The admin listener: `/metrics` (OpenMetrics text), `/pools` (JSON, per warm pool),
-//! `/origins` (JSON, each `http` route's standing origin connections: age, streams, PING RTT), `/ready` (200 while accepting, 503 while
+//! `/origins` (JSON, every standing set of every kind: an `http` route's HTTP/2 connections with age, streams and PING RTT, its HTTP/1.1 pool, a `prewarm` route's pools), `/ready` (200 while accepting, 503 while
 //! starting or draining, so a load balancer stops sending first), `/live` (200 while the
 //! process runs). Plain HTTP/1.1 on loopback by default; hyper does the HTTP.
 
@@ -18,6 +18,7 @@ use hyper_util::rt::TokioIo;
 use tokio::net::TcpListener;
 
 use crate::metrics::Metrics;
+use crate::origin::prewarm::TlsPool;
 use crate::origin::registry::Origins;
 
 /// What the admin listener reads: the server's metrics, its readiness, its pools.
@@ -76,14 +77,16 @@ fn respond(req: &Request<Incoming>, state: &AdminState) -> Response<Full<Bytes>>
             r
         }
         "/pools" => {
-            let body = serde_json::json!({ "pools": state.origins.pools() });
+            let mut pools: Vec<_> = state.origins.of::<TlsPool>().iter().map(|p| p.status()).collect();
+            pools.sort_by(|a, b| (&a.route, &a.alpn).cmp(&(&b.route, &b.alpn)));
+            let body = serde_json::json!({ "pools": pools });
             let mut r = Response::new(Full::new(Bytes::from(body.to_string())));
             r.headers_mut()
                 .insert(hyper::header::CONTENT_TYPE, hyper::header::HeaderValue::from_static("application/json"));
             r
         }
         "/origins" => {
-            let body = serde_json::json!({ "origins": state.origins.upstreams() });
+            let body = serde_json::json!({ "origins": state.origins.statuses() });
             let mut r = Response::new(Full::new(Bytes::from(body.to_string())));
             r.headers_mut()
                 .insert(hyper::header::CONTENT_TYPE, hyper::header::HeaderValue::from_static("application/json"));

@@ -13,9 +13,12 @@
 //!   [`action::prewarm`] (terminate the client's TLS ([`tls`]) and attach it to a connection
 //!   handshaked before the client arrived); [`action::http`] (terminate TLS, then the
 //!   protocol-neutral HTTP core, [`http`]: one client driver per protocol, one request service,
-//!   one seam to the origin, one retry policy, one error table).
-//! - [`origin`]: the standing origin connections every action but the tunnel uses, under one
-//!   supervisor: pre-warmed TLS, multiplexed HTTP/2, keep-alive HTTP/1.1; one registry.
+//!   one seam to the origin, one retry policy, one error table); [`h2_stream`]: an h2 stream's
+//!   body under flow control, for the HTTP/2 client driver and the HTTP/2 origin kind alike.
+//! - [`origin`]: the origin side, behind one seam the HTTP core calls (`origin::seam`), and
+//!   the standing origin connections every action but the tunnel uses, under one supervisor:
+//!   pre-warmed TLS, multiplexed HTTP/2, keep-alive HTTP/1.1, over TLS or cleartext; one
+//!   registry.
 //! - [`relay`]: move bytes both ways (splice(2), userspace fallback, or between TLS sessions),
 //!   half-close, idle timeout. With `ktls`, both TLS sessions move to the kernel
 //!   ([`tls::ktls`]) and are spliced like plain sockets.
@@ -40,6 +43,7 @@ pub(crate) mod action;
 pub mod admin;
 pub mod config;
 pub mod error;
+pub(crate) mod h2_stream;
 pub(crate) mod http;
 pub(crate) mod listener;
 pub mod metrics;

@@ -25,7 +25,7 @@ use crate::config::{Config, ConfigError, ListenerConfig};
 use crate::listener::quic::relay::QuicProcess;
 use crate::listener::{self, Context};
 use crate::metrics::{Metrics, ResultLabel};
-use crate::origin::registry::{Kind, Origins};
+use crate::origin::registry::Origins;
 use crate::snapshot::Snapshot;
 use crate::tls::client::Resumption;
 use crate::transport::{sockopt, Resolver};
@@ -323,7 +323,7 @@ impl Server {
         while accept_loops.join_next().await.is_some() {}
         self.ready.store(false, Ordering::Relaxed);
         // No new clients: warm connections would only be wasted.
-        self.origins.retire(|kind| kind == Kind::Prewarm);
+        self.origins.retire(|kind| kind == crate::origin::prewarm::KIND);
         self.drain().await;
         // After the drain: requests still in flight keep their origin streams until then.
         self.origins.retire(|_| true);

@@ -6,16 +6,18 @@
 
 use std::sync::Arc;
 
-use tokio_rustls::TlsConnector;
-
 use crate::config::{Config, ConfigError, RelayMode, Timeouts, UpstreamProtocol};
+use crate::metrics::RouteName;
+use crate::origin::cleartext::{self, Cleartext};
+use crate::origin::connect::{Connect, TlsConnect};
 use crate::origin::dial::TlsDial;
-use crate::origin::prewarm::Settings;
-use crate::origin::registry::{Kind, Origins, Standing, Want, Wanted};
+use crate::origin::h1::H1Upstream;
+use crate::origin::h2::Upstream;
+use crate::origin::prewarm::{self, PrewarmSpec, Settings, TlsPool};
+use crate::origin::registry::{self, Origins, Spec, UpstreamSpec, Wanted};
 use crate::relay;
-use crate::route::RouteTable;
+use crate::route::{HttpRoute, RouteTable};
 use crate::tls::client::Resumption;
-use crate::tls::origin::OriginTls;
 use crate::transport::Resolver;
 
 #[derive(Debug)]
@@ -53,52 +55,52 @@ impl Snapshot {
             for alpn in route.pool_alpns() {
                 let settings =
                     Settings { size: route.config.pool.clone(), connect_timeout: self.timeouts.connect, shared };
-                wanted.push(Wanted {
-                    route: name.clone(),
-                    dial: self.dial(&route.origin, alpn),
-                    want: Want::Prewarm(settings),
-                });
+                let dial = TlsDial::new(&route.origin, alpn, self.resolver.clone());
+                wanted.push(Wanted { route: name.clone(), spec: Box::new(PrewarmSpec { dial, settings }) });
             }
         }
+        let mut http = Vec::new();
         for (name, route) in self.routes.http_routes() {
-            let (settings, connect_timeout) = (route.config.upstream.clone(), self.timeouts.connect);
-            // HTTP/1.1 origins: no ALPN offered, so the origin speaks HTTP/1.1.
-            let (alpn, want) = match route.config.upstream.protocol {
-                UpstreamProtocol::Http11 => (None, Want::H1 { settings, connect_timeout }),
-                UpstreamProtocol::H2 => (Some(&b"h2"[..]), Want::H2 { settings, connect_timeout }),
-            };
-            wanted.push(Wanted { route: name.clone(), dial: self.dial(&route.origin, alpn), want });
+            let spec = self.request_kind(name, route);
+            http.push((route, registry::id(&*spec)));
+            wanted.push(Wanted { route: name.clone(), spec });
         }
         let started = origins.sync(wanted);
         for (_, route) in self.routes.prewarm_routes() {
             let mine = route
                 .pool_alpns()
                 .filter_map(|alpn| {
-                    let Some(Standing::Prewarm(pool)) = started.get(&(route.origin.key(alpn), Kind::Prewarm)) else {
-                        return None;
-                    };
-                    Some((alpn.map(<[u8]>::to_vec), pool.clone()))
+                    let pool = started.get(&(route.origin.key(alpn), prewarm::KIND, "tls"))?;
+                    Some((alpn.map(<[u8]>::to_vec), pool.clone().into_any().downcast::<TlsPool>().ok()?))
                 })
                 .collect();
             route.attach_pools(mine);
         }
-        for (_, route) in self.routes.http_routes() {
-            if let Some(Standing::H2(u)) = started.get(&(route.origin.key(Some(b"h2")), Kind::H2)) {
-                route.attach_upstream(u.clone());
-            }
-            if let Some(Standing::H1(u)) = started.get(&(route.origin.key(None), Kind::H1)) {
-                route.attach_h1(u.clone());
+        for (route, id) in http {
+            if let Some(origin) = started.get(&id).and_then(|set| set.clone().origin()) {
+                route.attach(origin);
             }
         }
     }
 
-    /// How to make origin TLS connections offering exactly `alpn`.
-    fn dial(&self, origin: &OriginTls, alpn: Option<&[u8]>) -> TlsDial {
-        TlsDial {
-            key: origin.key(alpn),
-            connector: TlsConnector::from(origin.config(alpn)),
-            server_name: origin.server_name.clone(),
-            resolver: self.resolver.clone(),
+    /// The registration of the request kinds: which set an `http` route's `upstream` section
+    /// asks for. The one place that maps the configured protocol and transport to a kind.
+    fn request_kind(&self, name: &RouteName, route: &HttpRoute) -> Box<dyn Spec> {
+        let u = &route.config.upstream;
+        let connect = |alpn: Option<&[u8]>| -> Arc<dyn Connect> {
+            if u.tls {
+                Arc::new(TlsConnect::new(route.origin.clone(), alpn, self.resolver.clone()))
+            } else {
+                let origin = route.origin.key(None).origin;
+                cleartext::warn_if_public(name, &origin);
+                Arc::new(Cleartext::new(origin, self.resolver.clone()))
+            }
+        };
+        let (settings, timeout) = (u.clone(), self.timeouts.connect);
+        match u.protocol {
+            UpstreamProtocol::H2 => Box::new(UpstreamSpec::<Upstream>::new(connect(Some(b"h2")), settings, timeout)),
+            // No ALPN offered: the origin speaks HTTP/1.1.
+            UpstreamProtocol::Http11 => Box::new(UpstreamSpec::<H1Upstream>::new(connect(None), settings, timeout)),
         }
     }
 }

@@ -55,6 +55,21 @@ fn check_names_an_unusable_upgrade_socket() {
     assert!(check(&config).status.success());
 }
 
+/// `upstream.tls: false` (a cleartext origin) beside `origin_tls`: `check` names the key and
+/// exits 64; without `origin_tls` it is accepted.
+#[test]
+fn check_refuses_a_cleartext_upstream_with_origin_tls() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("edge.yaml");
+    let route = "listeners: [{listen: \"127.0.0.1:0\"}]\nroutes:\n  - sni: a.test\n    action: http\n    \
+                 origin: \"127.0.0.1:9\"\n    cert: c.pem\n    key: k.pem\n    upstream: {tls: false}\n";
+    std::fs::write(&config, format!("{route}    origin_tls: {{verify: false}}\n")).unwrap();
+    let out = check(&config);
+    assert_eq!(out.status.code(), Some(64));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("routes[0].upstream.tls") && err.contains("origin_tls"), "{err}");
+}
+
 /// The package's man pages and completions come from the CLI itself.
 #[test]
 fn generate_writes_man_pages_and_completions() {

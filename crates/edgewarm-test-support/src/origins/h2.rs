@@ -4,7 +4,7 @@ use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use super::tls_origin_loop;
+use super::{plain_origin_loop, tls_origin_loop};
 use crate::*;
 
 /// What an HTTP/2 test origin saw.
@@ -57,72 +57,79 @@ pub struct H2Opts {
 /// `/source/N` sends N pattern bytes (both streamed, for transfers of any size); any other path
 /// answers `hello <path>`. Each response carries `x-origin-conn` (which connection).
 pub async fn h2_origin(certs: &Certs, opts: H2Opts) -> (SocketAddr, Arc<H2Stats>) {
+    tls_origin_loop(certs.acceptor_with_alpn(&[b"h2"]), move |tls, n, st| serve_h2(tls, n, st, opts.clone())).await
+}
+
+/// The same origin in cleartext, HTTP/2 with prior knowledge (h2c), for `upstream.tls: false`.
+pub async fn h2c_origin(opts: H2Opts) -> (SocketAddr, Arc<H2Stats>) {
+    plain_origin_loop(move |tcp, n, st| serve_h2(tcp, n, st, opts.clone())).await
+}
+
+/// One connection of [`h2_origin`] or [`h2c_origin`].
+async fn serve_h2<IO>(io: IO, n: usize, st: Arc<H2Stats>, opts: H2Opts)
+where
+    IO: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
     use std::sync::atomic::Ordering;
-    tls_origin_loop(certs.acceptor_with_alpn(&[b"h2"]), move |tls, n, st| {
-        let opts = opts.clone();
-        async move {
-            let mut builder = h2::server::Builder::new();
-            builder.initial_window_size(4 << 20).initial_connection_window_size(16 << 20);
-            if let Some(m) = opts.max_streams {
-                builder.max_concurrent_streams(m);
+    let mut builder = h2::server::Builder::new();
+    builder.initial_window_size(4 << 20).initial_connection_window_size(16 << 20);
+    if let Some(m) = opts.max_streams {
+        builder.max_concurrent_streams(m);
+    }
+    if opts.websocket {
+        builder.enable_connect_protocol();
+    }
+    let Ok(mut conn) = builder.handshake::<_, bytes::Bytes>(io).await else { return };
+    let mut streams = 0;
+    let freeze = opts.freeze_after.filter(|_| n == opts.freeze_conn);
+    let freeze_at = tokio::time::Instant::now() + freeze.unwrap_or(Duration::from_secs(3600));
+    let mut calm = opts.calm_first_after.filter(|_| n == 0);
+    let calm_at = tokio::time::Instant::now() + calm.unwrap_or(Duration::from_secs(3600));
+    loop {
+        let idle = opts.close_idle_after.unwrap_or(Duration::from_secs(3600));
+        let next = tokio::select! {
+            next = conn.accept() => next,
+            () = tokio::time::sleep_until(freeze_at), if freeze.is_some() => {
+                // Hold the connection without polling it: nothing is read or sent.
+                let _held = conn;
+                std::future::pending::<()>().await;
+                return;
             }
-            if opts.websocket {
-                builder.enable_connect_protocol();
+            () = tokio::time::sleep(idle), if opts.close_idle_after.is_some() => {
+                st.idle_closes.fetch_add(1, Ordering::Relaxed);
+                return;
             }
-            let Ok(mut conn) = builder.handshake::<_, bytes::Bytes>(tls).await else { return };
-            let mut streams = 0;
-            let freeze = opts.freeze_after.filter(|_| n == opts.freeze_conn);
-            let freeze_at = tokio::time::Instant::now() + freeze.unwrap_or(Duration::from_secs(3600));
-            let mut calm = opts.calm_first_after.filter(|_| n == 0);
-            let calm_at = tokio::time::Instant::now() + calm.unwrap_or(Duration::from_secs(3600));
-            loop {
-                let idle = opts.close_idle_after.unwrap_or(Duration::from_secs(3600));
-                let next = tokio::select! {
-                    next = conn.accept() => next,
-                    () = tokio::time::sleep_until(freeze_at), if freeze.is_some() => {
-                        // Hold the connection without polling it: nothing is read or sent.
-                        let _held = conn;
-                        std::future::pending::<()>().await;
-                        return;
-                    }
-                    () = tokio::time::sleep(idle), if opts.close_idle_after.is_some() => {
-                        st.idle_closes.fetch_add(1, Ordering::Relaxed);
-                        return;
-                    }
-                    () = tokio::time::sleep_until(calm_at), if calm.is_some() => {
-                        calm = None;
-                        conn.abrupt_shutdown(h2::Reason::ENHANCE_YOUR_CALM);
-                        continue;
-                    }
-                };
-                let Some(next) = next else { return };
-                let Ok((req, respond)) = next else { return };
-                if streams == 0 && n < opts.drop_first_request_on {
-                    st.requests.fetch_add(1, Ordering::Relaxed);
-                    return;
-                }
-                streams += 1;
-                st.requests.fetch_add(1, Ordering::Relaxed);
-                st.seen.lock().unwrap().push(req.headers().clone());
-                if opts.too_early && req.headers().contains_key("early-data") {
-                    let mut respond = respond;
-                    let _ = respond.send_response(http::Response::builder().status(425).body(()).unwrap(), true);
-                    continue;
-                }
-                let gate = opts.gate.clone().filter(|_| req.uri().path() == "/gate");
-                tokio::spawn(async move {
-                    if let Some(gate) = gate {
-                        gate.notified().await;
-                    }
-                    h2_answer(req, respond, n).await;
-                });
-                if opts.goaway_after == Some(streams) {
-                    conn.graceful_shutdown();
-                }
+            () = tokio::time::sleep_until(calm_at), if calm.is_some() => {
+                calm = None;
+                conn.abrupt_shutdown(h2::Reason::ENHANCE_YOUR_CALM);
+                continue;
             }
+        };
+        let Some(next) = next else { return };
+        let Ok((req, respond)) = next else { return };
+        if streams == 0 && n < opts.drop_first_request_on {
+            st.requests.fetch_add(1, Ordering::Relaxed);
+            return;
         }
-    })
-    .await
+        streams += 1;
+        st.requests.fetch_add(1, Ordering::Relaxed);
+        st.seen.lock().unwrap().push(req.headers().clone());
+        if opts.too_early && req.headers().contains_key("early-data") {
+            let mut respond = respond;
+            let _ = respond.send_response(http::Response::builder().status(425).body(()).unwrap(), true);
+            continue;
+        }
+        let gate = opts.gate.clone().filter(|_| req.uri().path() == "/gate");
+        tokio::spawn(async move {
+            if let Some(gate) = gate {
+                gate.notified().await;
+            }
+            h2_answer(req, respond, n).await;
+        });
+        if opts.goaway_after == Some(streams) {
+            conn.graceful_shutdown();
+        }
+    }
 }
 
 async fn h2_answer(

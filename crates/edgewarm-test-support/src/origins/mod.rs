@@ -196,28 +196,59 @@ pub async fn upgrade_echo_origin(certs: &Certs) -> SocketAddr {
 /// requests in the same [`H2Stats`]: `/echo` answers with the request body, `/delay` answers
 /// after 300 ms, any other path `hello <path>`.
 pub async fn h1_origin(certs: &Certs) -> (SocketAddr, Arc<H2Stats>) {
+    tls_origin_loop(certs.acceptor_with_alpn(&[b"http/1.1"]), serve_h1).await
+}
+
+/// The same origin in cleartext, for `upstream.tls: false`.
+pub async fn h1_plain_origin() -> (SocketAddr, Arc<H2Stats>) {
+    plain_origin_loop(serve_h1).await
+}
+
+/// One connection of [`h1_origin`] or [`h1_plain_origin`].
+async fn serve_h1<IO>(io: IO, _: usize, st: Arc<H2Stats>)
+where
+    IO: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
     use http_body_util::BodyExt;
     use std::sync::atomic::Ordering;
-    tls_origin_loop(certs.acceptor_with_alpn(&[b"http/1.1"]), |tls, _, st| async move {
-        let service = hyper::service::service_fn(move |req: http::Request<hyper::body::Incoming>| {
-            let st = st.clone();
-            async move {
-                st.requests.fetch_add(1, Ordering::Relaxed);
-                st.seen.lock().unwrap().push(req.headers().clone());
-                let path = req.uri().path().to_string();
-                let body = req.into_body().collect().await?.to_bytes();
-                if path == "/delay" {
-                    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
-                }
-                let reply = if path == "/echo" { body } else { bytes::Bytes::from(format!("hello {path}")) };
-                Ok::<_, hyper::Error>(http::Response::new(http_body_util::Full::new(reply)))
+    let service = hyper::service::service_fn(move |req: http::Request<hyper::body::Incoming>| {
+        let st = st.clone();
+        async move {
+            st.requests.fetch_add(1, Ordering::Relaxed);
+            st.seen.lock().unwrap().push(req.headers().clone());
+            let path = req.uri().path().to_string();
+            let body = req.into_body().collect().await?.to_bytes();
+            if path == "/delay" {
+                tokio::time::sleep(std::time::Duration::from_millis(300)).await;
             }
-        });
-        let _ = hyper::server::conn::http1::Builder::new()
-            .serve_connection(hyper_util::rt::TokioIo::new(tls), service)
-            .await;
-    })
-    .await
+            let reply = if path == "/echo" { body } else { bytes::Bytes::from(format!("hello {path}")) };
+            Ok::<_, hyper::Error>(http::Response::new(http_body_util::Full::new(reply)))
+        }
+    });
+    let _ =
+        hyper::server::conn::http1::Builder::new().serve_connection(hyper_util::rt::TokioIo::new(io), service).await;
+}
+
+/// Accept plain TCP connections on 127.0.0.1 (TCP_NODELAY), count them, and run
+/// `serve(tcp, connection number, stats)` for each.
+pub(crate) async fn plain_origin_loop<F, Fut>(serve: F) -> (SocketAddr, Arc<H2Stats>)
+where
+    F: Fn(TcpStream, usize, Arc<H2Stats>) -> Fut + Send + Sync + 'static,
+    Fut: std::future::Future<Output = ()> + Send + 'static,
+{
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let stats = Arc::new(H2Stats::default());
+    let st = stats.clone();
+    tokio::spawn(async move {
+        loop {
+            let Ok((tcp, _)) = listener.accept().await else { return };
+            let _ = tcp.set_nodelay(true);
+            let n = st.connections.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            tokio::spawn(serve(tcp, n, st.clone()));
+        }
+    });
+    (addr, stats)
 }
 
 /// Accept TLS connections on 127.0.0.1 (TCP_NODELAY, as real origins set: without it small
@@ -227,23 +258,14 @@ where
     F: Fn(tokio_rustls::server::TlsStream<TcpStream>, usize, Arc<H2Stats>) -> Fut + Send + Sync + 'static,
     Fut: std::future::Future<Output = ()> + Send + 'static,
 {
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    let stats = Arc::new(H2Stats::default());
-    let st = stats.clone();
     let serve = Arc::new(serve);
-    tokio::spawn(async move {
-        loop {
-            let Ok((tcp, _)) = listener.accept().await else { return };
-            let _ = tcp.set_nodelay(true);
-            let n = st.connections.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            let (acceptor, st, serve) = (acceptor.clone(), st.clone(), serve.clone());
-            tokio::spawn(async move {
-                if let Ok(tls) = acceptor.accept(tcp).await {
-                    serve(tls, n, st).await;
-                }
-            });
+    plain_origin_loop(move |tcp, n, st| {
+        let (acceptor, serve) = (acceptor.clone(), serve.clone());
+        async move {
+            if let Ok(tls) = acceptor.accept(tcp).await {
+                serve(tls, n, st).await;
+            }
         }
-    });
-    (addr, stats)
+    })
+    .await
 }

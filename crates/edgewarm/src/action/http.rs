@@ -3,20 +3,18 @@
 //! one request service ([`crate::http::service`]) to the route's origin. HTTP/3 connections
 //! come here from the QUIC listener with TLS already done ([`serve_quic`]).
 
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
 use tokio::net::TcpStream;
+use tokio_util::task::TaskTracker;
 
 use super::{terminate_tls, ConnCtx};
 use crate::accesslog::AccessLog;
 use crate::error::CloseReason;
 use crate::http::client::{self, Ended};
-use crate::http::coalesce::Coalesce;
 use crate::http::early::EarlyData;
-use crate::http::forward::ClientFacts;
-use crate::http::origin::Origin;
-use crate::http::service::{Service, ServiceParts};
+use crate::http::service::{Conn, Service};
 use crate::metrics::ClientProtocol;
 use crate::peek::Hello;
 use crate::route::HttpRoute;
@@ -26,11 +24,10 @@ use crate::transport::Batched;
 pub(crate) async fn serve(
     client: TcpStream,
     hello: Box<Hello>,
-    route: &HttpRoute,
+    route: &Arc<HttpRoute>,
     ctx: &ConnCtx<'_>,
     log: &mut AccessLog,
 ) -> CloseReason {
-    let Some(origin) = origin(route, log) else { return CloseReason::Internal };
     // The client may speak either protocol, whatever the origin side speaks.
     let alpn = route.client.choose(&hello.alpn, |_| true);
     let tls = match terminate_tls(client, hello, &route.client, alpn.as_deref(), ctx, log).await {
@@ -40,7 +37,9 @@ pub(crate) async fn serve(
     let handshake = tls.pending_handshake().map(|h| h as Arc<dyn EarlyData>);
     let h2 = alpn.as_deref() == Some(b"h2".as_slice());
     let protocol = if h2 { ClientProtocol::Http2 } else { ClientProtocol::Http1 };
-    let (service, retired) = service(origin, route, ctx, log, handshake, protocol);
+    let Some((service, retired)) = service(route, ctx, log, handshake, protocol) else {
+        return CloseReason::Internal;
+    };
     // A client that moves no byte for `timeouts.idle` (silent between requests, or no longer
     // reading a response) is closed, releasing every origin stream it held.
     let tls = IdleTimeout::new(tls, ctx.snapshot.timeouts.idle);
@@ -60,69 +59,61 @@ pub(crate) async fn serve(
 pub(crate) async fn serve_quic(
     quic: quinn::Connection,
     handshake: Option<Arc<dyn EarlyData>>,
-    route: &HttpRoute,
+    route: &Arc<HttpRoute>,
     ctx: &ConnCtx<'_>,
     log: &mut AccessLog,
 ) -> CloseReason {
-    let Some(origin) = origin(route, log) else { return CloseReason::Internal };
-    let (service, retired) = service(origin, route, ctx, log, handshake, ClientProtocol::Http3);
+    let Some((service, retired)) = service(route, ctx, log, handshake, ClientProtocol::Http3) else {
+        return CloseReason::Internal;
+    };
     let ended = client::h3::serve(quic, service.clone(), ctx.stop, &retired, ctx.cut).await;
     close(ended, &service, log)
 }
 
-/// The route's origin, whichever kind it speaks.
-fn origin(route: &HttpRoute, log: &mut AccessLog) -> Option<Origin> {
-    let Some(origin) = Origin::of(route) else {
-        log.detail = Some("no upstream for this route".into());
-        return None;
-    };
-    log.origin = Some(route.origin.key(None).origin.to_string());
-    Some(origin)
-}
-
 /// The request service for one client connection, and the token a reload cancels when it
-/// retires the route's origin connections (either kind): the driver then asks the client to
+/// retires the route's origin connections (any kind): the driver then asks the client to
 /// finish (HTTP/2 and HTTP/3 GOAWAY, HTTP/1.1 close after the current response), so its next
-/// request comes in afresh on the new configuration.
+/// request comes in afresh on the new configuration. `None` (and the log says why) for a route
+/// whose origin the server has not attached.
 fn service(
-    origin: Origin,
-    route: &HttpRoute,
+    route: &Arc<HttpRoute>,
     ctx: &ConnCtx<'_>,
-    log: &AccessLog,
+    log: &mut AccessLog,
     handshake: Option<Arc<dyn EarlyData>>,
     protocol: ClientProtocol,
-) -> (Arc<Service>, tokio_util::sync::CancellationToken) {
-    let peer = log.client;
-    let retired = origin.retired().clone();
-    let parts = ServiceParts {
+) -> Option<(Arc<Service>, tokio_util::sync::CancellationToken)> {
+    let conn = Arc::new(Conn {
         snapshot: ctx.snapshot.clone(),
-        client: peer,
-        route: ctx.route.name.clone(),
+        client: log.client,
         metrics: ctx.metrics.http.clone(),
-        facts: ClientFacts::with_trust(peer, ctx.trust_forwarded, route.config.forward_headers),
-        max_body: route.config.max_request_body,
+        trust_forwarded: ctx.trust_forwarded,
         cut: ctx.cut.clone(),
         handshake,
         early_metrics: ctx.metrics.early.requests.clone(),
         alt_svc: ctx.alt_svc.clone(),
         protocol,
-    };
-    // A connection without SNI was routed by that and serves any name on its own route.
-    let coalesce = (&*ctx.route.name != crate::route::NO_SNI)
-        .then(|| Coalesce::new(route.config.tls.clone(), ctx.trust_forwarded, parts.clone()));
-    let service = Service::new(origin, parts);
-    let service = Arc::new(match coalesce {
-        Some(c) => service.with_coalescing(c),
-        None => service,
+        up: AtomicU64::new(0),
+        down: AtomicU64::new(0),
+        upgrades: TaskTracker::new(),
+        early_seen: AtomicBool::new(false),
     });
-    (service, retired)
+    let Some(service) = Service::new(conn, ctx.route.name.clone(), route.clone()) else {
+        log.detail = Some("no upstream for this route".into());
+        return None;
+    };
+    log.origin = Some(route.origin.key(None).origin.to_string());
+    let retired = service.origin.retired().clone();
+    // A connection without SNI was routed by that and serves any name on its own route.
+    let service = if &*ctx.route.name != crate::route::NO_SNI { service.with_coalescing() } else { service };
+    Some((Arc::new(service), retired))
 }
 
 fn close(ended: Ended, service: &Service, log: &mut AccessLog) -> CloseReason {
-    log.bytes_up = service.up.load(Ordering::Relaxed);
-    log.bytes_down = service.down.load(Ordering::Relaxed);
+    let conn = &service.conn;
+    log.bytes_up = conn.up.load(Ordering::Relaxed);
+    log.bytes_down = conn.down.load(Ordering::Relaxed);
     // Over QUIC this is how the edge learns that 0-RTT was used: a request came in it.
-    log.early_data |= service.early_seen.load(Ordering::Relaxed);
+    log.early_data |= conn.early_seen.load(Ordering::Relaxed);
     match ended {
         Ended::Done => CloseReason::Done,
         Ended::Cut => CloseReason::Shutdown,

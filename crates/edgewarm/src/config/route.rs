@@ -131,6 +131,8 @@ pub struct HttpConfig {
     pub tls: TerminateConfig,
     /// The TLS client side towards the origin (ALPN `h2`).
     pub origin_tls: OriginTls,
+    /// `origin_tls` was written in the file (refused beside `upstream.tls: false`).
+    pub(crate) origin_tls_set: bool,
     pub upstream: UpstreamConfig,
     /// Request bodies larger than this are refused with 413 (none by default, like HAProxy;
     /// nginx's default is 1 MiB).
@@ -204,6 +206,15 @@ pub struct UpstreamConfig {
     /// keep-alive connections, one request at a time each.
     #[serde(default)]
     pub protocol: UpstreamProtocol,
+    /// `true` (default): TLS to the origin, certificates verified (`origin_tls`). `false`:
+    /// cleartext, for an origin on the edge's own network (HTTP/1.1, or HTTP/2 with prior
+    /// knowledge, h2c).
+    #[serde(default = "yes")]
+    pub tls: bool,
+}
+
+fn yes() -> bool {
+    true
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
@@ -224,6 +235,7 @@ impl Default for UpstreamConfig {
             max_age: default_max_age(),
             idle_timeout: default_idle_timeout(),
             protocol: UpstreamProtocol::default(),
+            tls: true,
         }
     }
 }
@@ -373,6 +385,7 @@ impl From<RouteFile> for RouteConfig {
                     origin: r.origin.clone(),
                     tls,
                     origin_tls: r.origin_tls.clone().unwrap_or_default(),
+                    origin_tls_set: r.origin_tls.is_some(),
                     upstream: r.upstream.clone().unwrap_or_default(),
                     max_request_body: r.max_request_body,
                     forward_headers: r.forward_headers.as_deref().map(ForwardHeaders::from).unwrap_or_default(),

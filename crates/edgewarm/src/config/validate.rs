@@ -137,6 +137,13 @@ impl Config {
                         ));
                     }
                     validate_upstream(&h.upstream, &key)?;
+                    if !h.upstream.tls && h.origin_tls_set {
+                        return Err(ConfigError::invalid(
+                            key("upstream.tls"),
+                            "false means a cleartext origin, which has no TLS for origin_tls to configure: \
+                             remove one of them",
+                        ));
+                    }
                 }
                 _ => {}
             }
@@ -377,6 +384,13 @@ routes:
         assert_eq!(e, "routes[0].upstream: only for action http");
         let e = err(&GOOD.replace("action: tunnel", "action: tunnel\n    forward_headers: [via]"));
         assert_eq!(e, "routes[0].forward_headers: only for action http: other actions do not see requests");
+    }
+
+    #[test]
+    fn cleartext_upstream_refuses_origin_tls() {
+        let http = "action: http\n    cert: c.pem\n    key: k.pem\n    upstream: {tls: false}";
+        let e = err(&GOOD.replace("action: tunnel", &format!("{http}\n    origin_tls: {{verify: true}}")));
+        assert!(e.starts_with("routes[0].upstream.tls: false means a cleartext origin"), "{e}");
     }
 
     #[test]

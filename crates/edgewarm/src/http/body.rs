@@ -1,8 +1,5 @@
-//! Bodies as they cross the HTTP core: the client's request body, watched for its limit and
-//! its faults ([`Capped`]), and the origin's response body ([`OriginBody`]), which carries what
-//! the request holds at the origin (an HTTP/2 stream's place and its upload, or a pooled
-//! HTTP/1.1 connection) and lets it go when the body ends or is dropped. No `h2` or hyper
-//! type leaves this module and [`super::origin`].
+//! The client's request body as the HTTP core reads it: watched for its limit and its faults
+//! ([`Capped`]). (The origin's response body is the seam's: [`crate::origin::body`].)
 
 use std::pin::Pin;
 use std::sync::{Arc, OnceLock};
@@ -11,10 +8,7 @@ use std::task::{ready, Context, Poll};
 use bytes::Bytes;
 use http_body::{Body, Frame, SizeHint};
 
-use super::flow::{Frames, SendError};
 use super::BoxError;
-use crate::origin::h1::Lease;
-use crate::origin::h2::conn::Slot;
 
 /// What went wrong with a client's request body, if anything: the client's fault either way.
 #[derive(Debug, Clone)]
@@ -88,78 +82,5 @@ where
 
     fn size_hint(&self) -> SizeHint {
         self.inner.size_hint()
-    }
-}
-
-/// A request body on its way to an HTTP/2 origin, stopped when dropped: when the request is
-/// over (response finished, error answered, or the client gone), so no upload outlives its
-/// request.
-pub(crate) struct Upload(pub(crate) tokio::task::JoinHandle<Result<(), SendError>>);
-
-impl Drop for Upload {
-    fn drop(&mut self) {
-        self.0.abort();
-    }
-}
-
-/// What a request holds at the origin until its response has ended.
-pub(crate) enum Held {
-    /// The stream's place on its HTTP/2 connection, and the upload still running, if any.
-    H2 { _slot: Slot, _upload: Option<Upload> },
-    /// The pooled HTTP/1.1 connection: back to the pool when dropped.
-    H1 { _lease: Lease },
-}
-
-enum Inner {
-    H2(Frames),
-    H1(hyper::body::Incoming),
-}
-
-/// The origin's response body, whatever the origin speaks. Its DATA is handed on as it is
-/// taken (HTTP/2 window given back then), and what the request [`Held`] is let go as soon as
-/// the body has ended, or when it is dropped (the client went away).
-pub(crate) struct OriginBody {
-    inner: Inner,
-    held: Option<Held>,
-}
-
-impl OriginBody {
-    pub(crate) fn h2(recv: h2::RecvStream, held: Held) -> Self {
-        Self { inner: Inner::H2(Frames::new(recv)), held: Some(held) }
-    }
-
-    pub(crate) fn h1(body: hyper::body::Incoming, lease: Lease) -> Self {
-        Self { inner: Inner::H1(body), held: Some(Held::H1 { _lease: lease }) }
-    }
-}
-
-impl Body for OriginBody {
-    type Data = Bytes;
-    type Error = BoxError;
-
-    fn poll_frame(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
-        let frame = match &mut self.inner {
-            Inner::H2(frames) => ready!(frames.poll_frame(cx)).map(|f| f.map_err(BoxError::from)),
-            Inner::H1(body) => ready!(Pin::new(body).poll_frame(cx)).map(|f| f.map_err(BoxError::from)),
-        };
-        let more = matches!(&frame, Some(Ok(f)) if f.is_data()) && !self.is_end_stream();
-        if !more {
-            self.held = None;
-        }
-        Poll::Ready(frame)
-    }
-
-    fn is_end_stream(&self) -> bool {
-        match &self.inner {
-            Inner::H2(frames) => frames.is_end_stream(),
-            Inner::H1(body) => body.is_end_stream(),
-        }
-    }
-
-    fn size_hint(&self) -> SizeHint {
-        match &self.inner {
-            Inner::H2(_) => SizeHint::default(),
-            Inner::H1(body) => body.size_hint(),
-        }
     }
 }

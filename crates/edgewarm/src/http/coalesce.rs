@@ -7,42 +7,50 @@
 //! origin, limits, forwarding headers, metrics and log line), when that route terminates TLS
 //! with exactly this connection's settings: the same certificate the client verified and the
 //! same 0-RTT policy. Any other name is still 421.
+//!
+//! What serves a sibling route is the caller's (`S`, the request service): this module only
+//! decides which route may be served and keeps what was made for it.
 
 use std::sync::{Arc, Mutex};
 
 use http::Request;
 
-use super::forward::ClientFacts;
-use super::origin::Origin;
-use super::service::{Service, ServiceParts};
 use crate::config::TerminateConfig;
-use crate::route::RouteAction;
+use crate::metrics::RouteName;
+use crate::route::{HttpRoute, RouteAction, RouteTable};
 
 /// How many other routes one connection serves at most (a page's asset and API names).
 const MAX_SIBLINGS: usize = 8;
 
-/// What a connection needs to serve another route's requests.
-pub(crate) struct Coalesce {
+/// A connection's services for other routes.
+pub(crate) struct Coalesce<S> {
     /// This connection's TLS settings: another route is served only with exactly these.
     tls: TerminateConfig,
-    /// The listener's peers are trusted load balancers.
-    trust_forwarded: bool,
-    /// How this connection's own service was built; a sibling differs in its route's parts.
-    parts: ServiceParts,
-    made: Mutex<Vec<Arc<Service>>>,
+    made: Mutex<Vec<(RouteName, Arc<S>)>>,
 }
 
-impl Coalesce {
-    pub(crate) fn new(tls: TerminateConfig, trust_forwarded: bool, parts: ServiceParts) -> Self {
-        Self { tls, trust_forwarded, parts, made: Mutex::default() }
+impl<S> Coalesce<S> {
+    pub(crate) fn new(tls: TerminateConfig) -> Self {
+        Self { tls, made: Mutex::default() }
     }
 
     /// The service for `req` when its name belongs to another route this connection may
-    /// serve; `None` for this route's own names, and for names it must refuse (421).
-    pub(crate) fn sibling<B>(&self, own: &Service, req: &Request<B>) -> Option<Arc<Service>> {
+    /// serve (`own` is this connection's route); `None` for this route's own names, and for
+    /// names it must refuse (421). `make` builds a route's service the first time; `live`
+    /// says whether one made before may still serve (a reload retires a route's origin
+    /// connections: its client should then come again on a new connection, which sees the new
+    /// configuration).
+    pub(crate) fn sibling<B>(
+        &self,
+        own: &RouteName,
+        routes: &RouteTable,
+        req: &Request<B>,
+        live: impl Fn(&S) -> bool,
+        make: impl FnOnce(&RouteName, &Arc<HttpRoute>) -> Option<S>,
+    ) -> Option<Arc<S>> {
         let host = host(req)?;
-        let route = own.snapshot.routes.lookup(Some(host))?;
-        if route.name == own.route {
+        let route = routes.lookup(Some(host))?;
+        if route.name == *own {
             return None;
         }
         let RouteAction::Http(http) = &route.action else { return None };
@@ -50,21 +58,14 @@ impl Coalesce {
             return None;
         }
         let mut made = self.made.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(s) = made.iter().find(|s| s.route == route.name) {
-            // A reload retired that route's origin connections: the client should come again
-            // on a new connection, which sees the new configuration.
-            return (!s.origin.retired().is_cancelled()).then(|| s.clone());
+        if let Some((_, s)) = made.iter().find(|(name, _)| *name == route.name) {
+            return live(s).then(|| s.clone());
         }
         if made.len() >= MAX_SIBLINGS {
             return None;
         }
-        let origin = Origin::of(http)?;
-        let mut parts = self.parts.clone();
-        parts.route = route.name.clone();
-        parts.facts = ClientFacts::with_trust(parts.client, self.trust_forwarded, http.config.forward_headers);
-        parts.max_body = http.config.max_request_body;
-        let sibling = Arc::new(Service::sibling_of(own, origin, parts));
-        made.push(sibling.clone());
+        let sibling = Arc::new(make(&route.name, http)?);
+        made.push((route.name.clone(), sibling.clone()));
         Some(sibling)
     }
 }

@@ -7,20 +7,19 @@
 //! - [`service`]: the request service, `Request<ClientBody> → Response<Body>`: CONNECT refused,
 //!   the early-data gate ([`early`]), the body limit ([`body`]), the route check (421), the
 //!   request rewritten for the origin ([`forward`]), protocol upgrades ([`upgrade`]).
-//! - [`origin`]: the one seam to the origin, `send(request, attempt) → response`, over streams
-//!   on standing HTTP/2 connections or a keep-alive HTTP/1.1 pool; what a request holds there
-//!   travels inside the response body.
+//! - the origin seam, [`crate::origin::seam::Origin`]: `send(request attempt) → response` and
+//!   `upgrade`; the service holds an `Arc<dyn Origin>` and never learns which kind answers
+//!   (HTTP/2 streams, an HTTP/1.1 pool, over TLS or cleartext) or what wraps it. What a
+//!   request holds there travels inside the response body.
 //! - [`retry`]: when a request is sent again.
-//! - [`flow`]: bodies streamed both ways under HTTP/2 flow control, never buffered whole.
-//! - [`respond`]: every error the edge answers itself: status, metric label, whose fault.
+//! - [`respond`]: every error the edge answers itself, the origin's included: status, metric
+//!   label, whose fault.
 
 pub(crate) mod body;
 pub(crate) mod client;
 pub(crate) mod coalesce;
 pub(crate) mod early;
-pub(crate) mod flow;
 pub(crate) mod forward;
-pub(crate) mod origin;
 pub(crate) mod respond;
 pub(crate) mod retry;
 pub(crate) mod service;

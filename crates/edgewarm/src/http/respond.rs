@@ -13,6 +13,7 @@ use http_body_util::{BodyExt, Full};
 use super::forward::BadRequest;
 use super::Body;
 use crate::metrics::{Fault, HttpError};
+use crate::origin::seam::OriginError;
 
 /// Why a request was answered by the edge rather than by the origin.
 #[derive(Debug, thiserror::Error)]
@@ -49,6 +50,19 @@ pub(crate) enum ProxyError {
     /// The origin failed a protocol upgrade.
     #[error("upgrade: {0}")]
     Upgrade(String),
+}
+
+/// The origin's failures, as the client is answered for them.
+impl From<OriginError> for ProxyError {
+    fn from(e: OriginError) -> Self {
+        match e {
+            OriginError::NoConnection(why) => Self::NoConnection(why),
+            OriginError::Timeout => Self::Timeout,
+            OriginError::Protocol(why) => Self::Origin(why),
+            OriginError::Target => Self::BadRequest(BadRequest::Target),
+            OriginError::Upgrade(why) => Self::Upgrade(why),
+        }
+    }
 }
 
 /// One row of the table.

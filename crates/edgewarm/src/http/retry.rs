@@ -14,16 +14,7 @@ use http::{Method, StatusCode};
 /// Attempts for a request that never reached the origin.
 pub(crate) const MAX_ATTEMPTS: u32 = 3;
 
-/// How a send failed, as far as retrying is concerned.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Failure {
-    /// The origin never acted on the request.
-    NotProcessed,
-    /// The connection broke before a response header: the origin may have acted.
-    Lost,
-    /// Anything else: not sent again.
-    Final,
-}
+pub(crate) use crate::origin::seam::Failure;
 
 /// A request's standing with the policy.
 #[derive(Debug)]

@@ -2,14 +2,15 @@
 //! speaks. Every client driver ([`super::client`]) calls [`Service::handle`] for each request;
 //! what happens in between is written once here: CONNECT refused, the early-data gate
 //! ([`super::early`]), the body limit, the route check (421), the request rewritten for the
-//! origin ([`super::forward`]), sent through the origin seam ([`super::origin`]) under the
-//! retry policy ([`super::retry`]), errors answered from one table ([`super::respond`]), and
-//! one access-log line and the metrics when the response has ended.
+//! origin ([`super::forward`]), sent through the origin seam ([`crate::origin::seam::Origin`],
+//! an `Arc<dyn Origin>`: the service never learns which kind answers, or what wraps it) under
+//! the retry policy ([`super::retry`]), errors answered from one table ([`super::respond`]),
+//! and one access-log line and the metrics when the response has ended.
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use http::{Request, Response};
 use http_body::Body as _;
@@ -22,107 +23,85 @@ use tokio_util::task::TaskTracker;
 use super::body::{BodyFault, Capped};
 use super::coalesce::Coalesce;
 use super::early::{self, EarlyData, Gate, EARLY_DATA};
-use super::flow::OnEnd;
 use super::forward::{self, ClientFacts};
-use super::origin::{Origin, OutBody, Sent};
 use super::respond::ProxyError;
 use super::retry::{Next, Policy};
 use super::{Body, BoxError, ClientBody};
 use crate::accesslog::RequestLog;
 use crate::metrics::{ClientProtocol, EarlyOutcome, HttpMetrics, RouteEarly, RouteHttpMetrics, RouteName};
+use crate::origin::body::OnEnd;
+use crate::origin::seam::{Origin, OutBody, Outgoing, Sent};
+use crate::route::HttpRoute;
 use crate::snapshot::Snapshot;
 
 /// Request bodies up to this size (with a known length) are kept so the request can be sent
 /// again; larger ones stream.
 const MAX_REPLAY_BODY: u64 = 64 * 1024;
 
-/// What one client connection's requests share: built once per connection.
-pub(crate) struct Service {
-    pub(crate) origin: Origin,
+/// What every request on one client connection shares, whichever route serves it: built once
+/// per connection.
+pub(crate) struct Conn {
     /// The configuration this connection was accepted under (to check request names).
     pub(crate) snapshot: Arc<Snapshot>,
     pub(crate) client: SocketAddr,
-    pub(crate) route: RouteName,
     pub(crate) metrics: HttpMetrics,
-    route_metrics: Arc<RouteHttpMetrics>,
-    /// X-Forwarded-For and Forwarded values for this client, built once.
-    pub(crate) facts: ClientFacts,
-    origin_response: Duration,
-    /// `max_request_body` (u64::MAX when unset).
-    max_body: u64,
-    /// Body bytes of every request on this connection, for its own log line.
-    pub(crate) up: Arc<AtomicU64>,
-    pub(crate) down: Arc<AtomicU64>,
-    /// Upgraded (WebSocket) relays: the connection lasts until they end.
-    pub(crate) upgrades: TaskTracker,
+    /// The listener's peers are trusted load balancers (their forwarding headers are kept).
+    pub(crate) trust_forwarded: bool,
     pub(crate) cut: CancellationToken,
     /// The client's handshake, while requests may arrive in its early data.
-    handshake: Option<Arc<dyn EarlyData>>,
-    early_metrics: Family<RouteEarly, Counter>,
-    /// Added to every response (`Alt-Svc: h3=…` on a listener that serves HTTP/3 too).
-    alt_svc: Option<http::HeaderValue>,
-    /// A request arrived in early data (0-RTT) on this connection: for its log line.
-    pub(crate) early_seen: Arc<AtomicBool>,
-    /// Other routes' requests on this connection ([`super::coalesce`]); none in a sibling.
-    coalesce: Option<Coalesce>,
-}
-
-/// What a [`Service`] is built from, besides its origin.
-#[derive(Clone)]
-pub(crate) struct ServiceParts {
-    pub(crate) snapshot: Arc<Snapshot>,
-    pub(crate) client: SocketAddr,
-    pub(crate) route: RouteName,
-    pub(crate) metrics: HttpMetrics,
-    pub(crate) facts: ClientFacts,
-    pub(crate) max_body: Option<u64>,
-    pub(crate) cut: CancellationToken,
     pub(crate) handshake: Option<Arc<dyn EarlyData>>,
     pub(crate) early_metrics: Family<RouteEarly, Counter>,
+    /// Added to every response (`Alt-Svc: h3=…` on a listener that serves HTTP/3 too).
     pub(crate) alt_svc: Option<http::HeaderValue>,
     /// The client's protocol (a label on the request metrics).
     pub(crate) protocol: ClientProtocol,
+    /// Body bytes of every request on this connection, for its own log line.
+    pub(crate) up: AtomicU64,
+    pub(crate) down: AtomicU64,
+    /// Upgraded (WebSocket) relays: the connection lasts until they end.
+    pub(crate) upgrades: TaskTracker,
+    /// A request arrived in early data (0-RTT) on this connection: for its log line.
+    pub(crate) early_seen: AtomicBool,
+}
+
+/// One route's requests on one client connection. It reads the route's settings from the
+/// route itself ([`HttpRoute::config`]), so a new route option is read where it is used.
+pub(crate) struct Service {
+    pub(crate) conn: Arc<Conn>,
+    pub(crate) route: RouteName,
+    http: Arc<HttpRoute>,
+    pub(crate) origin: Arc<dyn Origin>,
+    route_metrics: Arc<RouteHttpMetrics>,
+    /// X-Forwarded-For and Forwarded values for this client, built once.
+    pub(crate) facts: ClientFacts,
+    /// Other routes' requests on this connection ([`super::coalesce`]); none in a sibling.
+    coalesce: Option<Coalesce<Service>>,
 }
 
 impl Service {
-    pub(crate) fn new(origin: Origin, p: ServiceParts) -> Self {
-        Self {
+    /// `route`'s service on `conn`; `None` before the server attached the route's origin.
+    pub(crate) fn new(conn: Arc<Conn>, route: RouteName, http: Arc<HttpRoute>) -> Option<Self> {
+        let origin = http.seam()?.clone();
+        Some(Self {
+            route_metrics: Arc::new(conn.metrics.for_route(&route, conn.protocol)),
+            facts: ClientFacts::with_trust(conn.client, conn.trust_forwarded, http.config.forward_headers),
+            conn,
+            route,
+            http,
             origin,
-            origin_response: p.snapshot.timeouts.origin_response,
-            route_metrics: Arc::new(p.metrics.for_route(&p.route, p.protocol)),
-            snapshot: p.snapshot,
-            client: p.client,
-            route: p.route,
-            metrics: p.metrics,
-            facts: p.facts,
-            max_body: p.max_body.unwrap_or(u64::MAX),
-            up: Arc::default(),
-            down: Arc::default(),
-            upgrades: TaskTracker::new(),
-            cut: p.cut,
-            handshake: p.handshake,
-            early_metrics: p.early_metrics,
-            alt_svc: p.alt_svc,
-            early_seen: Arc::default(),
             coalesce: None,
-        }
+        })
     }
 
     /// A connection's service that also serves other routes' names ([`super::coalesce`]).
-    pub(crate) fn with_coalescing(mut self, coalesce: Coalesce) -> Self {
-        self.coalesce = Some(coalesce);
+    pub(crate) fn with_coalescing(mut self) -> Self {
+        self.coalesce = Some(Coalesce::new(self.http.config.tls.clone()));
         self
     }
 
-    /// Another route's service on `own`'s connection: its bytes, upgrades and early data are
-    /// the connection's.
-    pub(crate) fn sibling_of(own: &Service, origin: Origin, parts: ServiceParts) -> Self {
-        let mut s = Self::new(origin, parts);
-        s.up = own.up.clone();
-        s.down = own.down.clone();
-        s.upgrades = own.upgrades.clone();
-        s.early_seen = own.early_seen.clone();
-        s
+    /// `max_request_body` (u64::MAX when unset).
+    fn max_body(&self) -> u64 {
+        self.http.config.max_request_body.unwrap_or(u64::MAX)
     }
 
     /// One request, start to end. Its log line and metrics are written when its response
@@ -132,7 +111,13 @@ impl Service {
         B: ClientBody,
         B::Error: Into<BoxError>,
     {
-        match self.coalesce.as_ref().and_then(|c| c.sibling(self, &req)) {
+        let sibling = self.coalesce.as_ref().and_then(|c| {
+            let live = |s: &Service| !s.origin.retired().is_cancelled();
+            let make =
+                |name: &RouteName, http: &Arc<HttpRoute>| Service::new(self.conn.clone(), name.clone(), http.clone());
+            c.sibling(&self.route, &self.conn.snapshot.routes, &req, live, make)
+        });
+        match sibling {
             Some(sibling) => sibling.handle_here(req).await,
             None => self.handle_here(req).await,
         }
@@ -144,12 +129,12 @@ impl Service {
         B::Error: Into<BoxError>,
     {
         let started = Instant::now();
-        let mut rlog = RequestLog::new(&req, self.client, &self.route);
+        let mut rlog = RequestLog::new(&req, self.conn.client, &self.route);
         let mut response = match self.proxy(req, &mut rlog, started).await {
             Ok(sent) => self.respond(sent, rlog, started),
             Err(e) => self.fail(rlog, started, &e),
         };
-        if let Some(alt_svc) = &self.alt_svc {
+        if let Some(alt_svc) = &self.conn.alt_svc {
             response.headers_mut().insert(http::header::ALT_SVC, alt_svc.clone());
         }
         response
@@ -167,15 +152,16 @@ impl Service {
         let gate = self.early_gate(&req, false).await?;
         // A body declared larger than allowed is refused before any of it is read; one that
         // grows past the limit (chunked, or HTTP/2 without content-length) is cut off there.
-        if req.body().size_hint().exact().is_some_and(|n| n > self.max_body) {
-            return Err(ProxyError::BodyTooLarge(self.max_body));
+        let max_body = self.max_body();
+        if req.body().size_hint().exact().is_some_and(|n| n > max_body) {
+            return Err(ProxyError::BodyTooLarge(max_body));
         }
-        let req = req.map(|b| Capped::new(b, self.max_body));
+        let req = req.map(|b| Capped::new(b, max_body));
         let fault = req.body().fault();
         let result = self.forward(req, gate == Gate::Forward, rlog, started).await;
         // A failure caused by the client's own body is the client's, not the origin's.
         result.map_err(|e| match fault.get() {
-            Some(BodyFault::TooLarge) => ProxyError::BodyTooLarge(self.max_body),
+            Some(BodyFault::TooLarge) => ProxyError::BodyTooLarge(max_body),
             Some(BodyFault::Broken(why)) => ProxyError::ClientBody(why.clone()),
             None => e,
         })
@@ -188,12 +174,12 @@ impl Service {
         upgrade: bool,
     ) -> Result<Gate, ProxyError> {
         let count = |forwarded| self.count_early(if forwarded { EarlyOutcome::Forwarded } else { EarlyOutcome::Held });
-        early::gate(self.handshake.as_deref(), req, upgrade, count).await
+        early::gate(self.conn.handshake.as_deref(), req, upgrade, count).await
     }
 
     fn count_early(&self, outcome: EarlyOutcome) {
-        self.early_seen.store(true, Ordering::Relaxed);
-        self.early_metrics.get_or_create(&RouteEarly { route: self.route.clone(), outcome }).inc();
+        self.conn.early_seen.store(true, Ordering::Relaxed);
+        self.conn.early_metrics.get_or_create(&RouteEarly { route: self.route.clone(), outcome }).inc();
     }
 
     /// Where the request goes at the origin: 400 for a request that cannot be forwarded; 421
@@ -204,7 +190,7 @@ impl Service {
         let target = forward::target(req)?;
         let host = target.host().unwrap_or_default();
         // A connection without SNI (by address) was routed by that; it serves any name.
-        let routed = self.snapshot.routes.lookup(Some(host));
+        let routed = self.conn.snapshot.routes.lookup(Some(host));
         if &*self.route != crate::route::NO_SNI && routed.is_none_or(|r| r.name != self.route) {
             return Err(ProxyError::Misdirected { host: host.to_string(), route: self.route.to_string() });
         }
@@ -250,7 +236,9 @@ impl Service {
         let up = rlog.bytes_up.get_or_insert_with(Arc::default).clone();
         loop {
             policy.attempt();
-            match self.origin.send(&mut build, out.for_attempt(), &up, self.origin_response).await {
+            let timeout = self.conn.snapshot.timeouts.origin_response;
+            let attempt = Outgoing { build: &mut build, body: out.for_attempt(), up: &up, timeout };
+            match self.origin.send(attempt).await {
                 Ok(sent) => match policy.after_response(sent.response.status()) {
                     Next::AfterHandshake => {
                         // The origin answered 425 Too Early: after the handshake the same
@@ -271,17 +259,17 @@ impl Service {
                 },
                 Err(failure) => match policy.after_failure(failure.kind) {
                     Next::Again => {
-                        self.metrics.retry(&self.route);
+                        self.conn.metrics.retry(&self.route);
                         rlog.retries += 1;
                     }
-                    Next::AfterHandshake | Next::Stop => return Err(failure.error),
+                    Next::AfterHandshake | Next::Stop => return Err(failure.error.into()),
                 },
             }
         }
     }
 
     async fn handshake_done(&self) -> bool {
-        match &self.handshake {
+        match &self.conn.handshake {
             Some(h) => h.handshake_done().await,
             None => true,
         }
@@ -300,11 +288,11 @@ impl Service {
     /// What runs once a forwarded response has ended or its client has gone (what the request
     /// held at the origin was let go just before): the request is counted and its line written.
     pub(crate) fn on_response_end(&self, rlog: RequestLog, started: Instant) -> impl FnOnce(u64) + use<> {
-        let (metrics, up, down) = (self.route_metrics.clone(), self.up.clone(), self.down.clone());
+        let (metrics, conn) = (self.route_metrics.clone(), self.conn.clone());
         move |sent| {
-            down.fetch_add(sent, Ordering::Relaxed);
+            conn.down.fetch_add(sent, Ordering::Relaxed);
             if let Some(n) = &rlog.bytes_up {
-                up.fetch_add(n.load(Ordering::Relaxed), Ordering::Relaxed);
+                conn.up.fetch_add(n.load(Ordering::Relaxed), Ordering::Relaxed);
             }
             rlog.finish(started, sent, &metrics);
         }
@@ -313,7 +301,7 @@ impl Service {
     /// An error answered by the edge: counted by reason, logged with its detail.
     pub(crate) fn fail(&self, mut rlog: RequestLog, started: Instant, e: &ProxyError) -> Response<Body> {
         rlog.detail = Some(e.to_string());
-        self.metrics.error(&self.route, e.reason(), e.fault());
+        self.conn.metrics.error(&self.route, e.reason(), e.fault());
         self.answered(rlog, started, e.response())
     }
 

@@ -1,27 +1,43 @@
-//! Standing origin connections: opened before any client asks, kept, and handed out. One
-//! supervisor, three kinds:
+//! The origin side: everything between the HTTP core (or a prewarm route's client) and an
+//! origin server. The map:
 //!
-//! - [`prewarm`]: pre-handshaked TLS connections, each handed to exactly one client (`prewarm`
-//!   routes), sized from the arrival rate and the warm time.
-//! - [`h2`]: multiplexed HTTP/2 connections every request of an `http` route rides as a stream,
-//!   kept at `connections` and grown for demand.
-//! - [`h1`]: keep-alive HTTP/1.1 connections for origins without HTTP/2, sized from the
-//!   requests in flight.
+//! - [`seam`]: the one seam the request service calls, the [`seam::Origin`] trait: `send` a
+//!   request (a response, or a failure classified for retrying), `upgrade` a protocol
+//!   (WebSocket), `retired`. Kinds implement it; decorators (a cache) wrap it. What a request
+//!   holds at the origin travels inside the response body ([`body`]).
+//! - The kinds of standing set, each opened before any client asks and kept:
+//!   - [`h2`]: multiplexed HTTP/2 connections every request of an `http` route rides as a
+//!     stream, kept at `connections` and grown for demand;
+//!   - [`h1`]: keep-alive HTTP/1.1 connections, sized from the requests in flight;
+//!   - [`prewarm`]: pre-handshaked TLS connections, each handed to exactly one client
+//!     (`prewarm` routes), sized from the arrival rate and the warm time.
+//! - What carries a request kind's bytes, [`connect::Connect`]: TLS ([`connect::TlsConnect`])
+//!   or cleartext ([`cleartext`]). A protocol's set is written once for both.
+//! - [`registry`]: the running sets, keyed by (pool key, kind, transport); a kind is a
+//!   [`registry::Spec`] (what a route asks for) and a [`registry::Standing`] (the running set:
+//!   update, retire, warm, status for `/origins`). The `match` on configured protocols is in
+//!   one place, [`crate::snapshot`], where routes register what they want.
+//! - Shared by every kind: the upkeep task, labels and retirement ([`supervisor`]), how a
+//!   connection is made ([`dial`]), how a failing origin is retried and connects are counted
+//!   ([`backoff`]), how many to hold ([`sizing`]), HTTP/1.1 upgrades on a connection of their
+//!   own ([`upgrade`]).
 //!
-//! What every kind shares is written once here: the labels, upkeep task and retirement of a
-//! set ([`supervisor`]), how a connection is made ([`dial`]), how a
-//! failing origin is retried and connects are counted ([`backoff`]), how many to hold
-//! ([`sizing`]), and the registry that starts, updates and retires the sets on reload, keyed by
-//! (pool key, kind) ([`registry`]). An HTTP/3 origin would be a fourth kind, not a fourth copy.
+//! A new kind (an HTTP/3 origin) is a module here implementing `Spec`, `Standing` and
+//! `Origin`, plus one arm where the snapshot registers it.
 
 pub mod backoff;
+pub(crate) mod body;
+pub(crate) mod cleartext;
+pub(crate) mod connect;
 pub mod dial;
 pub(crate) mod h1;
 pub mod h2;
 pub mod prewarm;
 pub mod registry;
+pub(crate) mod seam;
 pub mod sizing;
 pub(crate) mod supervisor;
+pub(crate) mod upgrade;
 
 use bytes::Bytes;
 

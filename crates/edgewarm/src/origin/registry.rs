@@ -1,148 +1,120 @@
 //! The standing origin connections of the running configuration, every kind in one registry
-//! keyed by (pool key, kind).
+//! keyed by (pool key, kind, transport).
 //!
-//! [`Origins::sync`] runs at start and on every reload: it starts a set for each key the new
-//! route table wants, passes new settings to sets that stay (their connections are untouched),
-//! and retires the sets no route wants any more (they stop opening connections; idle ones
-//! close; connections in use finish their work first). So a reload never drops a connection in
-//! use and never leaks one. Connections never look a set up here: each route holds its own
-//! (attached before its snapshot is published); the map serves reloads, shutdown and the
-//! admin listener only.
+//! A kind is two traits: a [`Spec`] is what a route asks for (its connector and settings),
+//! a [`Standing`] is the running set. [`Origins::sync`] runs at start and on every reload: it
+//! starts a set for each key the new route table wants, passes new settings to sets that stay
+//! (their connections are untouched), and retires the sets no route wants any more (they stop
+//! opening connections; idle ones close; connections in use finish their work first). So a
+//! reload never drops a connection in use and never leaks one. Connections never look a set
+//! up here: each route holds its own (attached before its snapshot is published); the map
+//! serves reloads, shutdown and the admin listener only.
 
+use std::any::Any;
 use std::collections::HashMap;
+use std::marker::PhantomData;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
-use super::dial::TlsDial;
-use super::h1::H1Upstream;
-use super::h2::{Upstream, UpstreamStatus};
-use super::prewarm::status::PoolStatus;
-use super::prewarm::{Settings, TlsPool};
+use super::connect::Connect;
+use super::seam::Origin;
 use crate::config::UpstreamConfig;
 use crate::metrics::{Metrics, PoolLabels, RouteName};
 use crate::tls::origin::PoolKey;
 use crate::workers::Placement;
 
-/// The kinds of standing origin connection.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub(crate) enum Kind {
-    /// Pre-handshaked TLS connections, each handed to one client (`prewarm` routes).
-    Prewarm,
-    /// Multiplexed HTTP/2 connections shared by every request (`http` routes).
-    H2,
-    /// Keep-alive HTTP/1.1 connections, one request at a time (`upstream.protocol: http/1.1`).
-    H1,
+/// What every set is started with, besides its own settings.
+pub(crate) struct Shared {
+    pub(crate) metrics: Arc<Metrics>,
+    pub(crate) workers: Placement,
 }
 
-/// The settings a reload may change, per kind.
-#[derive(Debug, Clone)]
-pub(crate) enum Want {
-    Prewarm(Settings),
-    H2 { settings: UpstreamConfig, connect_timeout: Duration },
-    H1 { settings: UpstreamConfig, connect_timeout: Duration },
+/// What a route asks the registry for: one kind of set under one key.
+pub(crate) trait Spec: Send {
+    /// Everything that decides which clients may share the set.
+    fn key(&self) -> &PoolKey;
+    /// The kind's name: part of the set's identity, and its `kind` in `/origins`.
+    fn kind(&self) -> &'static str;
+    /// What carries the set's bytes (`tls`, `cleartext`): part of its identity too.
+    fn transport(&self) -> &'static str;
+    /// Start a new set (inside the runtime); `labels` name it in every metric.
+    fn start(self: Box<Self>, labels: PoolLabels, shared: &Shared) -> Arc<dyn Standing>;
+    /// New settings for the running set of this key and kind (a reload).
+    fn update(self: Box<Self>, set: &dyn Standing);
 }
 
-impl Want {
-    fn kind(&self) -> Kind {
-        match self {
-            Self::Prewarm(_) => Kind::Prewarm,
-            Self::H2 { .. } => Kind::H2,
-            Self::H1 { .. } => Kind::H1,
-        }
+/// One running set, whatever it holds.
+pub(crate) trait Standing: Any + Send + Sync {
+    /// No route wants it any more: stop opening connections; idle ones close, those in use
+    /// finish first.
+    fn retire(&self);
+    /// Holds what an upgrading process waits for before it accepts.
+    fn warm(&self) -> bool;
+    /// Its numbers for `/origins` (a JSON object with at least `route`, `origin`, `kind`).
+    fn status(&self) -> serde_json::Value;
+    /// The route's seam, for the kinds that carry requests ([`Origin`]).
+    fn origin(self: Arc<Self>) -> Option<Arc<dyn Origin>> {
+        None
     }
+    /// For a kind's own [`Spec::update`], and the `prewarm` action's pools.
+    fn as_any(&self) -> &dyn Any;
+    fn into_any(self: Arc<Self>) -> Arc<dyn Any + Send + Sync>;
 }
 
-/// A set the new configuration wants: the route that first asked for it, how to dial.
+/// A set the new configuration wants, and the route that first asked for it.
 pub(crate) struct Wanted {
     pub(crate) route: RouteName,
-    pub(crate) dial: TlsDial,
-    pub(crate) want: Want,
+    pub(crate) spec: Box<dyn Spec>,
 }
 
-/// One running set.
-#[derive(Clone)]
-pub(crate) enum Standing {
-    Prewarm(Arc<TlsPool>),
-    H2(Arc<Upstream>),
-    H1(Arc<H1Upstream>),
+/// A set's identity: routes whose wants have equal ones share it.
+pub(crate) type Id = (PoolKey, &'static str, &'static str);
+
+pub(crate) fn id(spec: &dyn Spec) -> Id {
+    (spec.key().clone(), spec.kind(), spec.transport())
 }
 
-impl Standing {
-    fn start(w: Wanted, metrics: &Arc<Metrics>, workers: &Placement) -> Self {
-        let key = &w.dial.key;
-        let mut labels = PoolLabels { route: w.route, origin: key.origin.to_string(), alpn: key.alpn_label() };
-        let metrics = metrics.clone();
-        match w.want {
-            Want::Prewarm(settings) => Self::Prewarm(TlsPool::start(w.dial, labels, settings, metrics)),
-            Want::H2 { settings, connect_timeout } => {
-                Self::H2(Upstream::start(w.dial, labels, settings, connect_timeout, metrics, workers.clone()))
-            }
-            Want::H1 { settings, connect_timeout } => {
-                labels.alpn = "http/1.1".into();
-                Self::H1(H1Upstream::start(w.dial, labels, settings, connect_timeout, metrics))
-            }
-        }
-    }
-
-    fn update(&self, want: Want) {
-        match (self, want) {
-            (Self::Prewarm(p), Want::Prewarm(settings)) => p.update(settings),
-            (Self::H2(u), Want::H2 { settings, connect_timeout }) => u.update(settings, connect_timeout),
-            (Self::H1(u), Want::H1 { settings, connect_timeout }) => u.update(settings, connect_timeout),
-            // The kind is part of the key: a set only ever gets its own kind's settings.
-            _ => {}
-        }
-    }
-
-    fn retire(&self) {
-        match self {
-            Self::Prewarm(p) => p.retire(),
-            Self::H2(u) => u.retire(),
-            Self::H1(u) => u.retire(),
-        }
-    }
-}
-
-type Map = HashMap<(PoolKey, Kind), Standing>;
+type Map = HashMap<Id, Arc<dyn Standing>>;
 
 /// Every standing set of the running configuration.
 pub struct Origins {
     map: Mutex<Map>,
-    metrics: Arc<Metrics>,
-    workers: Placement,
+    shared: Shared,
 }
 
 impl Origins {
     pub fn new(metrics: Arc<Metrics>, workers: Placement) -> Self {
-        Self { map: Mutex::default(), metrics, workers }
+        Self { map: Mutex::default(), shared: Shared { metrics, workers } }
     }
 
     fn map(&self) -> MutexGuard<'_, Map> {
         self.map.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Make the running sets exactly `wanted` (the first entry for a key wins, as routes with
-    /// equal keys share a set). Returns every wanted set. Must run inside the runtime.
+    /// Make the running sets exactly `wanted` (the first entry for an id wins, as routes with
+    /// equal ids share a set). Returns every wanted set. Must run inside the runtime.
     pub(crate) fn sync(&self, wanted: Vec<Wanted>) -> Map {
         let mut map = self.map();
         let mut next = HashMap::new();
         for w in wanted {
-            let key = (w.dial.key.clone(), w.want.kind());
-            if let Some(set) = map.get(&key) {
-                set.update(w.want);
-                next.insert(key, set.clone());
+            let id = id(&*w.spec);
+            if let Some(set) = map.get(&id) {
+                w.spec.update(&**set);
+                next.insert(id, set.clone());
                 continue;
             }
-            if next.contains_key(&key) {
+            if next.contains_key(&id) {
                 continue;
             }
-            if !key.0.verify {
-                tracing::warn!(route = %w.route, origin = %key.0.origin, "origin_tls.verify is false: origin certificates are NOT verified");
+            let key = &id.0;
+            if id.2 == "tls" && !key.verify {
+                tracing::warn!(route = %w.route, origin = %key.origin, "origin_tls.verify is false: origin certificates are NOT verified");
             }
-            next.insert(key, Standing::start(w, &self.metrics, &self.workers));
+            let labels = PoolLabels { route: w.route, origin: key.origin.to_string(), alpn: key.alpn_label() };
+            next.insert(id.clone(), w.spec.start(labels, &self.shared));
         }
-        for (key, set) in map.drain() {
-            if !next.contains_key(&key) {
+        for (id, set) in map.drain() {
+            if !next.contains_key(&id) {
                 set.retire();
             }
         }
@@ -152,9 +124,9 @@ impl Origins {
 
     /// Stop every set of the kinds `which` picks (shutdown): nothing new is opened;
     /// connections in use finish.
-    pub(crate) fn retire(&self, which: impl Fn(Kind) -> bool) {
-        self.map().retain(|(_, kind), set| {
-            let retire = which(*kind);
+    pub(crate) fn retire(&self, which: impl Fn(&str) -> bool) {
+        self.map().retain(|(_, kind, _), set| {
+            let retire = which(kind);
             if retire {
                 set.retire();
             }
@@ -162,43 +134,81 @@ impl Origins {
         });
     }
 
-    /// Every prewarm pool at its minimum, and every HTTP/2 set and HTTP/1.1 pool with all its
-    /// standing connections: what a new process waits for before it accepts
-    /// ([`crate::upgrade`]).
+    /// Every set holds what it must before a new process accepts ([`crate::upgrade`]).
     pub fn warm(&self) -> bool {
-        self.pools().iter().all(|p| p.ready >= p.min)
-            && self.map().values().all(|s| match s {
-                Standing::H2(u) => u.warm(),
-                Standing::H1(h) => h.warm(),
-                Standing::Prewarm(_) => true,
-            })
+        self.map().values().all(|s| s.warm())
     }
 
-    /// The prewarm pools' numbers for `/pools`, in a stable order (route, then ALPN).
-    pub fn pools(&self) -> Vec<PoolStatus> {
-        let mut all: Vec<_> = self
-            .map()
-            .values()
-            .filter_map(|s| match s {
-                Standing::Prewarm(p) => Some(p.status()),
-                _ => None,
-            })
-            .collect();
-        all.sort_by(|a, b| (&a.route, &a.alpn).cmp(&(&b.route, &b.alpn)));
-        all
+    /// The sets of one kind, as their own type (the `prewarm` action's `/pools`).
+    pub(crate) fn of<T: Standing>(&self) -> Vec<Arc<T>> {
+        self.map().values().filter_map(|s| s.clone().into_any().downcast::<T>().ok()).collect()
     }
 
-    /// The HTTP/2 sets' numbers for `/origins`, in a stable order.
-    pub fn upstreams(&self) -> Vec<UpstreamStatus> {
-        let mut all: Vec<_> = self
-            .map()
-            .values()
-            .filter_map(|s| match s {
-                Standing::H2(u) => Some(u.status()),
-                _ => None,
-            })
-            .collect();
-        all.sort_by(|a, b| (&a.route, &a.origin).cmp(&(&b.route, &b.origin)));
+    /// Every set's numbers for `/origins`, in a stable order (route, origin, kind).
+    pub fn statuses(&self) -> Vec<serde_json::Value> {
+        let mut all: Vec<_> = self.map().values().map(|s| s.status()).collect();
+        let order = |v: &serde_json::Value| {
+            ["route", "origin", "kind"].map(|k| v.get(k).and_then(|s| s.as_str()).unwrap_or_default().to_string())
+        };
+        all.sort_by_key(order);
         all
+    }
+}
+
+/// The `upstream` section of a request kind's route, and its connector: what HTTP/2 sets and
+/// HTTP/1.1 pools are started and updated with.
+pub(crate) struct UpstreamSpec<K> {
+    pub(crate) connect: Arc<dyn Connect>,
+    pub(crate) settings: UpstreamConfig,
+    pub(crate) connect_timeout: Duration,
+    kind: PhantomData<fn() -> K>,
+}
+
+impl<K> UpstreamSpec<K> {
+    pub(crate) fn new(connect: Arc<dyn Connect>, settings: UpstreamConfig, connect_timeout: Duration) -> Self {
+        Self { connect, settings, connect_timeout, kind: PhantomData }
+    }
+}
+
+/// A kind of set that carries requests, started from an [`UpstreamSpec`].
+pub(crate) trait RequestKind: Standing + Sized {
+    /// The kind's name over TLS and over cleartext.
+    const NAMES: (&'static str, &'static str);
+    fn start(spec: UpstreamSpec<Self>, labels: PoolLabels, shared: &Shared) -> Arc<Self>;
+    fn update(&self, settings: UpstreamConfig, connect_timeout: Duration);
+}
+
+impl<K: RequestKind> Spec for UpstreamSpec<K> {
+    fn key(&self) -> &PoolKey {
+        self.connect.key()
+    }
+
+    fn kind(&self) -> &'static str {
+        kind_name::<K>(&*self.connect)
+    }
+
+    fn transport(&self) -> &'static str {
+        self.connect.transport()
+    }
+
+    fn start(self: Box<Self>, mut labels: PoolLabels, shared: &Shared) -> Arc<dyn Standing> {
+        labels.alpn = self.kind().into();
+        K::start(*self, labels, shared)
+    }
+
+    fn update(self: Box<Self>, set: &dyn Standing) {
+        // The kind is part of the id: a set only ever gets its own kind's settings.
+        if let Some(set) = set.as_any().downcast_ref::<K>() {
+            set.update(self.settings, self.connect_timeout);
+        }
+    }
+}
+
+/// A request kind's name over `connect`'s transport.
+pub(crate) fn kind_name<K: RequestKind>(connect: &dyn Connect) -> &'static str {
+    if connect.transport() == "cleartext" {
+        K::NAMES.1
+    } else {
+        K::NAMES.0
     }
 }

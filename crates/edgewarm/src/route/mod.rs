@@ -13,9 +13,8 @@ use crate::config::{
     TunnelConfig,
 };
 use crate::metrics::{Metrics, RouteMetrics, RouteName};
-use crate::origin::h1::H1Upstream;
-use crate::origin::h2::Upstream;
 use crate::origin::prewarm::TlsPool;
+use crate::origin::seam::Origin;
 use crate::tls::client::{ClientTls, Resumption};
 use crate::tls::origin::OriginTls;
 use crate::tls::ticket_keys::TicketKeys;
@@ -26,41 +25,37 @@ pub enum RouteAction {
     Tunnel(TunnelRoute),
     Reject,
     Prewarm(Box<PrewarmRoute>),
-    Http(Box<HttpRoute>),
+    /// Shared with the request services of its connections, which read its settings.
+    Http(Arc<HttpRoute>),
 }
 
-/// An `http` route: client TLS, and the standing HTTP/2 connections to its origin.
-#[derive(Debug)]
+/// An `http` route: client TLS, and where its requests go.
 pub struct HttpRoute {
     pub client: ClientTls,
-    /// How to reach and verify the origin (ALPN `h2`).
-    pub origin: OriginTls,
+    /// How to reach and verify the origin (unused with `upstream.tls: false`).
+    pub origin: Arc<OriginTls>,
     /// The route's section as configured: a new route key is read where it is used, not copied
     /// here.
     pub config: HttpConfig,
-    /// Attached by the server before the snapshot is published, like a prewarm route's pools.
-    origins: OnceLock<Arc<Upstream>>,
-    /// The keep-alive pool instead, for `upstream.protocol: http/1.1`.
-    h1: OnceLock<Arc<H1Upstream>>,
+    /// The route's origin seam, whatever kind answers: attached by the server before the
+    /// snapshot is published, like a prewarm route's pools.
+    seam: OnceLock<Arc<dyn Origin>>,
+}
+
+impl std::fmt::Debug for HttpRoute {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HttpRoute").field("config", &self.config).finish_non_exhaustive()
+    }
 }
 
 impl HttpRoute {
-    /// The route's origin connections.
-    pub fn upstream(&self) -> Option<&Arc<Upstream>> {
-        self.origins.get()
+    /// Where the route's requests go (none before the server attached it).
+    pub(crate) fn seam(&self) -> Option<&Arc<dyn Origin>> {
+        self.seam.get()
     }
 
-    pub(crate) fn attach_upstream(&self, upstream: Arc<Upstream>) {
-        let _ = self.origins.set(upstream);
-    }
-
-    /// The route's HTTP/1.1 origin pool (`upstream.protocol: http/1.1`).
-    pub(crate) fn h1(&self) -> Option<&Arc<H1Upstream>> {
-        self.h1.get()
-    }
-
-    pub(crate) fn attach_h1(&self, upstream: Arc<H1Upstream>) {
-        let _ = self.h1.set(upstream);
+    pub(crate) fn attach(&self, origin: Arc<dyn Origin>) {
+        let _ = self.seam.set(origin);
     }
 }
 
@@ -182,12 +177,11 @@ impl RouteTable {
                 }
                 ActionConfig::Http(h) => {
                     let (client, origin) = terminating(&h.tls, &h.origin_tls, &h.origin)?;
-                    RouteAction::Http(Box::new(HttpRoute {
+                    RouteAction::Http(Arc::new(HttpRoute {
                         client,
-                        origin,
+                        origin: Arc::new(origin),
                         config: (**h).clone(),
-                        origins: OnceLock::new(),
-                        h1: OnceLock::new(),
+                        seam: OnceLock::new(),
                     }))
                 }
             };

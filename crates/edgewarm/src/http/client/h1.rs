@@ -77,8 +77,8 @@ where
             }
         }
     };
-    service.upgrades.close();
-    service.upgrades.wait().await;
+    service.conn.upgrades.close();
+    service.conn.upgrades.wait().await;
     match result {
         Ok(()) => Ended::Done,
         Err(e) => Ended::Failed(e.to_string()),

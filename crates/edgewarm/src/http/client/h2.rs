@@ -35,7 +35,7 @@ use tokio::io::{AsyncRead, AsyncWrite};
 use tokio_util::sync::CancellationToken;
 
 use super::{content_length, finish_head, handler_panicked, stopping, Ended, MAX_CLIENT_STREAMS, MAX_HEADER_BYTES};
-use crate::http::flow::Frames;
+use crate::h2_stream::Frames;
 use crate::http::service::Service;
 use crate::http::Body;
 

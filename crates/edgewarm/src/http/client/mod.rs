@@ -50,8 +50,8 @@ pub(crate) async fn stopping(stop: &CancellationToken, retired: &CancellationTok
 /// it would otherwise end the client's whole connection): counted and logged.
 pub(crate) fn handler_panicked(shared: &Service, done: std::thread::Result<()>) {
     if done.is_err() {
-        shared.metrics.error(&shared.route, HttpError::Internal, Fault::Edge);
-        tracing::error!(route = %shared.route, client = %shared.client, "a request's handler panicked; its stream was reset");
+        shared.conn.metrics.error(&shared.route, HttpError::Internal, Fault::Edge);
+        tracing::error!(route = %shared.route, client = %shared.conn.client, "a request's handler panicked; its stream was reset");
     }
 }
 

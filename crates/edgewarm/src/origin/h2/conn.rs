@@ -16,14 +16,12 @@ use bytes::Bytes;
 use h2::client::ResponseFuture;
 use h2::{Ping, SendStream};
 use http::Request;
-use tokio::net::TcpStream;
 use tokio::time::Instant;
-use tokio_rustls::client::TlsStream;
 use tokio_util::sync::CancellationToken;
 
 use super::{ConnStatus, H2Send, Room, Upstream};
 use crate::metrics::{PoolEvent, UpstreamEnd};
-use crate::tls::ktls::Aligned;
+use crate::origin::connect::OriginIo;
 
 /// Flow-control windows toward the origin, sized for a long link: a window caps one stream's
 /// throughput at window / RTT, and 4 MiB over 100 ms is ~335 Mbit/s per stream (h2's 64 KiB
@@ -76,10 +74,11 @@ impl Drop for Slot {
 }
 
 impl Conn {
-    /// HTTP/2 handshake over a fresh origin TLS connection, then start its driver.
+    /// HTTP/2 handshake over a fresh origin connection (TLS, or cleartext with prior
+    /// knowledge), then start its driver.
     pub(super) async fn handshake(
         id: u64,
-        tls: TlsStream<Aligned<TcpStream>>,
+        io: OriginIo,
         upstream: Arc<Upstream>,
         demand: bool,
     ) -> Result<Arc<Self>, h2::Error> {
@@ -88,7 +87,7 @@ impl Conn {
             .initial_connection_window_size(CONNECTION_WINDOW)
             // The origin does not push to a proxy.
             .enable_push(false)
-            .handshake::<_, Bytes>(crate::transport::Batched::new(tls))
+            .handshake::<_, Bytes>(crate::transport::Batched::new(io))
             .await?;
         let conn = Arc::new(Self {
             id,

@@ -21,6 +21,10 @@
 pub(crate) mod conn;
 mod place;
 pub(crate) mod room;
+mod send;
+mod websocket;
+
+pub(crate) use send::Requests;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -31,12 +35,12 @@ use h2::client::{ResponseFuture, SendRequest};
 use h2::SendStream;
 use serde::Serialize;
 use tokio::time::Instant;
-use tokio_util::sync::CancellationToken;
 
 use crate::config::UpstreamConfig;
 use crate::metrics::{Metrics, PoolLabels, UpstreamEnd};
 use crate::origin::backoff::Connects;
-use crate::origin::dial::{Dial, TlsDial, WarmError};
+use crate::origin::connect::Connect;
+use crate::origin::dial::{Dial, WarmError};
 use crate::origin::supervisor::Core;
 use crate::tls::origin::PoolKey;
 use crate::workers::Placement;
@@ -85,6 +89,10 @@ pub struct ConnStatus {
 pub struct UpstreamStatus {
     pub route: String,
     pub origin: String,
+    /// `h2`, or `h2c` (cleartext, prior knowledge).
+    pub kind: &'static str,
+    /// `tls` or `cleartext`.
+    pub transport: &'static str,
     pub sni: String,
     pub verify: bool,
     pub connections: Vec<ConnStatus>,
@@ -109,7 +117,7 @@ struct State {
 pub struct Upstream {
     /// Its upkeep is woken when a connection ended, settings changed, or a request found every
     /// connection full.
-    core: Core<TlsDial>,
+    core: Core<Arc<dyn Connect>>,
     state: Mutex<State>,
     /// A connection became usable (opened, or streams finished).
     room: Arc<Room>,
@@ -126,8 +134,8 @@ impl std::fmt::Debug for Upstream {
 
 impl Upstream {
     /// Create the upstream and start opening its connections. Must run inside the runtime.
-    pub fn start(
-        dial: TlsDial,
+    pub(crate) fn start(
+        dial: Arc<dyn Connect>,
         labels: PoolLabels,
         settings: UpstreamConfig,
         connect_timeout: Duration,
@@ -332,6 +340,8 @@ impl Upstream {
         UpstreamStatus {
             route: self.core.labels.route.to_string(),
             origin: k.origin.to_string(),
+            kind: crate::origin::registry::kind_name::<Self>(&*self.core.dial),
+            transport: self.core.dial.transport(),
             sni: k.server_name.clone(),
             verify: k.verify,
             connections: st.conns.iter().map(|c| c.status()).collect(),
@@ -343,12 +353,6 @@ impl Upstream {
 
     pub(crate) fn metrics(&self) -> &Metrics {
         &self.core.metrics
-    }
-
-    /// Cancelled when a reload retires this upstream: client connections using it should
-    /// close gracefully so their next requests come in under the new configuration.
-    pub(crate) fn retired(&self) -> &CancellationToken {
-        &self.core.retired
     }
 
     /// The PING interval: `keepalive`, doubled for every ENHANCE_YOUR_CALM the origin sent
@@ -368,7 +372,48 @@ impl Upstream {
     }
 }
 
-pub(crate) use crate::origin::BoxedBody;
-
 /// Used by [`conn`] so it need not know the send side's types.
 pub(crate) type H2Send = SendRequest<Bytes>;
+
+impl crate::origin::registry::Standing for Upstream {
+    fn retire(&self) {
+        Upstream::retire(self);
+    }
+
+    fn warm(&self) -> bool {
+        Upstream::warm(self)
+    }
+
+    fn status(&self) -> serde_json::Value {
+        serde_json::to_value(Upstream::status(self)).unwrap_or_default()
+    }
+
+    fn origin(self: Arc<Self>) -> Option<Arc<dyn crate::origin::seam::Origin>> {
+        Some(Arc::new(Requests(self)))
+    }
+
+    fn as_any(&self) -> &dyn std::any::Any {
+        self
+    }
+
+    fn into_any(self: Arc<Self>) -> Arc<dyn std::any::Any + Send + Sync> {
+        self
+    }
+}
+
+impl crate::origin::registry::RequestKind for Upstream {
+    const NAMES: (&'static str, &'static str) = ("h2", "h2c");
+
+    fn start(
+        spec: crate::origin::registry::UpstreamSpec<Self>,
+        labels: PoolLabels,
+        shared: &crate::origin::registry::Shared,
+    ) -> Arc<Self> {
+        let (metrics, workers) = (shared.metrics.clone(), shared.workers.clone());
+        Upstream::start(spec.connect, labels, spec.settings, spec.connect_timeout, metrics, workers)
+    }
+
+    fn update(&self, settings: UpstreamConfig, connect_timeout: Duration) {
+        Upstream::update(self, settings, connect_timeout);
+    }
+}

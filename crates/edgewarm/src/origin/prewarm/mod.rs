@@ -22,8 +22,11 @@
 //! up again. Nothing closes surplus actively: takes are newest-first, so the connections a
 //! smaller demand no longer needs are the oldest and expire on their own.
 
+mod kind;
 mod refill;
 pub(crate) mod status;
+
+pub(crate) use kind::{PrewarmSpec, KIND};
 mod watch;
 
 use std::collections::VecDeque;

@@ -1,12 +1,12 @@
-//! Bodies, streamed both ways under HTTP/2 flow control; nothing is buffered whole.
+//! An h2 stream's body under HTTP/2 flow control, on either side of the proxy (the client's
+//! HTTP/2 driver and the HTTP/2 origin kind): nothing is buffered whole.
 //!
-//! Toward the origin, [`send`] reads the client's body a frame at a time and writes each only
-//! when the origin's window has room, so a slow origin slows the client's upload instead of
-//! growing our buffers. Back toward the client, [`OriginBody`] hands the origin's DATA frames
-//! to hyper and returns their window to the origin only once hyper has taken them, so a slow
-//! client slows the origin's download the same way. Trailers pass both ways.
+//! Toward a peer, [`send`] reads a body a frame at a time and writes each only when the peer's
+//! window has room, so a slow origin slows the client's upload instead of growing our buffers.
+//! From a peer, [`Frames`] hands its DATA on and returns the window only once the reader has
+//! taken it, so a slow client slows the origin's download the same way. Trailers pass both
+//! ways.
 
-use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::task::{ready, Context, Poll};
@@ -51,52 +51,19 @@ impl Frames {
     }
 }
 
-/// The origin's response body, as a hyper body. `on_end` runs once, when the body is finished
-/// or dropped (the client went away), with the bytes passed on: the request's log line is
-/// written then, with its real size and duration.
-pub(crate) struct OriginBody<F: FnOnce(u64)> {
-    frames: Frames,
-    sent: u64,
-    on_end: Option<F>,
-}
-
-impl<F: FnOnce(u64)> OriginBody<F> {
-    pub(crate) fn new(recv: RecvStream, on_end: F) -> Self {
-        Self { frames: Frames::new(recv), sent: 0, on_end: Some(on_end) }
-    }
-
-    fn end(&mut self) {
-        if let Some(f) = self.on_end.take() {
-            f(self.sent);
-        }
-    }
-}
-
-impl<F: FnOnce(u64)> Drop for OriginBody<F> {
-    fn drop(&mut self) {
-        self.end();
-    }
-}
-
-// The callback is never pinned-projected; moving it is fine.
-impl<F: FnOnce(u64)> Unpin for OriginBody<F> {}
-
-impl<F: FnOnce(u64)> Body for OriginBody<F> {
+impl Body for Frames {
     type Data = Bytes;
     type Error = h2::Error;
 
-    fn poll_frame(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, h2::Error>>> {
-        let frame = ready!(self.frames.poll_frame(cx));
-        match &frame {
-            // The client side has the bytes now: the origin may send as many more.
-            Some(Ok(f)) if f.is_data() => self.sent += f.data_ref().map_or(0, |d| d.len() as u64),
-            _ => self.end(),
-        }
-        Poll::Ready(frame)
+    fn poll_frame(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, h2::Error>>> {
+        self.get_mut().poll_frame(cx)
     }
 
     fn is_end_stream(&self) -> bool {
-        self.frames.is_end_stream()
+        self.recv.is_end_stream()
     }
 }
 
@@ -156,62 +123,4 @@ pub(crate) async fn send_data(tx: &mut SendStream<Bytes>, mut data: Bytes, sent:
         tx.send_data(chunk, false)?;
     }
     Ok(())
-}
-
-/// Any body, with `on_end` run once when it has ended or is dropped, with the data bytes
-/// passed on (the HTTP/1.1 origin path: the connection goes back to its pool then, and the
-/// request's log line is written).
-pub(crate) struct OnEnd<B, F: FnOnce(u64)> {
-    inner: B,
-    sent: u64,
-    on_end: Option<F>,
-}
-
-impl<B, F: FnOnce(u64)> OnEnd<B, F> {
-    pub(crate) fn new(inner: B, on_end: F) -> Self {
-        Self { inner, sent: 0, on_end: Some(on_end) }
-    }
-
-    fn end(&mut self) {
-        if let Some(f) = self.on_end.take() {
-            f(self.sent);
-        }
-    }
-}
-
-impl<B, F: FnOnce(u64)> Drop for OnEnd<B, F> {
-    fn drop(&mut self) {
-        self.end();
-    }
-}
-
-impl<B: Unpin, F: FnOnce(u64)> Unpin for OnEnd<B, F> {}
-
-impl<B: Body<Data = Bytes> + Unpin, F: FnOnce(u64)> Body for OnEnd<B, F> {
-    type Data = Bytes;
-    type Error = B::Error;
-
-    fn poll_frame(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, B::Error>>> {
-        let polled = ready!(Pin::new(&mut self.inner).poll_frame(cx));
-        match &polled {
-            Some(Ok(frame)) => {
-                if let Some(data) = frame.data_ref() {
-                    self.sent += data.len() as u64;
-                }
-                if self.inner.is_end_stream() {
-                    self.end();
-                }
-            }
-            _ => self.end(),
-        }
-        Poll::Ready(polled)
-    }
-
-    fn is_end_stream(&self) -> bool {
-        self.inner.is_end_stream()
-    }
-
-    fn size_hint(&self) -> http_body::SizeHint {
-        self.inner.size_hint()
-    }
 }

@@ -21,11 +21,16 @@ use prometheus_client::metrics::gauge::Gauge;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
+mod send;
+
+pub(crate) use send::Requests;
+
 use super::BoxedBody;
 use crate::config::UpstreamConfig;
 use crate::metrics::{Metrics, PoolLabels};
 use crate::origin::backoff::Connects;
-use crate::origin::dial::{Dial, TlsDial, WarmError};
+use crate::origin::connect::Connect;
+use crate::origin::dial::{Dial, WarmError};
 use crate::origin::sizing::Concurrency;
 use crate::origin::supervisor::Core;
 
@@ -59,7 +64,7 @@ struct State {
 
 pub(crate) struct H1Upstream {
     /// Its upkeep is woken when a request found no idle connection, or settings changed.
-    core: Core<TlsDial>,
+    core: Core<Arc<dyn Connect>>,
     state: Mutex<State>,
     /// The metric handles every request touches, resolved once (a lookup hashes the labels
     /// under a lock).
@@ -98,7 +103,7 @@ impl Drop for Lease {
 impl H1Upstream {
     /// Create the pool; its maintenance task opens the first connections at once.
     pub(crate) fn start(
-        dial: TlsDial,
+        dial: Arc<dyn Connect>,
         labels: PoolLabels,
         settings: UpstreamConfig,
         connect_timeout: Duration,
@@ -295,5 +300,83 @@ impl H1Upstream {
                 Err(e.into())
             }
         }
+    }
+}
+
+/// One HTTP/1.1 pool as `/origins` shows it.
+#[derive(Debug, Clone, serde::Serialize)]
+pub(crate) struct H1Status {
+    pub route: String,
+    pub origin: String,
+    /// `http/1.1`.
+    pub kind: &'static str,
+    /// `tls` or `cleartext`.
+    pub transport: &'static str,
+    pub sni: String,
+    pub verify: bool,
+    /// Open and waiting for a request.
+    pub idle: usize,
+    /// Carrying a request now.
+    pub in_use: usize,
+    pub opening: usize,
+    /// How many the pool holds for the busiest moment it has seen lately.
+    pub target: usize,
+    pub consecutive_failures: u32,
+}
+
+impl crate::origin::registry::Standing for H1Upstream {
+    fn retire(&self) {
+        H1Upstream::retire(self);
+    }
+
+    fn warm(&self) -> bool {
+        H1Upstream::warm(self)
+    }
+
+    fn status(&self) -> serde_json::Value {
+        let st = self.state();
+        let k = self.core.key();
+        let status = H1Status {
+            route: self.core.labels.route.to_string(),
+            origin: k.origin.to_string(),
+            kind: crate::origin::registry::kind_name::<Self>(&*self.core.dial),
+            transport: self.core.dial.transport(),
+            sni: k.server_name.clone(),
+            verify: k.verify,
+            idle: st.idle.len(),
+            in_use: st.in_use,
+            opening: st.connects.opening,
+            target: st.demand.target(st.settings.connections, st.settings.max_connections),
+            consecutive_failures: st.connects.backoff.failures,
+        };
+        serde_json::to_value(status).unwrap_or_default()
+    }
+
+    fn origin(self: Arc<Self>) -> Option<Arc<dyn crate::origin::seam::Origin>> {
+        Some(Arc::new(Requests(self)))
+    }
+
+    fn as_any(&self) -> &dyn std::any::Any {
+        self
+    }
+
+    fn into_any(self: Arc<Self>) -> Arc<dyn std::any::Any + Send + Sync> {
+        self
+    }
+}
+
+impl crate::origin::registry::RequestKind for H1Upstream {
+    const NAMES: (&'static str, &'static str) = ("http/1.1", "http/1.1");
+
+    fn start(
+        spec: crate::origin::registry::UpstreamSpec<Self>,
+        labels: PoolLabels,
+        shared: &crate::origin::registry::Shared,
+    ) -> Arc<Self> {
+        H1Upstream::start(spec.connect, labels, spec.settings, spec.connect_timeout, shared.metrics.clone())
+    }
+
+    fn update(&self, settings: UpstreamConfig, connect_timeout: Duration) {
+        H1Upstream::update(self, settings, connect_timeout);
     }
 }

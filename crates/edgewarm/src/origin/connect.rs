@@ -1,0 +1,99 @@
+//! How the request kinds (HTTP/2 sets, HTTP/1.1 pools) make a connection to their origin,
+//! whatever carries it: [`Connect`], an object-safe [`Dial`] whose connection is a boxed byte
+//! stream. TLS ([`TlsDial`]) and cleartext ([`super::cleartext`]) implement it, so a
+//! protocol's set is written once and never learns what its bytes ride on.
+//!
+//! (`prewarm` pools keep the typed [`Dial`]: they hand the TLS session itself to a client, and
+//! may move it to the kernel.)
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::io::{AsyncRead, AsyncWrite};
+use tokio_rustls::TlsConnector;
+
+use super::dial::{Dial, TlsDial, WarmError};
+use super::seam::BoxFuture;
+use crate::tls::origin::{OriginTls, PoolKey};
+use crate::transport::Resolver;
+
+/// A byte stream to an origin.
+pub(crate) trait Io: AsyncRead + AsyncWrite + Unpin + Send + 'static {}
+impl<T: AsyncRead + AsyncWrite + Unpin + Send + 'static> Io for T {}
+
+/// A connection to an origin, ready for its protocol's handshake.
+pub(crate) type OriginIo = Box<dyn Io>;
+
+/// Makes the connections of one request kind's set.
+pub(crate) trait Connect: Send + Sync + 'static {
+    /// Everything that decides which requests may ride this set's connections.
+    fn key(&self) -> &PoolKey;
+
+    /// Whether the bytes are encrypted (`tls`) or not (`cleartext`): part of a set's identity,
+    /// and shown in `/origins`.
+    fn transport(&self) -> &'static str;
+
+    /// Make one connection within `timeout` per step.
+    fn connect(&self, timeout: Duration) -> BoxFuture<'_, Result<OriginIo, WarmError>>;
+
+    /// The same origin, for a connection that will speak HTTP/1.1 whatever this set speaks
+    /// (a protocol upgrade): over TLS, no ALPN offered.
+    fn for_http1(&self) -> Arc<dyn Connect>;
+}
+
+/// The request kinds' sets keep their connector behind the same [`Dial`] as every standing set.
+impl Dial for Arc<dyn Connect> {
+    type Conn = OriginIo;
+
+    fn key(&self) -> &PoolKey {
+        Connect::key(&**self)
+    }
+
+    async fn dial(&self, timeout: Duration) -> Result<OriginIo, WarmError> {
+        self.connect(timeout).await
+    }
+}
+
+/// Origin TLS for a request kind: `route`'s origin, offering `alpn`.
+pub(crate) struct TlsConnect {
+    dial: TlsDial,
+    origin: Arc<OriginTls>,
+}
+
+impl TlsConnect {
+    pub(crate) fn new(origin: Arc<OriginTls>, alpn: Option<&[u8]>, resolver: Arc<Resolver>) -> Self {
+        Self { dial: TlsDial::new(&origin, alpn, resolver), origin }
+    }
+}
+
+impl Connect for TlsConnect {
+    fn key(&self) -> &PoolKey {
+        &self.dial.key
+    }
+
+    fn transport(&self) -> &'static str {
+        "tls"
+    }
+
+    fn connect(&self, timeout: Duration) -> BoxFuture<'_, Result<OriginIo, WarmError>> {
+        Box::pin(async move { Ok(Box::new(self.dial.dial(timeout).await?) as OriginIo) })
+    }
+
+    fn for_http1(&self) -> Arc<dyn Connect> {
+        // No ALPN: HTTP/1.1 is the default without it, and WebSocket servers often do not
+        // negotiate ALPN at all (an offer of `http/1.1` they ignore would fail the check).
+        Arc::new(Self::new(self.origin.clone(), None, self.dial.resolver.clone()))
+    }
+}
+
+impl TlsDial {
+    /// How to make `origin`'s TLS connections offering exactly `alpn`.
+    pub(crate) fn new(origin: &OriginTls, alpn: Option<&[u8]>, resolver: Arc<Resolver>) -> Self {
+        TlsDial {
+            key: origin.key(alpn),
+            connector: TlsConnector::from(origin.config(alpn)),
+            server_name: origin.server_name.clone(),
+            resolver,
+        }
+    }
+}

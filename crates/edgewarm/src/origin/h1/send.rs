@@ -1,0 +1,79 @@
+//! The HTTP/1.1 kind at the seam ([`Origin`]): a request takes a pooled keep-alive connection
+//! (origin-form target, `Host` header), which goes back to the pool when its response body
+//! has ended; an upgrade gets a connection of its own from the set's connector.
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use http::Request;
+use http_body_util::BodyExt;
+
+use super::{H1Error, H1Upstream};
+use crate::origin::body::{OnEnd, OriginBody};
+use crate::origin::dial::Dial;
+use crate::origin::seam::{BoxFuture, Failure, Origin, OriginError, Outgoing, SendFailure, Sent, Upgrade, Upgraded};
+use crate::origin::upgrade;
+
+/// The route's handle on an HTTP/1.1 pool.
+pub(crate) struct Requests(pub(crate) Arc<H1Upstream>);
+
+impl Origin for Requests {
+    fn send<'a>(&'a self, out: Outgoing<'a>) -> BoxFuture<'a, Result<Sent, SendFailure>> {
+        Box::pin(send(&self.0, out))
+    }
+
+    fn upgrade<'a>(&'a self, up: Upgrade<'a>) -> BoxFuture<'a, Result<Upgraded, OriginError>> {
+        Box::pin(async move {
+            // Not a pooled connection: after a `101` it is the client's for as long as it lives.
+            let io = self.0.core.dial.dial(up.timeout).await;
+            let io = io.map_err(|e| OriginError::Upgrade(format!("origin connection for the upgrade: {e}")))?;
+            upgrade::over_h1(io, up).await
+        })
+    }
+
+    fn retired(&self) -> &tokio_util::sync::CancellationToken {
+        self.0.retired()
+    }
+}
+
+async fn send(upstream: &Arc<H1Upstream>, out: Outgoing<'_>) -> Result<Sent, SendFailure> {
+    let Outgoing { build, body, up, timeout } = out;
+    let (parts, ()) = build().into_parts();
+    // Origin-form target and a Host header: what an HTTP/1.1 server expects.
+    let authority = parts.uri.authority().map(|a| a.as_str().to_string()).unwrap_or_default();
+    let path: http::Uri = parts
+        .uri
+        .path_and_query()
+        .map_or("/", |p| p.as_str())
+        .parse()
+        .map_err(|_| SendFailure::fatal(OriginError::Target))?;
+    let counter = up.clone();
+    let body = OnEnd::new(body.boxed(), move |n| {
+        counter.fetch_add(n, Ordering::Relaxed);
+    })
+    .boxed();
+    let mut out = Request::new(body);
+    *out.method_mut() = parts.method;
+    *out.uri_mut() = path;
+    *out.headers_mut() = parts.headers;
+    if let Ok(host) = http::HeaderValue::from_str(&authority) {
+        out.headers_mut().insert(http::header::HOST, host);
+    }
+    match tokio::time::timeout(timeout, upstream.send(out)).await {
+        Err(_) => Err(SendFailure::fatal(OriginError::Timeout)),
+        Ok(Err(H1Error::Connect(e))) => Err(SendFailure::fatal(OriginError::NoConnection(e.to_string()))),
+        Ok(Err(H1Error::Http(e))) => {
+            // The connection closed before a response head: the origin may have acted.
+            let kind = if e.is_canceled() || e.is_closed() || e.is_incomplete_message() {
+                Failure::Lost
+            } else {
+                Failure::Final
+            };
+            Err(SendFailure { kind, error: OriginError::Protocol(format!("origin HTTP/1.1: {e}")) })
+        }
+        Ok(Ok((response, lease))) => {
+            let reused = lease.reused;
+            Ok(Sent { response: response.map(|b| OriginBody::new(b, Box::new(lease))), conn: None, reused })
+        }
+    }
+}

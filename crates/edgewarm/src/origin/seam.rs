@@ -1,0 +1,155 @@
+//! The one seam between the HTTP core and an origin: [`Origin`]. The request service calls
+//! [`Origin::send`] for every request and [`Origin::upgrade`] for every protocol upgrade; it
+//! never learns what kind of origin answers. A kind (streams on standing HTTP/2 connections,
+//! a keep-alive HTTP/1.1 pool, over TLS or cleartext) implements the trait; a decorator (a
+//! cache, a mirror, a rate limit) implements it by wrapping another `Arc<dyn Origin>`.
+//!
+//! Failures come back classified for the retry policy ([`Failure`]): the origin provably never
+//! took the request, the connection was lost with the request possibly acted on, or final.
+//! What a request holds at the origin travels inside the response body
+//! ([`super::body::OriginBody`]), so dropping the body releases it.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::AtomicU64;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::{Request, Response};
+use http_body_util::{BodyExt, Empty, Full};
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+use super::body::OriginBody;
+use super::BoxedBody;
+
+/// A future the seam returns: boxed, so the trait can be used as `dyn Origin`.
+pub(crate) type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+
+/// Where a route's requests go.
+pub(crate) trait Origin: Send + Sync + 'static {
+    /// Send one attempt of a request; see [`Outgoing`].
+    fn send<'a>(&'a self, out: Outgoing<'a>) -> BoxFuture<'a, Result<Sent, SendFailure>>;
+
+    /// Carry a protocol upgrade (WebSocket): the origin's answer, and after a `101` a relay
+    /// running in `up.tasks`.
+    fn upgrade<'a>(&'a self, up: Upgrade<'a>) -> BoxFuture<'a, Result<Upgraded, OriginError>>;
+
+    /// Cancelled when a reload or shutdown retires this origin's connections: the route's
+    /// clients should finish and come back afresh.
+    fn retired(&self) -> &CancellationToken;
+}
+
+/// One attempt of a request.
+pub(crate) struct Outgoing<'a> {
+    /// Makes the request head (origin-form, forwarding headers set), each time it is placed:
+    /// a multiplexed kind takes it whole, and may have to place it again elsewhere.
+    pub(crate) build: &'a mut (dyn FnMut() -> Request<()> + Send),
+    pub(crate) body: OutBody,
+    /// Counts the request body's bytes as they go.
+    pub(crate) up: &'a Arc<AtomicU64>,
+    /// Bounds the wait for the response head (`timeouts.origin_response`).
+    pub(crate) timeout: Duration,
+}
+
+/// A request body as the seam takes it.
+pub(crate) enum OutBody {
+    /// None at all (most requests).
+    Empty,
+    /// Small and read whole: can be sent again.
+    Replay(Bytes),
+    /// Streamed: sent once.
+    Stream(BoxedBody),
+}
+
+impl OutBody {
+    /// The body for one attempt (a streamed one only once).
+    pub(crate) fn for_attempt(&mut self) -> Self {
+        match self {
+            Self::Empty => Self::Empty,
+            Self::Replay(b) => Self::Replay(b.clone()),
+            Self::Stream(_) => std::mem::replace(self, Self::Empty),
+        }
+    }
+
+    pub(crate) fn boxed(self) -> BoxedBody {
+        match self {
+            Self::Empty => Empty::new().map_err(|never| match never {}).boxed(),
+            Self::Replay(b) => Full::new(b).map_err(|never| match never {}).boxed(),
+            Self::Stream(b) => b,
+        }
+    }
+}
+
+/// The origin's answer, and which connection carried it (for the access log).
+pub(crate) struct Sent {
+    pub(crate) response: Response<OriginBody>,
+    /// The standing connection's id, where the kind numbers them.
+    pub(crate) conn: Option<u64>,
+    /// The connection had carried requests before this one.
+    pub(crate) reused: bool,
+}
+
+/// How a send failed, as far as retrying is concerned.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Failure {
+    /// The origin never acted on the request.
+    NotProcessed,
+    /// The connection broke before a response header: the origin may have acted.
+    Lost,
+    /// Anything else: not sent again.
+    Final,
+}
+
+/// What went wrong at the origin; the HTTP core maps each to the client's answer.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum OriginError {
+    /// No origin connection could be had.
+    #[error("{0}")]
+    NoConnection(String),
+    /// No response head within the timeout.
+    #[error("origin response timed out")]
+    Timeout,
+    /// The origin's stream or connection failed.
+    #[error("{0}")]
+    Protocol(String),
+    /// The request cannot be put in the origin's protocol (a target it cannot carry).
+    #[error("request target cannot be sent to the origin")]
+    Target,
+    /// The origin failed a protocol upgrade.
+    #[error("{0}")]
+    Upgrade(String),
+}
+
+/// A send that failed: what the client is told, and what the retry policy may do.
+#[derive(Debug)]
+pub(crate) struct SendFailure {
+    pub(crate) kind: Failure,
+    pub(crate) error: OriginError,
+}
+
+impl SendFailure {
+    pub(crate) fn fatal(error: OriginError) -> Self {
+        Self { kind: Failure::Final, error }
+    }
+}
+
+/// A protocol upgrade to carry.
+pub(crate) struct Upgrade<'a> {
+    /// The client's request as hyper read it (hyper hands the connection over from it).
+    pub(crate) client: Request<hyper::body::Incoming>,
+    /// The request for the origin (hop-by-hop headers gone, forwarding headers set).
+    pub(crate) head: Request<()>,
+    pub(crate) timeout: Duration,
+    /// Where the relay runs after a `101`; it ends when either side closes or `cut` fires.
+    pub(crate) tasks: &'a TaskTracker,
+    pub(crate) cut: CancellationToken,
+}
+
+/// The origin's answer to an upgrade.
+pub(crate) struct Upgraded {
+    pub(crate) response: Response<BoxedBody>,
+    /// The standing connection that carries it, where the kind numbers them.
+    pub(crate) conn: Option<u64>,
+}
