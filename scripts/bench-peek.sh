@@ -26,9 +26,9 @@ set -euo pipefail
 n1=${1:-50}
 n2=${2:-250}
 root=$(cd "$(dirname "$0")/.." && pwd)
-bench_edgewarm_and_lab
 # shellcheck source=scripts/bench-lib.sh
 . "$root/scripts/bench-lib.sh"
+bench_edgewarm_and_lab
 bench_workdir
 bench_ca
 bench_cert origin "DNS:origin.test,DNS:a.test"

@@ -20,10 +20,10 @@ conns=${1:-3000}
 parts=${PARTS:-abcd}
 want() { [[ $parts == *$1* ]]; }
 root=$(cd "$(dirname "$0")/.." && pwd)
-bench_edgewarm_and_lab
 ulimit -n "$(ulimit -Hn)"
 # shellcheck source=scripts/bench-lib.sh
 . "$root/scripts/bench-lib.sh"
+bench_edgewarm_and_lab
 bench_workdir
 
 bench_ca

@@ -42,7 +42,7 @@ pub struct BrowseOpts {
     #[arg(long, default_value_t = 1)]
     pub loads: usize,
     /// The Chromium binary.
-    #[arg(long, default_value = "/usr/bin/chromium")]
+    #[arg(long, default_value = CHROMIUM)]
     pub chromium: std::path::PathBuf,
     /// Give up on a page after this long.
     #[arg(long, value_parser = humantime::parse_duration, default_value = "60s")]
@@ -106,6 +106,9 @@ pub enum BrowseError {
     #[error("{0}")]
     Io(#[from] std::io::Error),
 }
+
+/// Where Debian's package puts Chromium: what `browse` launches unless told otherwise.
+pub const CHROMIUM: &str = "/usr/bin/chromium";
 
 /// Launch Chromium, load the page `opts.loads` times as a first and a returning visit, close it.
 pub async fn run(opts: &BrowseOpts) -> Result<Vec<Load>, BrowseError> {

@@ -18,6 +18,9 @@ pub enum LabError {
     Certs(#[from] rcgen::Error),
     #[error("{0}")]
     NoProxy(String),
+    /// A program the run needs is not installed: said once, before anything starts.
+    #[error("{what} not found at {path}: {why}; scripts/deps.sh installs it")]
+    Missing { what: &'static str, path: String, why: &'static str },
 }
 
 impl LabError {

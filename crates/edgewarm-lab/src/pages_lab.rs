@@ -78,6 +78,9 @@ fn route(mode: Mode) -> (&'static str, Ipv4Addr, bool) {
 
 pub async fn run(opts: &LabOpts) -> Result<PagesReport, LabError> {
     let Plan { settings, pages, modes } = plan(opts)?;
+    // Every cell of the grid would fail on it, one warning each: say it once, before any host
+    // starts.
+    require_chromium(std::path::Path::new(crate::browse::CHROMIUM))?;
     let loads = opts.requests.unwrap_or(10).max(1);
     let proxy = crate::run::proxy_binary(opts.edgewarm.as_deref())?;
     let dir = crate::files::run_dir(&opts.out, "pages")?;
@@ -132,6 +135,15 @@ pub async fn run(opts: &LabOpts) -> Result<PagesReport, LabError> {
     Ok(report)
 }
 
+/// The browser the grid's loads need.
+fn require_chromium(path: &std::path::Path) -> Result<(), LabError> {
+    if path.is_file() {
+        return Ok(());
+    }
+    let why = "the pages scenario loads its pages in headless Chromium";
+    Err(LabError::Missing { what: "chromium", path: path.display().to_string(), why })
+}
+
 /// `edgewarm-lab browse` in the client namespace: `loads` first and returning visits.
 async fn browse(
     topo: &Topology,
@@ -178,4 +190,22 @@ async fn browse(
         return Err(fail(format!("{} of the page's resources failed on a {} visit", bad.failed, bad.visit)));
     }
     Ok(loads)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Without Chromium the run stops at once with one line that names it and where to get it.
+    #[test]
+    fn a_missing_chromium_is_named_once() {
+        let e = require_chromium(std::path::Path::new("/nonexistent/chromium")).unwrap_err().to_string();
+        assert_eq!(
+            e,
+            "chromium not found at /nonexistent/chromium: the pages scenario loads its pages in headless Chromium; \
+             scripts/deps.sh installs it"
+        );
+        let here = std::env::current_exe().unwrap();
+        require_chromium(&here).unwrap();
+    }
 }

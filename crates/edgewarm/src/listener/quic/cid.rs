@@ -88,6 +88,20 @@ impl ConnectionIdGenerator for SocketCids {
     }
 }
 
+/// The destination connection ID of a packet to us, if the datagram is long enough to hold
+/// one of ours: in a short header, the bytes after the flags; in a long header, the ID whose
+/// length it gives, if that is ours.
+pub(crate) fn destination_id(d: &[u8]) -> Option<&[u8]> {
+    let first = *d.first()?;
+    if first & 0x80 == 0 {
+        return d.get(1..1 + CID_LEN);
+    }
+    if usize::from(*d.get(5)?) != CID_LEN {
+        return None;
+    }
+    d.get(6..6 + CID_LEN)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -167,7 +167,7 @@ impl ToOld {
         if self.gone.load(Ordering::Relaxed) {
             return false;
         }
-        let Some(id) = super::socket::destination_id(datagram) else { return false };
+        let Some(id) = super::cid::destination_id(datagram) else { return false };
         if !self.ids.issued(id) {
             return false;
         }

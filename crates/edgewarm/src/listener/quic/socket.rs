@@ -1,8 +1,8 @@
 //! The HTTP/3 listener's UDP socket: quinn's own (GSO and GRO where the kernel has them),
 //! wrapped to count the datagrams that cannot be QUIC for us (quinn drops those silently; an
 //! internet-facing UDP port needs them seen), and to relay datagrams between the two processes
-//! of an upgrade ([`super::relay`]). [`check`] and [`destination_id`] are pure functions over
-//! one datagram.
+//! of an upgrade ([`super::relay`]). [`check`] is a pure function over one datagram (and
+//! [`super::cid::destination_id`], which finds the connection a datagram is for).
 
 use std::fmt;
 use std::io::{self, IoSliceMut};
@@ -16,7 +16,6 @@ use prometheus_client::metrics::counter::Counter;
 use quinn::udp::{RecvMeta, Transmit};
 use quinn::{AsyncUdpSocket, UdpPoller};
 
-use super::cid::CID_LEN;
 use super::relay::{self, ToOld};
 use crate::metrics::{QuicDropped, QuicDroppedLabel, QuicMetrics};
 
@@ -60,20 +59,6 @@ pub(crate) fn check(d: &[u8]) -> Option<Unusable> {
         return Some(Unusable::SmallInitial);
     }
     None
-}
-
-/// The destination connection ID of a packet to us, if the datagram is long enough to hold
-/// one of ours: in a short header, the bytes after the flags; in a long header, the ID whose
-/// length it gives, if that is ours.
-pub(crate) fn destination_id(d: &[u8]) -> Option<&[u8]> {
-    let first = *d.first()?;
-    if first & 0x80 == 0 {
-        return d.get(1..1 + CID_LEN);
-    }
-    if usize::from(*d.get(5)?) != CID_LEN {
-        return None;
-    }
-    d.get(6..6 + CID_LEN)
 }
 
 /// The two ends of an upgrade, as one socket's endpoint sees them.
@@ -289,6 +274,7 @@ mod tests {
 
     #[test]
     fn the_destination_id_is_found_in_either_header() {
+        use super::super::cid::{destination_id, CID_LEN};
         let id = [9u8; CID_LEN];
         let mut short = vec![0x40];
         short.extend_from_slice(&id);
