@@ -11,15 +11,17 @@
 //! so the kernels on both sides run real TCP — SYN, SYN-ACK, Fast Open cookies, retransmits —
 //! and every round trip, including the TCP handshake's, pays the delay exactly once each way.
 //!
-//! Timing: each packet is stamped when read and released at `stamp + delay`. A FIFO per
-//! direction keeps order (every packet has the same delay, so release times are monotonic). The
+//! Timing: each packet is stamped when read and released at `stamp + delay` (plus jitter, if
+//! configured: see [`crate::impair`], which also decides losses). A FIFO per direction keeps
+//! order (release times are monotonic: the same delay for all, and jitter never reorders). The
 //! writer sleeps with `thread::sleep` until 200 µs before the release time, then yields in a
 //! loop until it: the OS sleep is accurate to tens of µs but can overshoot under load, the
 //! final spin is not, and tokio's 1 ms timer would be far too coarse. Lateness (release to
 //! actual write) is measured and reported as `max_late`.
 //!
 //! Queue: bounded (like a router's buffer); packets arriving to a full queue are dropped and
-//! counted, and TCP reacts as it would to a real loss.
+//! counted (`drops`), and TCP reacts as it would to a real loss. Packets the loss model takes
+//! are counted apart (`lost`), so an impaired link's queue overflows still show.
 
 use std::collections::VecDeque;
 use std::io;
@@ -31,6 +33,8 @@ use std::time::{Duration, Instant};
 use tun_rs::SyncDevice;
 
 use edgewarm::transport::sockopt;
+
+use crate::impair::{stream_seed, Impairer, LinkImpair};
 
 /// Packets queued per direction before drops: at 1500 bytes, 8 MB in flight, enough for a
 /// 2 Gbit/s link with 30 ms one-way delay.
@@ -44,7 +48,10 @@ const POLL: Duration = Duration::from_millis(50);
 pub struct Counters {
     pub packets: AtomicU64,
     pub bytes: AtomicU64,
+    /// Packets dropped because the queue was full.
     pub drops: AtomicU64,
+    /// Packets dropped by the loss model ([`crate::impair`]).
+    pub lost: AtomicU64,
     /// Worst lateness of a write after its release time, in µs.
     pub max_late_us: AtomicU64,
 }
@@ -63,19 +70,23 @@ pub struct Link {
 }
 
 impl Link {
-    /// Start relaying between `a` and `b` with `one_way` delay in each direction.
-    pub fn start(a: SyncDevice, b: SyncDevice, one_way: Duration) -> io::Result<Self> {
+    /// Start relaying between `a` and `b` with `one_way` delay in each direction, impaired by
+    /// `impair` (each direction with its own random stream, derived from `seed`).
+    pub fn start(a: SyncDevice, b: SyncDevice, one_way: Duration, impair: LinkImpair, seed: u64) -> io::Result<Self> {
         let (a, b) = (Arc::new(a), Arc::new(b));
         let stop = Arc::new(AtomicBool::new(false));
         let (forward, backward) = (Arc::new(Counters::default()), Arc::new(Counters::default()));
         let mut threads = Vec::new();
-        for (from, to, counters, name) in [(&a, &b, &forward, "a→b"), (&b, &a, &backward, "b→a")] {
+        for (dir, (from, to, counters, name)) in
+            [(&a, &b, &forward, "a→b"), (&b, &a, &backward, "b→a")].into_iter().enumerate()
+        {
             let queue = Arc::new(Queue { packets: Mutex::new(VecDeque::new()), ready: Condvar::new() });
+            let impairer = Impairer::new(one_way, impair, stream_seed(seed, dir as u64));
             let (from, q, st, c) = (from.clone(), queue.clone(), stop.clone(), counters.clone());
             threads.push(
                 std::thread::Builder::new()
                     .name(format!("delay-read {name}"))
-                    .spawn(move || read_loop(&from, &q, one_way, &st, &c))?,
+                    .spawn(move || read_loop(&from, &q, impairer, &st, &c))?,
             );
             let (to, st, c) = (to.clone(), stop.clone(), counters.clone());
             threads.push(
@@ -97,7 +108,7 @@ impl Drop for Link {
     }
 }
 
-fn read_loop(dev: &SyncDevice, queue: &Queue, delay: Duration, stop: &AtomicBool, c: &Counters) {
+fn read_loop(dev: &SyncDevice, queue: &Queue, mut impairer: Impairer, stop: &AtomicBool, c: &Counters) {
     let mut buf = vec![0u8; MAX_PACKET];
     while !stop.load(Ordering::Relaxed) {
         match sockopt::wait_readable(dev, POLL) {
@@ -110,7 +121,10 @@ fn read_loop(dev: &SyncDevice, queue: &Queue, delay: Duration, stop: &AtomicBool
             Err(e) if e.kind() == io::ErrorKind::WouldBlock || e.kind() == io::ErrorKind::Interrupted => continue,
             Err(_) => return,
         };
-        let release = Instant::now() + delay;
+        let Some(release) = impairer.admit(Instant::now()) else {
+            c.lost.fetch_add(1, Ordering::Relaxed);
+            continue;
+        };
         let mut q = queue.packets.lock().unwrap_or_else(|p| p.into_inner());
         if q.len() >= QUEUE_PACKETS {
             c.drops.fetch_add(1, Ordering::Relaxed);

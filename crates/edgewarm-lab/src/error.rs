@@ -2,7 +2,7 @@
 
 #[derive(Debug, thiserror::Error)]
 pub enum LabError {
-    #[error("unknown scenario {0:?}: default, ats-poc, far-origin, ramp, tfo, floor, pages or upgrade")]
+    #[error("unknown scenario {0:?}: default, ats-poc, far-origin, ramp, tfo, floor, lossy, pages or upgrade")]
     Scenario(String),
     #[error("scenario file {0}")]
     ScenarioFile(String),

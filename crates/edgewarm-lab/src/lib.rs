@@ -3,7 +3,8 @@
 //! of it (TUN devices, plots, progress bars, certificate generation).
 //!
 //! - [`netns`]: the three hosts (client, edge, origin) as network namespaces.
-//! - [`delaybox`]: the emulated links: TUN pairs with a user-space delay per direction.
+//! - [`delaybox`]: the emulated links: TUN pairs with a user-space delay per direction;
+//!   [`impair`]: their optional loss (random or bursty) and jitter.
 //! - [`origin`]: the lab's HTTPS origin (`edgewarm-lab origin`); [`pages`]: the synthetic
 //!   pages it serves to the browser lab.
 //! - [`load`]: the load generator (`edgewarm-lab load`): every request a new connection;
@@ -15,7 +16,8 @@
 //! - [`scenario`]: what a run measures (named scenarios, files, command-line narrowing).
 //! - [`run`]: `edgewarm-lab lab`: topology, processes, measurement; [`files`]: the
 //!   certificates and edge configuration it writes first.
-//! - [`report`]: a run's results, JSON and Markdown; [`error`]: what can stop a run.
+//! - [`report`]: a run's results, JSON and Markdown ([`report_impair`]: its parts about
+//!   lossy links); [`error`]: what can stop a run.
 //! - [`peers`]: other proxies (nginx, HAProxy) measured in the same run.
 //! - [`plot`]: SVG plots of a run.
 //! - [`pages_lab`]: `lab --scenario pages`, the browser lab: Chromium loads [`pages`] through
@@ -29,6 +31,7 @@ pub mod browse;
 pub mod delaybox;
 pub mod error;
 pub(crate) mod files;
+pub mod impair;
 pub mod load;
 pub(crate) mod load_h2;
 pub mod load_h3;
@@ -43,6 +46,7 @@ pub mod peers;
 pub mod plot;
 pub mod plot_pages;
 pub mod report;
+pub(crate) mod report_impair;
 pub mod run;
 pub mod scenario;
 pub mod upgrade_lab;

@@ -26,6 +26,7 @@ use std::process::{Command, Output};
 use std::time::Duration;
 
 use crate::delaybox::{self, Link};
+use crate::impair::{Impairments, LinkCounts, LinkImpair};
 
 pub const CLIENT: Ipv4Addr = Ipv4Addr::new(10, 77, 1, 1);
 pub const EDGE_A: Ipv4Addr = Ipv4Addr::new(10, 77, 1, 2);
@@ -70,6 +71,16 @@ impl Topology {
     /// Build it with client↔edge RTT `r` and edge↔origin RTT `big_r`; `bandwidth` (tc syntax,
     /// e.g. `100mbit`) caps every link in both directions with a token bucket (tbf).
     pub fn create(r: Duration, big_r: Duration, bandwidth: Option<&str>) -> Result<Self, NetnsError> {
+        Self::create_impaired(r, big_r, bandwidth, Impairments::default())
+    }
+
+    /// [`Self::create`] with lossy or jittery links ([`crate::impair`]).
+    pub fn create_impaired(
+        r: Duration,
+        big_r: Duration,
+        bandwidth: Option<&str>,
+        impair: Impairments,
+    ) -> Result<Self, NetnsError> {
         if !is_root() {
             return Err(NetnsError::NotRoot);
         }
@@ -92,9 +103,12 @@ impl Topology {
             topo.exec_ok(ns, &["sysctl", "-qw", "net.ipv4.tcp_slow_start_after_idle=0"])?;
         }
         let (c, ea, eb, o) = (name("tc"), name("ta"), name("tb"), name("to"));
-        let link_a = topo.link(&c, &topo.client.clone(), CLIENT, &ea, &topo.edge.clone(), EDGE_A, r / 2)?;
+        // Each link, and in it each direction (`Link::start`), draws from a stream of its own.
+        let seed = |link| crate::impair::stream_seed(impair.seed, link);
+        let (a, b) = ((r / 2, impair.a, seed(0)), (big_r / 2, impair.b, seed(1)));
+        let link_a = topo.link(&c, &topo.client.clone(), CLIENT, &ea, &topo.edge.clone(), EDGE_A, a)?;
         topo.links.push(link_a);
-        let link_b = topo.link(&eb, &topo.edge.clone(), EDGE_B, &o, &topo.origin.clone(), ORIGIN, big_r / 2)?;
+        let link_b = topo.link(&eb, &topo.edge.clone(), EDGE_B, &o, &topo.origin.clone(), ORIGIN, b)?;
         topo.links.push(link_b);
         // Client reaches the origin's subnet via link A; origin reaches the client's via link B.
         topo.exec_ok(&topo.client, &["ip", "route", "add", "10.77.2.0/24", "dev", &c])?;
@@ -112,7 +126,8 @@ impl Topology {
         Ok(topo)
     }
 
-    /// One point-to-point link: two TUN devices, each moved into its namespace, delay box between.
+    /// One point-to-point link: two TUN devices, each moved into its namespace, delay box between,
+    /// with `(one-way delay, impairment, seed)`.
     #[expect(clippy::too_many_arguments)]
     fn link(
         &self,
@@ -122,7 +137,7 @@ impl Topology {
         b: &str,
         ns_b: &str,
         addr_b: Ipv4Addr,
-        one_way: Duration,
+        (one_way, impair, seed): (Duration, LinkImpair, u64),
     ) -> Result<Link, NetnsError> {
         let dev_a = delaybox::tun(a).map_err(|source| NetnsError::Tun { name: a.into(), source })?;
         let dev_b = delaybox::tun(b).map_err(|source| NetnsError::Tun { name: b.into(), source })?;
@@ -132,7 +147,7 @@ impl Topology {
             self.exec_ok(ns, &["ip", "addr", "add", &addr, "peer", &peer, "dev", dev])?;
             self.exec_ok(ns, &["ip", "link", "set", dev, "up"])?;
         }
-        Link::start(dev_a, dev_b, one_way).map_err(|source| NetnsError::Tun { name: a.into(), source })
+        Link::start(dev_a, dev_b, one_way, impair, seed).map_err(|source| NetnsError::Tun { name: a.into(), source })
     }
 
     /// `ip netns exec NS args…`, as a Command to spawn.
@@ -165,6 +180,20 @@ impl Topology {
             .map(|c| c.max_late_us.load(std::sync::atomic::Ordering::Relaxed))
             .max()
             .unwrap_or(0)
+    }
+
+    /// Packets carried and dropped so far by link A (client ↔ edge) and link B (edge ↔ origin).
+    pub fn link_counts(&self) -> [LinkCounts; 2] {
+        let mut out = [LinkCounts::default(); 2];
+        for (link, counts) in self.links.iter().zip(out.iter_mut()) {
+            for c in [&link.forward, &link.backward] {
+                let get = |a: &std::sync::atomic::AtomicU64| a.load(std::sync::atomic::Ordering::Relaxed);
+                counts.packets += get(&c.packets);
+                counts.lost += get(&c.lost);
+                counts.drops += get(&c.drops);
+            }
+        }
+        out
     }
 
     /// Remove everything; idempotent.

@@ -35,7 +35,12 @@ pub fn ttfb_cdf(report: &LabReport, path: &Path) -> Result<(), String> {
         chart
             .draw_series(LineSeries::new(points, colour.stroke_width(2)))
             .map_err(|e| e.to_string())?
-            .label(format!("{} (min {} = {:.0} ms)", m.label, m.formula, m.min_ms))
+            .label(if report.scenario.impaired() {
+                let loss = crate::report_impair::pct(m.loss_big_r);
+                format!("{}, loss {loss} (min {} = {:.0} ms)", m.label, m.formula, m.min_ms)
+            } else {
+                format!("{} (min {} = {:.0} ms)", m.label, m.formula, m.min_ms)
+            })
             .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], colour.stroke_width(2)));
         let dashes = (0..20).map(|k| {
             let y0 = k as f64 / 20.0;

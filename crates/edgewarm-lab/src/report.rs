@@ -5,6 +5,7 @@ use std::path::PathBuf;
 
 use serde::Serialize;
 
+use crate::impair::LinkCounts;
 use crate::load::LoadReport;
 use crate::model::Mode;
 use crate::scenario::Scenario;
@@ -23,6 +24,15 @@ pub struct ModeResult {
     /// Origin connections the edge opened while the mode ran, per 1000 client connections
     /// (`prewarm` and `http`).
     pub origin_conns_per_1000: Option<f64>,
+    /// Link B's loss rate while the mode ran (a fraction).
+    #[serde(default)]
+    pub loss_big_r: f64,
+    /// What link A (client↔edge) and link B (edge↔origin) carried and dropped while the mode's
+    /// measured load ran (not its warm-up connections; the edge's pool traffic too).
+    #[serde(default)]
+    pub link_a: LinkCounts,
+    #[serde(default)]
+    pub link_b: LinkCounts,
     pub load: LoadReport,
 }
 
@@ -53,6 +63,9 @@ impl LabReport {
     /// arrival ramp (and the connections it made, in the table's `ok` column) for ramps.
     fn load_description(&self) -> String {
         match &self.scenario.ramp {
+            Some(r) if r.from == r.to => {
+                format!("Open-loop arrivals at a fixed {} new connections per second for {} s per mode", r.from, r.secs)
+            }
             Some(r) => format!(
                 "Open-loop arrivals rising from {} to {} new connections per second over {} s per mode",
                 r.from, r.to, r.secs
@@ -63,17 +76,29 @@ impl LabReport {
 
     pub fn markdown(&self) -> String {
         let s = &self.scenario;
+        // A loss column only where there is loss: the lossless report stays as it was.
+        let lossy = s.impaired();
+        let loss = |m: &ModeResult| {
+            if lossy {
+                format!(" {} |", crate::report_impair::pct(m.loss_big_r))
+            } else {
+                String::new()
+            }
+        };
         let mut t = format!(
             "# edgewarm lab: {} (r = {} ms, R = {} ms, TLS {})\n\n{}, each a new connection (TCP + TLS; QUIC for h3) and one request. \
-             TTFB is from the start of the TCP connect to the first response byte. Delay box worst lateness: {:.2} ms.\n\n\
-             | mode | R ms | ok | errors | TTFB p50 ms | TTFB p99 ms | minimum | minimum ms | p50 / minimum | pool hit rate | waste | origin conns / 1000 clients |\n\
-             |---|---|---|---|---|---|---|---|---|---|---|---|\n",
+             TTFB is from the start of the TCP connect to the first response byte. Delay box worst lateness: {:.2} ms.\n\n{}\
+             | mode | R ms |{} ok | errors | TTFB p50 ms | TTFB p99 ms | minimum | minimum ms | p50 / minimum | pool hit rate | waste | origin conns / 1000 clients |\n\
+             |---|---|{}---|---|---|---|---|---|---|---|---|---|\n",
             s.name,
             s.r_ms,
             s.big_r_ms,
             if s.tls12 { "1.2" } else { "1.3" },
             self.load_description(),
-            self.delay_box_max_late_us as f64 / 1e3
+            self.delay_box_max_late_us as f64 / 1e3,
+            self.impair_markdown(),
+            if lossy { " loss on R |" } else { "" },
+            if lossy { "---|" } else { "" },
         );
         for m in &self.results {
             let opt = |v: Option<f64>, pct: bool| match v {
@@ -82,9 +107,10 @@ impl LabReport {
                 None => "-".into(),
             };
             t += &format!(
-                "| {} | {} | {} | {} | {:.1} | {:.1} | {} | {:.0} | {:.3} | {} | {} | {} |\n",
+                "| {} | {} |{} {} | {} | {:.1} | {:.1} | {} | {:.0} | {:.3} | {} | {} | {} |\n",
                 m.label,
                 m.big_r_ms,
+                loss(m),
                 m.load.ok,
                 m.load.errors.values().sum::<usize>(),
                 m.load.ttfb_ms.p50,
@@ -101,21 +127,28 @@ impl LabReport {
             // The sub-resources go out together once the page is in: one more r + R.
             t += &format!(
                 "\nPage time: the page, then {} sub-resources at once on the same HTTP/2 connection; \
-                 minimum = TTFB minimum + (r + R).\n\n| mode | page p50 ms | page p99 ms | minimum ms | p50 / minimum |\n|---|---|---|---|---|\n",
-                s.page
+                 minimum = TTFB minimum + (r + R).\n\n| mode | R ms |{} page p50 ms | page p90 ms | page p99 ms | minimum ms | p50 / minimum |\n|---|---|{}---|---|---|---|---|\n",
+                s.page,
+                if lossy { " loss on R |" } else { "" },
+                if lossy { "---|" } else { "" },
             );
             for m in &self.results {
                 let min = m.min_ms + m.r_ms + m.big_r_ms;
                 t += &format!(
-                    "| {} | {:.1} | {:.1} | {:.0} | {:.3} |\n",
+                    "| {} | {} |{} {:.1} | {:.1} | {:.1} | {:.0} | {:.3} |\n",
                     m.label,
+                    m.big_r_ms,
+                    loss(m),
                     m.load.total_ms.p50,
+                    m.load.total_ms.p90,
                     m.load.total_ms.p99,
                     min,
                     m.load.total_ms.p50 / min
                 );
             }
         }
+        t += &self.by_loss_markdown();
+        t += &self.links_markdown();
         t
     }
 }

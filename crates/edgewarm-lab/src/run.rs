@@ -33,20 +33,7 @@ impl Drop for Guard {
 }
 
 pub async fn run(opts: &LabOpts) -> Result<LabReport, LabError> {
-    let mut scenario = match &opts.scenario_file {
-        Some(path) => Scenario::from_file(path)?,
-        None => Scenario::named(&opts.scenario).ok_or_else(|| LabError::Scenario(opts.scenario.clone()))?,
-    };
-    if opts.bandwidth.is_some() {
-        scenario.bandwidth.clone_from(&opts.bandwidth);
-    }
-    if let Some(r) = opts.r {
-        scenario.r_ms = r.as_secs_f64() * 1e3;
-    }
-    scenario.page = opts.page;
-    if let Some(r) = opts.big_r {
-        scenario.big_r_ms = r.as_secs_f64() * 1e3;
-    }
+    let scenario = Scenario::for_lab(opts)?;
     let mut proxies =
         opts.proxies.iter().map(|p| Peer::parse(p)).collect::<Result<Vec<_>, _>>().map_err(LabError::ScenarioFile)?;
     if opts.peers {
@@ -57,18 +44,24 @@ pub async fn run(opts: &LabOpts) -> Result<LabReport, LabError> {
     let exe = std::env::current_exe()?;
     let exe = exe.to_string_lossy().to_string();
 
-    let parts: Vec<f64> = std::iter::once(scenario.big_r_ms).chain(scenario.more_big_r_ms.iter().copied()).collect();
+    let parts = scenario.parts();
     let bar = indicatif::ProgressBar::new((parts.len() * (2 + scenario.modes.len() + proxies.len())) as u64);
     bar.set_style(
         indicatif::ProgressStyle::with_template("{spinner} [{bar:30}] {pos}/{len} {msg}")
             .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
     );
     let (mut results, mut timeline, mut late) = (Vec::new(), Vec::new(), 0);
-    for (i, &big_r_ms) in parts.iter().enumerate() {
+    for (i, &(big_r_ms, loss)) in parts.iter().enumerate() {
         let logs = if parts.len() > 1 { format!("-{i}") } else { String::new() };
+        // This part's link B loss, and random streams of its own.
+        let mut impair = scenario.impair;
+        impair.b.loss = loss;
+        impair.seed = crate::impair::stream_seed(scenario.impair.seed, i as u64);
         let part = Part {
             scenario: &scenario,
             big_r_ms,
+            impair,
+            sample_pool: i == 0,
             dir: &dir,
             exe: &exe,
             proxy: &proxy,
@@ -108,6 +101,11 @@ pub async fn run(opts: &LabOpts) -> Result<LabReport, LabError> {
 struct Part<'a> {
     scenario: &'a Scenario,
     big_r_ms: f64,
+    /// The links' loss and jitter in this part.
+    impair: crate::impair::Impairments,
+    /// Whether to follow the prewarm pool during a ramp: in the first part only, so the pool
+    /// plot shows one run rather than several laid over each other.
+    sample_pool: bool,
     dir: &'a Path,
     /// This program (origin, load generator).
     exe: &'a str,
@@ -125,11 +123,11 @@ struct Part<'a> {
 const PROXY_PORT: u16 = 8443;
 
 async fn run_part(part: Part<'_>) -> Result<(Vec<ModeResult>, Vec<PoolSample>, u64), LabError> {
-    let Part { scenario, big_r_ms, dir, exe, proxy, logs, requests, bar, proxies } = part;
+    let Part { scenario, big_r_ms, impair, sample_pool, dir, exe, proxy, logs, requests, bar, proxies } = part;
     let exe = exe.to_string();
     bar.set_message("building namespaces and links");
     let big_r = Duration::from_secs_f64(big_r_ms / 1e3);
-    let topo = Topology::create(scenario.r(), big_r, scenario.bandwidth.as_deref())?;
+    let topo = Topology::create_impaired(scenario.r(), big_r, scenario.bandwidth.as_deref(), impair)?;
     let d = dir.display().to_string();
     bar.set_message("waiting for edgewarm and its pools");
     let (_origin, _edge) = start_hosts(&topo, &exe, proxy, dir, &logs, scenario.page > 0).await?;
@@ -190,7 +188,8 @@ async fn run_part(part: Part<'_>) -> Result<(Vec<ModeResult>, Vec<PoolSample>, u
         let mode = run.mode;
         // Pool and origin-connection counts come from edgewarm's metrics: not for peers.
         let peer = job >= own;
-        bar.set_message(format!("measuring {label} (R = {big_r_ms} ms)"));
+        let lossy = if impair.b.loss > 0.0 { format!(", loss {} %", impair.b.loss * 100.0) } else { String::new() };
+        bar.set_message(format!("measuring {label} (R = {big_r_ms} ms{lossy})"));
         topo.flush_tcp_metrics()?;
         // Two unmeasured connections first: Fast Open needs a cookie from a first contact.
         load(&topo, &exe, &d, scenario, name, target, 2, run).await?;
@@ -210,8 +209,9 @@ async fn run_part(part: Part<'_>) -> Result<(Vec<ModeResult>, Vec<PoolSample>, u
         let requests = if scenario.ramp.is_some() { 1_000_000 } else { requests };
         // During a ramp, sample the pool every 500 ms for as long as the load runs.
         let samples = std::sync::Mutex::new(Vec::new());
+        let links_before = topo.link_counts();
         let sampling = async {
-            if scenario.ramp.is_none() {
+            if scenario.ramp.is_none() || !sample_pool || mode != Mode::Prewarm || peer {
                 return std::future::pending().await;
             }
             let t0 = tokio::time::Instant::now();
@@ -226,6 +226,7 @@ async fn run_part(part: Part<'_>) -> Result<(Vec<ModeResult>, Vec<PoolSample>, u
             () = sampling => return Err(LabError::NotReady { what: "pool sampler", detail: "stopped".into() }),
         };
         timeline.extend(samples.into_inner().unwrap_or_else(|p| p.into_inner()));
+        let [link_a, link_b] = topo.link_counts();
         let after = pool_counts(&topo, route).await;
         let peer_after = match stats_url {
             Some(url) => {
@@ -268,6 +269,9 @@ async fn run_part(part: Part<'_>) -> Result<(Vec<ModeResult>, Vec<PoolSample>, u
             hit_rate,
             waste,
             origin_conns_per_1000,
+            loss_big_r: impair.b.loss,
+            link_a: link_a.since(links_before[0]),
+            link_b: link_b.since(links_before[1]),
             load: report,
         });
         bar.inc(1);

@@ -7,7 +7,11 @@ use std::time::Duration;
 use serde::Serialize;
 
 use crate::error::LabError;
+use crate::impair::{parse_burst, parse_jitter, parse_loss, Impairments};
+
+mod links;
 use crate::model::Mode;
+use links::clock_seed;
 
 #[derive(Debug, Clone, clap::Args)]
 pub struct LabOpts {
@@ -16,7 +20,9 @@ pub struct LabOpts {
     /// from 5 to 150 per second over 30 s, the pool's size followed over time), floor, tfo,
     /// pages (headless Chromium loads four real-shaped pages through every mode, first and
     /// returning visits, at r 20/100/200 ms with R 100 ms and at r 16 ms with R 265 ms),
-    /// upgrade (the first clients' TTFB before and after `run --upgrade` and after a restart).
+    /// upgrade (the first clients' TTFB before and after `run --upgrade` and after a restart),
+    /// lossy (r 20 ms, R 150 ms: page loads of direct, prewarm and http at 40 new clients a
+    /// second for 20 s while link B loses 0, 0.5, 1 and 2 % of its packets).
     #[arg(long, default_value = "default")]
     pub scenario: String,
     /// A scenario file (YAML; see docs/lab.md) instead of a named scenario.
@@ -52,14 +58,41 @@ pub struct LabOpts {
     /// `pages` only: the pages to load (login, news, app, split; default all).
     #[arg(long, value_delimiter = ',')]
     pub pages: Vec<String>,
-    /// `pages` only: the modes to load them through (direct, tunnel, prewarm, http, h3; default
-    /// all).
+    /// The modes to measure instead of the scenario's (scenario file names: direct, tunnel,
+    /// prewarm, http, h3, 0rtt_http, …); for `pages`, to load the pages through (direct,
+    /// tunnel, prewarm, http, h3; default all).
     #[arg(long, value_delimiter = ',')]
     pub modes: Vec<String>,
     /// Page workload: each new connection fetches a page, then this many sub-resources at
     /// once over HTTP/2; the report adds the page time against its minimum (one more r+R).
-    #[arg(long, default_value_t = 0)]
-    pub page: usize,
+    /// Default: the scenario's (10 for lossy, else 0: one request).
+    #[arg(long)]
+    pub page: Option<usize>,
+    /// Packet loss on link B (edge↔origin, R), a percentage: `1%`. Several, comma-separated
+    /// (`0%,1%,2%`), are measured one after the other, each on a topology of its own.
+    #[arg(long, value_delimiter = ',', value_parser = parse_loss)]
+    pub loss: Vec<f64>,
+    /// Packet loss on link A (client↔edge, r), a percentage.
+    #[arg(long, value_parser = parse_loss)]
+    pub loss_r: Option<f64>,
+    /// Link B loses packets in bursts of this mean length (packets; Gilbert model, see
+    /// docs/lab.md) instead of one at a time; the long-run loss stays --loss.
+    #[arg(long, value_parser = parse_burst)]
+    pub burst: Option<f64>,
+    /// Link A loses packets in bursts of this mean length (with --loss-r).
+    #[arg(long, value_parser = parse_burst)]
+    pub burst_r: Option<f64>,
+    /// Jitter on link B: each packet waits up to this much more than the one-way delay, at
+    /// random, without overtaking the packet before it.
+    #[arg(long, value_parser = parse_jitter)]
+    pub jitter: Option<Duration>,
+    /// Jitter on link A.
+    #[arg(long, value_parser = parse_jitter)]
+    pub jitter_r: Option<Duration>,
+    /// Seed of the loss and jitter decisions (default: from the clock; the report gives it, so
+    /// a run's pattern can be repeated).
+    #[arg(long)]
+    pub seed: Option<u64>,
     /// Where run folders go.
     #[arg(long, default_value = "lab-runs")]
     pub out: PathBuf,
@@ -89,6 +122,11 @@ pub struct Scenario {
     /// Page workload: sub-resources fetched over HTTP/2 after each page (0: one request).
     #[serde(default)]
     pub page: usize,
+    /// Loss and jitter on the links; link B's loss is the first of the losses measured.
+    pub impair: Impairments,
+    /// Further loss rates on link B, each measured on a topology of its own after the first
+    /// (for every edge↔origin RTT).
+    pub more_loss: Vec<f64>,
 }
 
 #[derive(Debug, Clone, Copy, Serialize)]
@@ -128,7 +166,7 @@ impl ModeRun {
     }
 
     /// Names accepted in scenario files.
-    fn parse(name: &str) -> Option<Self> {
+    pub(crate) fn parse(name: &str) -> Option<Self> {
         let run = |mode, pq_hello, client_tfo| Some(Self { mode, pq_hello, client_tfo, zero_rtt: false });
         // 0-RTT with Fast Open needs the hello and the request in one SYN: the classical hello.
         let zero = |mode, client_tfo: bool| Some(Self { mode, pq_hello: !client_tfo, client_tfo, zero_rtt: true });
@@ -171,6 +209,24 @@ struct ScenarioFile {
     modes: Vec<String>,
     #[serde(default)]
     ramp: Option<RampFile>,
+    /// Link B's loss, a percentage (`1%`), or several measured one after the other.
+    #[serde(default, deserialize_with = "texts")]
+    loss: Vec<String>,
+    /// Link A's loss, a percentage.
+    #[serde(default)]
+    loss_r: Option<String>,
+    /// Mean loss burst on link B / link A, packets (Gilbert model).
+    #[serde(default)]
+    burst: Option<f64>,
+    #[serde(default)]
+    burst_r: Option<f64>,
+    /// Jitter on link B / link A, as `5ms`.
+    #[serde(default)]
+    jitter: Option<String>,
+    #[serde(default)]
+    jitter_r: Option<String>,
+    #[serde(default)]
+    seed: Option<u64>,
 }
 
 #[derive(Debug, serde::Deserialize)]
@@ -196,18 +252,34 @@ mod humantime_serde_compat {
     }
 }
 
-fn durations<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Vec<Duration>, D::Error> {
+/// One value or a list of them, each as text (a YAML number too, so that its error can say
+/// what was expected rather than "invalid type").
+fn texts<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Vec<String>, D::Error> {
     use serde::Deserialize;
     #[derive(serde::Deserialize)]
     #[serde(untagged)]
-    enum OneOrMany {
-        One(String),
-        Many(Vec<String>),
+    enum Text {
+        Text(String),
+        Number(f64),
     }
-    let list = match OneOrMany::deserialize(d)? {
-        OneOrMany::One(s) => vec![s],
-        OneOrMany::Many(v) => v,
+    #[derive(serde::Deserialize)]
+    #[serde(untagged)]
+    enum OneOrMany {
+        One(Text),
+        Many(Vec<Text>),
+    }
+    let text = |t| match t {
+        Text::Text(s) => s,
+        Text::Number(n) => n.to_string(),
     };
+    Ok(match OneOrMany::deserialize(d)? {
+        OneOrMany::One(t) => vec![text(t)],
+        OneOrMany::Many(v) => v.into_iter().map(text).collect(),
+    })
+}
+
+fn durations<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Vec<Duration>, D::Error> {
+    let list = texts(d)?;
     list.iter()
         .map(|t| humantime::parse_duration(t).map_err(|e| serde::de::Error::custom(format!("{t:?}: {e}"))))
         .collect()
@@ -232,6 +304,7 @@ impl Scenario {
         let ms = |d: Duration| d.as_secs_f64() * 1e3;
         let big_r: Vec<f64> = f.big_r.iter().map(|d| ms(*d)).collect();
         let (&first, rest) = big_r.split_first().ok_or_else(|| bad("big_r: required".into()))?;
+        let (impair, loss) = links::from_file(&f).map_err(bad)?;
         Ok(Self {
             name: f.name,
             r_ms: ms(f.r),
@@ -242,11 +315,35 @@ impl Scenario {
             ramp: f.ramp.map(|r| Ramp { from: r.from, to: r.to, secs: r.duration.as_secs_f64() }),
             bandwidth: None,
             page: 0,
+            impair,
+            more_loss: loss.get(1..).unwrap_or_default().to_vec(),
         })
     }
 }
 
 impl Scenario {
+    /// What `lab` measures: the named scenario or the file, narrowed by the command line.
+    pub fn for_lab(opts: &LabOpts) -> Result<Self, LabError> {
+        let mut s = match &opts.scenario_file {
+            Some(path) => Self::from_file(path)?,
+            None => Self::named(&opts.scenario).ok_or_else(|| LabError::Scenario(opts.scenario.clone()))?,
+        };
+        if opts.bandwidth.is_some() {
+            s.bandwidth.clone_from(&opts.bandwidth);
+        }
+        let ms = |d: Duration| d.as_secs_f64() * 1e3;
+        s.r_ms = opts.r.map_or(s.r_ms, ms);
+        s.big_r_ms = opts.big_r.map_or(s.big_r_ms, ms);
+        s.page = opts.page.unwrap_or(s.page);
+        if !opts.modes.is_empty() {
+            let unknown = |m: &String| LabError::ScenarioFile(format!("--modes: unknown mode {m:?}"));
+            s.modes =
+                opts.modes.iter().map(|m| ModeRun::parse(m).ok_or_else(|| unknown(m))).collect::<Result<_, _>>()?;
+        }
+        s.impair_from(opts);
+        Ok(s)
+    }
+
     pub fn named(name: &str) -> Option<Self> {
         let pq = |mode| ModeRun { mode, pq_hello: true, client_tfo: false, zero_rtt: false };
         let all = vec![
@@ -267,6 +364,8 @@ impl Scenario {
             more_big_r_ms: Vec::new(),
             bandwidth: None,
             page: 0,
+            impair: Impairments { seed: clock_seed(), ..Impairments::default() },
+            more_loss: Vec::new(),
         };
         let (r, big_r, tls12) = match name {
             "default" => (20.0, 100.0, false),
@@ -275,6 +374,14 @@ impl Scenario {
             "ramp" => {
                 let ramp = Some(Ramp { from: 5.0, to: 150.0, secs: 30.0 });
                 return Some(Self { ramp, ..base(20.0, 100.0, false, vec![pq(Mode::Prewarm)]) });
+            }
+            "lossy" => {
+                // Page loads at a fixed 40 new clients a second (the open-loop generator at a
+                // constant rate) while link B loses 0, 0.5, 1 and 2 % of its packets.
+                let modes = ["direct", "prewarm", "http"].iter().filter_map(|m| ModeRun::parse(m)).collect();
+                let ramp = Some(Ramp { from: 40.0, to: 40.0, secs: 20.0 });
+                let more_loss = vec![0.005, 0.01, 0.02];
+                return Some(Self { ramp, page: 10, more_loss, ..base(20.0, 150.0, false, modes) });
             }
             "tfo" => {
                 // Fast Open with a hello that fits in a SYN, at three distances to the origin.

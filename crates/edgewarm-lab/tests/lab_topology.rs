@@ -59,6 +59,35 @@ fn rtts_match_the_configuration_and_nothing_is_left_behind() {
     }
 }
 
+/// A lossy link B loses about the configured share of what crosses it, counted as `lost`, and
+/// link A, left perfect, loses nothing.
+#[test]
+#[cfg_attr(
+    not(feature = "system-tests"),
+    ignore = "system test (root, real clients or nginx): scripts/test.sh runs it"
+)]
+fn a_lossy_link_counts_what_it_loses() {
+    use edgewarm_lab::impair::{Impairments, LinkImpair};
+    let b = LinkImpair { loss: 0.2, burst: None, jitter_ms: 1.0 };
+    let impair = Impairments { b, seed: 1, ..Impairments::default() };
+    let (r, big_r) = (Duration::from_millis(2), Duration::from_millis(4));
+    let topo = Topology::create_impaired(r, big_r, None, impair).expect("the lab needs root");
+    // 2000 datagrams to a closed port: they cross A then B (the origin's ICMP replies come back).
+    let send = format!(
+        "import socket,time\ns=socket.socket(socket.AF_INET,socket.SOCK_DGRAM)\nfor i in range(2000):\n  s.sendto(b'x'*100,('{ORIGIN}',9));time.sleep(0.0005)"
+    );
+    let out = topo.command(&topo.client, &["python3", "-c", &send]).output().unwrap();
+    assert!(out.status.success(), "{out:?}");
+    // Let the last packets through the delay box before reading its counters.
+    std::thread::sleep(Duration::from_millis(200));
+    let [a, b] = topo.link_counts();
+    println!("link A {a:?}, link B {b:?}");
+    assert_eq!((a.lost, a.drops, b.drops), (0, 0, 0));
+    assert!(a.packets >= 2000, "link A carried {} packets", a.packets);
+    let share = b.lost as f64 / (b.lost + b.packets) as f64;
+    assert!((0.15..0.25).contains(&share), "link B lost {share:.3} of its packets for 20 %");
+}
+
 /// Start a long lab run and wait until its three namespaces exist.
 fn long_lab(out: &std::path::Path) -> (std::process::Child, u32) {
     let lab = Command::new(env!("CARGO_BIN_EXE_edgewarm-lab"))
