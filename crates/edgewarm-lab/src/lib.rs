@@ -9,7 +9,8 @@
 //!   pages it serves to the browser lab.
 //! - [`load`]: the load generator (`edgewarm-lab load`): every request a new connection;
 //!   [`load_h2`] and [`load_h3`] its HTTP/2 (hyper) and HTTP/3 (quinn) requests,
-//!   [`load_report`] what it reports.
+//!   [`load_report`] what it reports, [`load_target`] what they share (where requests go, what
+//!   one measured).
 //! - [`browse`]: headless Chromium loading a page over the DevTools protocol
 //!   (`edgewarm-lab browse`).
 //! - [`model`]: the round-trip minimum of each mode.
@@ -36,6 +37,7 @@ pub mod load;
 pub(crate) mod load_h2;
 pub mod load_h3;
 pub(crate) mod load_report;
+pub(crate) mod load_target;
 pub mod model;
 pub mod netns;
 pub mod origin;

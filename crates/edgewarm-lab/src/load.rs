@@ -23,6 +23,7 @@ use edgewarm::transport::dial as connect;
 
 use crate::load_report::summarise;
 pub use crate::load_report::{LoadReport, Percentiles};
+pub(crate) use crate::load_target::{Sample, Target};
 
 #[derive(Debug, Clone, clap::Args)]
 pub struct LoadOpts {
@@ -97,36 +98,6 @@ pub enum LoadError {
     H3(String),
     #[error("--page needs --alpn h2 or h3 (sub-resources are multiplexed on the page's connection)")]
     PageNeedsH2,
-}
-
-pub(crate) struct Sample {
-    /// When it was scheduled to start, from the run's start.
-    pub(crate) at: Duration,
-    pub(crate) connect: Duration,
-    pub(crate) tls: Duration,
-    pub(crate) ttfb: Duration,
-    pub(crate) total: Duration,
-    pub(crate) resumed: bool,
-    /// The request went as early data and the server accepted it.
-    pub(crate) early: bool,
-    /// Requests the server refused unprocessed and the client sent again (HTTP/3).
-    pub(crate) retried: usize,
-}
-
-pub(crate) struct Target {
-    pub(crate) host: String,
-    pub(crate) addr: OriginAddr,
-    pub(crate) path: String,
-    pub(crate) tls: Arc<rustls::ClientConfig>,
-    pub(crate) tfo: bool,
-    pub(crate) zero_rtt: bool,
-    pub(crate) timeout: Duration,
-    /// Resolves `addr` once for the whole run: a load generator measures the edge, not DNS.
-    pub(crate) resolver: edgewarm::transport::Resolver,
-    /// Sub-resources fetched after the page (0: just the one request).
-    pub(crate) page: usize,
-    /// `--alpn h3`: the QUIC client and where it connects.
-    pub(crate) h3: Option<(crate::load_h3::H3Client, SocketAddr)>,
 }
 
 fn parse_url(url: &str) -> Option<(String, u16, String)> {

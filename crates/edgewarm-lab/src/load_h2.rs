@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::load::{Sample, Target};
+use crate::load_target::{Sample, Target};
 
 /// One GET over HTTP/2 (hyper). TTFB is when the response headers arrive.
 pub(crate) async fn h2_request<S>(

@@ -6,7 +6,7 @@ use std::time::Duration;
 use hdrhistogram::Histogram;
 use serde::Serialize;
 
-use crate::load::Sample;
+use crate::load_target::Sample;
 
 /// Milliseconds at the percentiles that matter.
 #[derive(Debug, Default, Serialize, serde::Deserialize, Clone)]

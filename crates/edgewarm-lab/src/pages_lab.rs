@@ -132,6 +132,7 @@ pub async fn run(opts: &LabOpts) -> Result<PagesReport, LabError> {
     bar.finish_and_clear();
     let report = PagesReport { loads_per_cell: loads, results, run_dir: dir.clone() };
     report.write(&dir)?;
+    crate::plot_pages::draw(&report, &dir);
     Ok(report)
 }
 

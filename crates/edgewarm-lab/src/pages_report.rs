@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 
 use serde::Serialize;
 
-use crate::browse::{Load, ResourceTiming};
+use crate::browse::Load;
 use crate::model::{self, Mode};
 
 /// One point of the grid: client↔edge and edge↔origin RTT.
@@ -90,13 +90,13 @@ impl PageResult {
     }
 
     /// The load with the median page load time (the waterfall's).
-    fn median(&self) -> Option<&Load> {
+    pub(crate) fn median(&self) -> Option<&Load> {
         let mut by_plt: Vec<&Load> = self.samples.iter().collect();
         by_plt.sort_by(|a, b| a.plt_ms.total_cmp(&b.plt_ms));
         by_plt.get(by_plt.len().saturating_sub(1) / 2).copied()
     }
 
-    fn setting(&self) -> Setting {
+    pub(crate) fn setting(&self) -> Setting {
         Setting { r_ms: self.r_ms, big_r_ms: self.big_r_ms }
     }
 }
@@ -184,8 +184,8 @@ impl PagesReport {
         self.results.iter().filter(|r| r.error.is_some()).count()
     }
 
-    /// report.json, loads.json (every load of every cell), report.md and the plots, in the run
-    /// folder.
+    /// report.json, loads.json (every load of every cell) and report.md, in the run folder
+    /// (the plots: [`crate::plot_pages::draw`]).
     pub fn write(&self, dir: &Path) -> std::io::Result<()> {
         std::fs::write(dir.join("report.json"), serde_json::to_string_pretty(self).unwrap_or_default())?;
         let loads: Vec<serde_json::Value> = self
@@ -200,36 +200,8 @@ impl PagesReport {
             .collect();
         std::fs::write(dir.join("loads.json"), serde_json::to_string(&loads).unwrap_or_default())?;
         std::fs::write(dir.join("report.md"), self.markdown())?;
-        for s in self.settings() {
-            let tag = format!("r{}-R{}", s.r_ms, s.big_r_ms);
-            let cells: Vec<&PageResult> = self.results.iter().filter(|r| r.setting() == s).collect();
-            if let Err(e) = crate::plot_pages::plt_bars(&cells, s, &dir.join(format!("plt-{tag}.svg"))) {
-                tracing::warn!(error = %e, "could not draw the page load chart");
-            }
-            for r in cells.iter().filter(|r| r.page == "news" && r.visit == "first") {
-                let Some(load) = r.median() else { continue };
-                let path = dir.join(format!("waterfall-news-{}-{tag}.svg", r.mode.label()));
-                if let Err(e) = crate::plot_pages::waterfall(
-                    load,
-                    &format!(
-                        "news page through {}, first visit, r = {} ms, R = {} ms",
-                        r.mode.label(),
-                        s.r_ms,
-                        s.big_r_ms
-                    ),
-                    &path,
-                ) {
-                    tracing::warn!(error = %e, "could not draw the waterfall");
-                }
-            }
-        }
         Ok(())
     }
-}
-
-/// A resource's bar in a waterfall: start, first byte, end (ms from the navigation's start).
-pub(crate) fn bar(r: &ResourceTiming) -> (f64, f64, f64) {
-    (r.start_ms, r.response_start_ms.max(r.start_ms), r.end_ms.max(r.start_ms))
 }
 
 #[cfg(test)]

@@ -6,7 +6,8 @@ use std::path::Path;
 use plotters::prelude::*;
 
 use crate::browse::Load;
-use crate::pages_report::{PageResult, Setting};
+use crate::browse::ResourceTiming;
+use crate::pages_report::{PageResult, PagesReport, Setting};
 
 /// Grouped bars: per page and visit, one bar per mode (p50 PLT).
 pub fn plt_bars(cells: &[&PageResult], s: Setting, path: &Path) -> Result<(), String> {
@@ -95,7 +96,7 @@ pub fn waterfall(load: &Load, title: &str, path: &Path) -> Result<(), String> {
     let wait = RGBColor(150, 190, 230);
     let body = RGBColor(30, 90, 170);
     let doc = (0.0, load.ttfb_ms, load.ttfb_ms);
-    let bars = std::iter::once(doc).chain(load.resources.iter().map(crate::pages_report::bar));
+    let bars = std::iter::once(doc).chain(load.resources.iter().map(bar));
     for (i, (start, first, done)) in bars.enumerate() {
         let y = i as f64;
         chart
@@ -110,4 +111,32 @@ pub fn waterfall(load: &Load, title: &str, path: &Path) -> Result<(), String> {
         .draw_series([PathElement::new(vec![(load_event, 0.0), (load_event, rows as f64)], RED.stroke_width(1))])
         .map_err(|e| e.to_string())?;
     root.present().map_err(|e| e.to_string())
+}
+
+/// Every chart of a pages run, in its folder: the page load bars of each setting and the news
+/// page's waterfalls. A chart that cannot be drawn is a warning; the report stands without it.
+pub(crate) fn draw(report: &PagesReport, dir: &std::path::Path) {
+    for s in report.settings() {
+        let tag = format!("r{}-R{}", s.r_ms, s.big_r_ms);
+        let cells: Vec<&PageResult> = report.results.iter().filter(|r| r.setting() == s).collect();
+        if let Err(e) = plt_bars(&cells, s, &dir.join(format!("plt-{tag}.svg"))) {
+            tracing::warn!(error = %e, "could not draw the page load chart");
+        }
+        for r in cells.iter().filter(|r| r.page == "news" && r.visit == "first") {
+            let Some(load) = r.median() else { continue };
+            let path = dir.join(format!("waterfall-news-{}-{tag}.svg", r.mode.label()));
+            if let Err(e) = waterfall(
+                load,
+                &format!("news page through {}, first visit, r = {} ms, R = {} ms", r.mode.label(), s.r_ms, s.big_r_ms),
+                &path,
+            ) {
+                tracing::warn!(error = %e, "could not draw the waterfall");
+            }
+        }
+    }
+}
+
+/// A resource's bar in a waterfall: start, first byte, end (ms from the navigation's start).
+pub(crate) fn bar(r: &ResourceTiming) -> (f64, f64, f64) {
+    (r.start_ms, r.response_start_ms.max(r.start_ms), r.end_ms.max(r.start_ms))
 }

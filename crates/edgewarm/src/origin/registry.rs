@@ -43,8 +43,25 @@ pub(crate) trait Spec: Send {
     fn update(self: Box<Self>, set: &dyn Standing);
 }
 
+/// A set as its own type again: for a kind's own [`Spec::update`], and the `prewarm`
+/// action's pools.
+pub(crate) trait AsAny: Any + Send + Sync {
+    fn as_any(&self) -> &dyn Any;
+    fn into_any(self: Arc<Self>) -> Arc<dyn Any + Send + Sync>;
+}
+
+impl<T: Any + Send + Sync> AsAny for T {
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+
+    fn into_any(self: Arc<Self>) -> Arc<dyn Any + Send + Sync> {
+        self
+    }
+}
+
 /// One running set, whatever it holds.
-pub(crate) trait Standing: Any + Send + Sync {
+pub(crate) trait Standing: AsAny {
     /// No route wants it any more: stop opening connections; idle ones close, those in use
     /// finish first.
     fn retire(&self);
@@ -56,9 +73,6 @@ pub(crate) trait Standing: Any + Send + Sync {
     fn origin(self: Arc<Self>) -> Option<Arc<dyn Origin>> {
         None
     }
-    /// For a kind's own [`Spec::update`], and the `prewarm` action's pools.
-    fn as_any(&self) -> &dyn Any;
-    fn into_any(self: Arc<Self>) -> Arc<dyn Any + Send + Sync>;
 }
 
 /// A set the new configuration wants, and the route that first asked for it.

@@ -280,7 +280,9 @@ async fn an_initial_flood_triggers_retry_and_clients_are_still_served() {
 async fn a_gibibyte_down_256_mib_up_and_200_clients_over_http3() {
     let fx = fixture();
     let (origin, _) = h2_origin(&fx.origin, H2Opts::default()).await;
-    let edge = edge(&fx.route(origin, ""), "", "http3: true").await;
+    // The origin answers the upload once it has read all of it, and aioquic sends 256 MiB at a
+    // few MB/s on the 2-core machine: the default origin_response (60 s) would time it out.
+    let edge = edge(&fx.route(origin, ""), "timeouts:\n  origin_response: 600s\n", "http3: true").await;
     let (down, up) = (1u64 << 30, 256u64 << 20);
     let out =
         h3_client(edge.addr, "b.test", &ca(&fx), &[&format!("GET:/source/{down}"), &format!("POST:/sink:{up}")]).await;

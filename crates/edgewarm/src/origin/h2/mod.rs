@@ -391,14 +391,6 @@ impl crate::origin::registry::Standing for Upstream {
     fn origin(self: Arc<Self>) -> Option<Arc<dyn crate::origin::seam::Origin>> {
         Some(Arc::new(Requests(self)))
     }
-
-    fn as_any(&self) -> &dyn std::any::Any {
-        self
-    }
-
-    fn into_any(self: Arc<Self>) -> Arc<dyn std::any::Any + Send + Sync> {
-        self
-    }
 }
 
 impl crate::origin::registry::RequestKind for Upstream {

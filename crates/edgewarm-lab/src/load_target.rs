@@ -1,0 +1,42 @@
+//! What the load generator's request paths share: where a run's requests go ([`Target`]) and
+//! what one of them measured ([`Sample`]). Its own file so that the paths (HTTP/1.1 and
+//! HTTP/2 in [`crate::load`] and [`crate::load_h2`], HTTP/3 in [`crate::load_h3`]) and the
+//! report ([`crate::load_report`]) import it, and not each other.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use edgewarm::config::OriginAddr;
+
+/// One request's measurement.
+pub(crate) struct Sample {
+    /// When it was scheduled to start, from the run's start.
+    pub(crate) at: Duration,
+    pub(crate) connect: Duration,
+    pub(crate) tls: Duration,
+    pub(crate) ttfb: Duration,
+    pub(crate) total: Duration,
+    pub(crate) resumed: bool,
+    /// The request went as early data and the server accepted it.
+    pub(crate) early: bool,
+    /// Requests the server refused unprocessed and the client sent again (HTTP/3).
+    pub(crate) retried: usize,
+}
+
+/// Where a run's requests go, and how.
+pub(crate) struct Target {
+    pub(crate) host: String,
+    pub(crate) addr: OriginAddr,
+    pub(crate) path: String,
+    pub(crate) tls: Arc<rustls::ClientConfig>,
+    pub(crate) tfo: bool,
+    pub(crate) zero_rtt: bool,
+    pub(crate) timeout: Duration,
+    /// Resolves `addr` once for the whole run: a load generator measures the edge, not DNS.
+    pub(crate) resolver: edgewarm::transport::Resolver,
+    /// Sub-resources fetched after the page (0: just the one request).
+    pub(crate) page: usize,
+    /// `--alpn h3`: the QUIC client and where it connects.
+    pub(crate) h3: Option<(crate::load_h3::H3Client, SocketAddr)>,
+}
