@@ -7,6 +7,7 @@ pub mod certs;
 pub mod clients;
 pub mod data;
 pub mod edge;
+pub mod layout;
 pub mod origins;
 pub mod process;
 

@@ -126,3 +126,11 @@ fn client_drivers_and_origin_kinds_do_not_import_each_other() {
         );
     }
 }
+
+/// No two files import each other, directly or round a loop (a module and its own
+/// descendants aside): each concern sits in one file and imports run one way.
+#[test]
+fn files_do_not_import_each_other() {
+    let cycles = edgewarm_test_support::layout::file_import_cycles(&src());
+    assert!(cycles.is_empty(), "import loops between files:\n{}", cycles.join("\n"));
+}
