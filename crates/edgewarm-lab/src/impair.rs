@@ -218,6 +218,11 @@ impl Impairer {
     }
 }
 
+/// `1 %`, `0.5 %`: loss rates as the flags take them.
+pub(crate) fn pct(fraction: f64) -> String {
+    format!("{} %", (fraction * 1e5).round() / 1e3)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

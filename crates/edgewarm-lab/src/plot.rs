@@ -36,7 +36,7 @@ pub fn ttfb_cdf(report: &LabReport, path: &Path) -> Result<(), String> {
             .draw_series(LineSeries::new(points, colour.stroke_width(2)))
             .map_err(|e| e.to_string())?
             .label(if report.scenario.impaired() {
-                let loss = crate::report_impair::pct(m.loss_big_r);
+                let loss = crate::impair::pct(m.loss_big_r);
                 format!("{}, loss {loss} (min {} = {:.0} ms)", m.label, m.formula, m.min_ms)
             } else {
                 format!("{} (min {} = {:.0} ms)", m.label, m.formula, m.min_ms)

@@ -80,7 +80,7 @@ impl LabReport {
         let lossy = s.impaired();
         let loss = |m: &ModeResult| {
             if lossy {
-                format!(" {} |", crate::report_impair::pct(m.loss_big_r))
+                format!(" {} |", crate::impair::pct(m.loss_big_r))
             } else {
                 String::new()
             }

@@ -1,13 +1,8 @@
 //! The lab report's parts about impaired links: what the links were told to do, what each
 //! dropped per mode, and the page (or TTFB) percentiles per mode and loss rate.
 
-use crate::impair::{LinkCounts, LinkImpair};
+use crate::impair::{pct, LinkCounts, LinkImpair};
 use crate::report::{LabReport, ModeResult};
-
-/// `1 %`, `0.5 %`: loss rates as the flags take them.
-pub(crate) fn pct(fraction: f64) -> String {
-    format!("{} %", (fraction * 1e5).round() / 1e3)
-}
 
 fn describe(l: &LinkImpair, losses: &str) -> String {
     let shape = match l.burst {

@@ -188,11 +188,8 @@ async fn run_part(part: Part<'_>) -> Result<(Vec<ModeResult>, Vec<PoolSample>, u
         let mode = run.mode;
         // Pool and origin-connection counts come from edgewarm's metrics: not for peers.
         let peer = job >= own;
-        let lossy = if impair.b.loss > 0.0 {
-            format!(", loss {}", crate::report_impair::pct(impair.b.loss))
-        } else {
-            String::new()
-        };
+        let lossy =
+            if impair.b.loss > 0.0 { format!(", loss {}", crate::impair::pct(impair.b.loss)) } else { String::new() };
         bar.set_message(format!("measuring {label} (R = {big_r_ms} ms{lossy})"));
         topo.flush_tcp_metrics()?;
         // Two unmeasured connections first: Fast Open needs a cookie from a first contact.
