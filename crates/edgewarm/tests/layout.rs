@@ -5,20 +5,10 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 
+use edgewarm_test_support::layout::files;
+
 fn src() -> std::path::PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("src")
-}
-
-/// Every `.rs` file under `dir`, recursively.
-fn files(dir: &Path, out: &mut Vec<std::path::PathBuf>) {
-    for entry in std::fs::read_dir(dir).unwrap() {
-        let path = entry.unwrap().path();
-        if path.is_dir() {
-            files(&path, out);
-        } else if path.extension().is_some_and(|e| e == "rs") {
-            out.push(path);
-        }
-    }
 }
 
 /// Top-level module → the other top-level modules its code names as `crate::x`.
