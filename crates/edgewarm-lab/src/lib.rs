@@ -15,8 +15,8 @@
 //!   (`edgewarm-lab browse`).
 //! - [`model`]: the round-trip minimum of each mode.
 //! - [`scenario`]: what a run measures (named scenarios, files, command-line narrowing).
-//! - [`run`]: `edgewarm-lab lab`: topology, processes, measurement; [`files`]: the
-//!   certificates and edge configuration it writes first.
+//! - [`run`]: `edgewarm-lab lab`: topology, processes, measurement ([`hosts`]: the processes
+//!   and their readiness); [`files`]: the certificates and edge configuration it writes first.
 //! - [`report`]: a run's results, JSON and Markdown ([`report_impair`]: its parts about
 //!   lossy links); [`error`]: what can stop a run.
 //! - [`peers`]: other proxies (nginx, HAProxy) measured in the same run.
@@ -32,6 +32,7 @@ pub mod browse;
 pub mod delaybox;
 pub mod error;
 pub(crate) mod files;
+pub(crate) mod hosts;
 pub mod impair;
 pub mod load;
 pub(crate) mod load_h2;

@@ -82,7 +82,7 @@ pub async fn run(opts: &LabOpts) -> Result<PagesReport, LabError> {
     // starts.
     require_chromium(std::path::Path::new(crate::browse::CHROMIUM))?;
     let loads = opts.requests.unwrap_or(10).max(1);
-    let proxy = crate::run::proxy_binary(opts.edgewarm.as_deref())?;
+    let proxy = crate::hosts::proxy_binary(opts.edgewarm.as_deref())?;
     let dir = crate::files::run_dir(&opts.out, "pages")?;
     let exe = std::env::current_exe()?.to_string_lossy().into_owned();
     let spki: Vec<String> = ["origin", "edge"]
@@ -101,7 +101,7 @@ pub async fn run(opts: &LabOpts) -> Result<PagesReport, LabError> {
         let secs = |ms: f64| Duration::from_secs_f64(ms / 1e3);
         let topo = Topology::create(secs(setting.r_ms), secs(setting.big_r_ms), None)?;
         let logs = format!("-{i}");
-        let _hosts = crate::run::start_hosts(&topo, &exe, &proxy, &dir, &logs, true).await?;
+        let _hosts = crate::hosts::start_hosts(&topo, &exe, &proxy, &dir, &logs, true).await?;
         for page in &pages {
             for &mode in &modes {
                 bar.set_message(format!(

@@ -1,6 +1,6 @@
-//! `edgewarm-lab lab`: build the three-host topology, run an origin and edgewarm in it, measure
-//! TTFB of new connections per mode from the client namespace, and report against the
-//! round-trip minimum ([`crate::model`]).
+//! `edgewarm-lab lab`: build the three-host topology, run an origin and edgewarm in it
+//! ([`crate::hosts`]), measure TTFB of new connections per mode from the client namespace, and
+//! report against the round-trip minimum ([`crate::model`]).
 //!
 //! Every process runs in its namespace as a child of the lab (`ip netns exec`), so the lab
 //! measures exactly what a deployment would: real kernels, real TCP (Fast Open included), real
@@ -9,12 +9,13 @@
 
 use std::net::SocketAddrV4;
 use std::path::Path;
-use std::process::Stdio;
 use std::time::Duration;
 
-use tokio::process::{Child, Command};
+use tokio::process::Command;
 
 pub use crate::error::LabError;
+pub use crate::hosts::Guard;
+use crate::hosts::{admin, proxy_binary, spawn, start_hosts};
 use crate::load::LoadReport;
 use crate::model::{self, Mode};
 use crate::netns::{Topology, EDGE_A, ORIGIN};
@@ -22,15 +23,6 @@ use crate::peers::Peer;
 pub use crate::report::{LabReport, ModeResult, PoolSample};
 use crate::scenario::ModeRun;
 pub use crate::scenario::{LabOpts, Ramp, Scenario};
-
-/// A child process killed when dropped.
-pub struct Guard(Child);
-
-impl Drop for Guard {
-    fn drop(&mut self) {
-        let _ = self.0.start_kill();
-    }
-}
 
 pub async fn run(opts: &LabOpts) -> Result<LabReport, LabError> {
     let scenario = Scenario::for_lab(opts)?;
@@ -278,93 +270,6 @@ async fn run_part(part: Part<'_>) -> Result<(Vec<ModeResult>, Vec<PoolSample>, u
         bar.inc(1);
     }
     Ok((results, timeline, topo.max_late_us()))
-}
-
-/// The lab origin and edgewarm (`page`: the prewarm route offers h2 too), each in its
-/// namespace, once edgewarm's pools are warm. Killed when the guards drop.
-pub(crate) async fn start_hosts(
-    topo: &Topology,
-    exe: &str,
-    proxy: &str,
-    dir: &Path,
-    logs: &str,
-    page: bool,
-) -> Result<(Guard, Guard), LabError> {
-    let d = dir.display().to_string();
-    let origin_cmd = topo.command(
-        &topo.origin,
-        &[
-            exe,
-            "origin",
-            "--listen",
-            &format!("{ORIGIN}:443"),
-            "--cert",
-            &format!("{d}/origin.pem"),
-            "--key",
-            &format!("{d}/origin.key"),
-        ],
-    );
-    let origin = spawn(origin_cmd, &dir.join(format!("origin{logs}.log")))?;
-    std::fs::write(dir.join("edge.yaml"), crate::files::edge_config(&d, page))?;
-    let edge_cmd = topo.command(&topo.edge, &[proxy, "run", "--config", &format!("{d}/edge.yaml")]);
-    let edge = spawn(edge_cmd, &dir.join(format!("edge{logs}.log")))?;
-    wait_ready(topo, &dir.join(format!("edge{logs}.log"))).await?;
-    Ok((origin, edge))
-}
-
-pub(crate) fn spawn(cmd: std::process::Command, log: &Path) -> Result<Guard, LabError> {
-    let mut cmd = Command::from(cmd);
-    cmd.stdout(Stdio::null()).stderr(std::fs::File::create(log)?).kill_on_drop(true);
-    Ok(Guard(cmd.spawn()?))
-}
-
-/// The `edgewarm` binary to run in the edge namespace: `--edgewarm`, else the one built beside
-/// this program (`cargo build` puts both in one folder), else whatever PATH has.
-pub(crate) fn proxy_binary(given: Option<&Path>) -> Result<String, LabError> {
-    let beside = std::env::current_exe()?.with_file_name("edgewarm");
-    let found = match given {
-        Some(p) => p.is_file().then(|| p.to_path_buf()),
-        None if beside.is_file() => Some(beside),
-        None => std::env::var_os("PATH")
-            .and_then(|paths| std::env::split_paths(&paths).map(|d| d.join("edgewarm")).find(|p| p.is_file())),
-    };
-    let missing = || {
-        let what =
-            given.map_or_else(|| "edgewarm (beside edgewarm-lab or on PATH)".into(), |p| p.display().to_string());
-        LabError::NoProxy(format!("proxy binary not found: {what}; build it with `cargo build --release -p edgewarm`"))
-    };
-    let path = found.ok_or_else(missing)?;
-    // Absolute, because the edge runs it from inside `ip netns exec`.
-    Ok(std::fs::canonicalize(&path)?.to_string_lossy().into_owned())
-}
-
-pub(crate) async fn admin(topo: &Topology, path: &str) -> Option<String> {
-    let cmd = topo.command(&topo.edge, &["curl", "-sf", "--max-time", "2", &format!("http://127.0.0.1:9900{path}")]);
-    let out = Command::from(cmd).output().await.ok()?;
-    out.status.success().then(|| String::from_utf8_lossy(&out.stdout).into_owned())
-}
-
-pub(crate) async fn wait_ready(topo: &Topology, log: &Path) -> Result<(), LabError> {
-    for _ in 0..300 {
-        if let Some(m) = admin(topo, "/metrics").await {
-            let warm = edgewarm::metrics::sample(&m, "edgewarm_pool_ready", &[("route", "b.test"), ("alpn", "none")])
-                .unwrap_or(0.0);
-            let opened =
-                |route| edgewarm::metrics::sample(&m, "edgewarm_pool_opened_total", &[("route", route)]).unwrap_or(0.0);
-            let standing = opened("h.test").min(opened("z.test"));
-            let opaque = edgewarm::metrics::sample(&m, "edgewarm_pool_ready", &[("route", "p.test"), ("alpn", "none")])
-                .unwrap_or(0.0);
-            if warm >= 4.0 && opaque >= 4.0 && standing >= 2.0 {
-                return Ok(());
-            }
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    let log = std::fs::read_to_string(log).unwrap_or_default();
-    Err(LabError::NotReady {
-        what: "edgewarm's prewarm pool and http origin connections",
-        detail: log.lines().rev().take(5).collect::<Vec<_>>().join(" | "),
-    })
 }
 
 /// hits, misses, opened − ready, and origin connections opened, for a route: each summed over

@@ -14,9 +14,10 @@ use std::time::{Duration, Instant};
 use serde::Serialize;
 
 use crate::error::LabError;
+use crate::hosts::{admin, spawn, wait_ready, Guard};
 use crate::model::Mode;
 use crate::netns::{Topology, EDGE_A, ORIGIN};
-use crate::run::{admin, load, spawn, wait_ready, Guard, LabOpts, Scenario};
+use crate::run::{load, LabOpts, Scenario};
 use crate::scenario::ModeRun;
 
 /// The two routes a first client takes.
@@ -55,7 +56,7 @@ pub async fn run(opts: &LabOpts) -> Result<UpgradeReport, LabError> {
         scenario.big_r_ms = r.as_secs_f64() * 1e3;
     }
     let rounds = opts.requests.unwrap_or(7).max(1);
-    let proxy = crate::run::proxy_binary(opts.edgewarm.as_deref())?;
+    let proxy = crate::hosts::proxy_binary(opts.edgewarm.as_deref())?;
     let dir = crate::files::run_dir(&opts.out, "upgrade")?;
     let d = dir.display().to_string();
     let exe = std::env::current_exe()?.to_string_lossy().into_owned();

@@ -13,7 +13,7 @@ use crate::origin::connect::{Connect, TlsConnect};
 use crate::origin::dial::TlsDial;
 use crate::origin::h1::H1Upstream;
 use crate::origin::h2::Upstream;
-use crate::origin::prewarm::{self, PrewarmSpec, Settings, TlsPool};
+use crate::origin::prewarm::{PrewarmSpec, Settings, TlsPool};
 use crate::origin::registry::{self, Origins, Spec, UpstreamSpec, Wanted};
 use crate::relay;
 use crate::route::{HttpRoute, RouteTable};
@@ -50,14 +50,20 @@ impl Snapshot {
     /// so a connection that sees this snapshot finds its route's connections in place.
     pub(crate) fn attach_origins(&self, origins: &Origins) {
         let mut wanted = Vec::new();
+        // Each route's sets, by the id the registry gives them, to attach once they run.
+        let mut prewarm = Vec::new();
         for (name, route) in self.routes.prewarm_routes() {
             let shared = route.pool_alpns().count() > 1;
+            let mut ids = Vec::new();
             for alpn in route.pool_alpns() {
                 let settings =
                     Settings { size: route.config.pool.clone(), connect_timeout: self.timeouts.connect, shared };
                 let dial = TlsDial::new(&route.origin, alpn, self.resolver.clone());
-                wanted.push(Wanted { route: name.clone(), spec: Box::new(PrewarmSpec { dial, settings }) });
+                let spec: Box<dyn Spec> = Box::new(PrewarmSpec { dial, settings });
+                ids.push((alpn.map(<[u8]>::to_vec), registry::id(&*spec)));
+                wanted.push(Wanted { route: name.clone(), spec });
             }
+            prewarm.push((route, ids));
         }
         let mut http = Vec::new();
         for (name, route) in self.routes.http_routes() {
@@ -66,15 +72,9 @@ impl Snapshot {
             wanted.push(Wanted { route: name.clone(), spec });
         }
         let started = origins.sync(wanted);
-        for (_, route) in self.routes.prewarm_routes() {
-            let mine = route
-                .pool_alpns()
-                .filter_map(|alpn| {
-                    let pool = started.get(&(route.origin.key(alpn), prewarm::KIND, "tls"))?;
-                    Some((alpn.map(<[u8]>::to_vec), pool.clone().into_any().downcast::<TlsPool>().ok()?))
-                })
-                .collect();
-            route.attach_pools(mine);
+        for (route, ids) in prewarm {
+            let pool = |id: &registry::Id| started.get(id)?.clone().into_any().downcast::<TlsPool>().ok();
+            route.attach_pools(ids.into_iter().filter_map(|(alpn, id)| Some((alpn, pool(&id)?))).collect());
         }
         for (route, id) in http {
             if let Some(origin) = started.get(&id).and_then(|set| set.clone().origin()) {

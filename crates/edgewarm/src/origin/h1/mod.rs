@@ -132,26 +132,9 @@ impl H1Upstream {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// New settings from a reload; connections stay.
-    pub(crate) fn update(&self, settings: UpstreamConfig, connect_timeout: Duration) {
-        let mut st = self.state();
-        st.settings = settings;
-        st.connect_timeout = connect_timeout;
-        drop(st);
-        self.core.wake.notify_one();
-    }
-
     /// Cancelled when the pool is retired: its clients are told to come back afresh.
     pub(crate) fn retired(&self) -> &CancellationToken {
         &self.core.retired
-    }
-
-    /// No route uses this pool any more: close the idle connections; leased ones close when
-    /// their responses end.
-    pub(crate) fn retire(&self) {
-        self.core.retired.cancel();
-        self.state().idle.clear();
-        self.hot.ready.set(0);
     }
 
     /// Every period (or when woken): fold demand, trim, and open what the estimate lacks.
@@ -183,12 +166,6 @@ impl H1Upstream {
         m.expired.get_or_create(&self.core.labels).inc_by(expired as u64);
         self.hot.ready.set(st.idle.len() as i64);
         m.target.get_or_create(&self.core.labels).set(target as i64);
-    }
-
-    /// Holds the standing connections its settings ask for (`connections`), idle or in use.
-    pub(crate) fn warm(&self) -> bool {
-        let st = self.state();
-        st.idle.len() + st.in_use >= st.settings.connections
     }
 
     /// Open connections until idle + in use + opening reaches the estimate (none while the
@@ -325,12 +302,18 @@ pub(crate) struct H1Status {
 }
 
 impl crate::origin::registry::Standing for H1Upstream {
+    /// No route uses this pool any more: close the idle connections; leased ones close when
+    /// their responses end.
     fn retire(&self) {
-        H1Upstream::retire(self);
+        self.core.retired.cancel();
+        self.state().idle.clear();
+        self.hot.ready.set(0);
     }
 
+    /// Holds the standing connections its settings ask for (`connections`), idle or in use.
     fn warm(&self) -> bool {
-        H1Upstream::warm(self)
+        let st = self.state();
+        st.idle.len() + st.in_use >= st.settings.connections
     }
 
     fn status(&self) -> serde_json::Value {
@@ -368,7 +351,12 @@ impl crate::origin::registry::RequestKind for H1Upstream {
         H1Upstream::start(spec.connect, labels, spec.settings, spec.connect_timeout, shared.metrics.clone())
     }
 
+    /// New settings from a reload; connections stay.
     fn update(&self, settings: UpstreamConfig, connect_timeout: Duration) {
-        H1Upstream::update(self, settings, connect_timeout);
+        let mut st = self.state();
+        st.settings = settings;
+        st.connect_timeout = connect_timeout;
+        drop(st);
+        self.core.wake.notify_one();
     }
 }

@@ -172,26 +172,6 @@ impl Upstream {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// New settings from a reload; connections stay.
-    pub fn update(&self, settings: UpstreamConfig, connect_timeout: Duration) {
-        let mut st = self.state();
-        st.settings = settings;
-        st.connect_timeout = connect_timeout;
-        drop(st);
-        self.core.wake.notify_one();
-    }
-
-    /// A reload removed every route using this upstream: stop opening connections and let the
-    /// existing ones finish their streams, then close.
-    pub fn retire(&self) {
-        self.core.retired.cancel();
-        let conns = std::mem::take(&mut self.state().conns);
-        for c in conns {
-            c.retire();
-        }
-        self.room.changed();
-    }
-
     /// Whether WebSockets can ride the standing connections as RFC 8441 extended CONNECT
     /// streams: the origin announced it on a live connection (origins announce it on all or
     /// none).
@@ -327,12 +307,6 @@ impl Upstream {
         crate::metrics::PoolEvent { route: l.route.clone(), origin: l.origin.clone(), reason }
     }
 
-    /// Its standing connections (`connections`) all up: what an upgrading process waits for.
-    pub(crate) fn warm(&self) -> bool {
-        let st = self.state();
-        st.conns.iter().filter(|c| !c.retiring() && !c.is_closed()).count() >= st.settings.connections
-    }
-
     /// Numbers for `/origins`.
     pub fn status(&self) -> UpstreamStatus {
         let st = self.state();
@@ -376,12 +350,21 @@ impl Upstream {
 pub(crate) type H2Send = SendRequest<Bytes>;
 
 impl crate::origin::registry::Standing for Upstream {
+    /// A reload removed every route using this upstream: stop opening connections and let the
+    /// existing ones finish their streams, then close.
     fn retire(&self) {
-        Upstream::retire(self);
+        self.core.retired.cancel();
+        let conns = std::mem::take(&mut self.state().conns);
+        for c in conns {
+            c.retire();
+        }
+        self.room.changed();
     }
 
+    /// Its standing connections (`connections`) all up: what an upgrading process waits for.
     fn warm(&self) -> bool {
-        Upstream::warm(self)
+        let st = self.state();
+        st.conns.iter().filter(|c| !c.retiring() && !c.is_closed()).count() >= st.settings.connections
     }
 
     fn status(&self) -> serde_json::Value {
@@ -405,7 +388,12 @@ impl crate::origin::registry::RequestKind for Upstream {
         Upstream::start(spec.connect, labels, spec.settings, spec.connect_timeout, metrics, workers)
     }
 
+    /// New settings from a reload; connections stay.
     fn update(&self, settings: UpstreamConfig, connect_timeout: Duration) {
-        Upstream::update(self, settings, connect_timeout);
+        let mut st = self.state();
+        st.settings = settings;
+        st.connect_timeout = connect_timeout;
+        drop(st);
+        self.core.wake.notify_one();
     }
 }

@@ -1,0 +1,108 @@
+//! The lab's processes on its hosts: the lab origin and edgewarm started in their namespaces as
+//! children of the lab ([`start_hosts`], [`spawn`]), killed when their [`Guard`] drops, and
+//! asked over the edge's admin listener whether they are ready ([`wait_ready`], [`admin`]).
+
+use std::path::Path;
+use std::process::Stdio;
+use std::time::Duration;
+
+use tokio::process::{Child, Command};
+
+use crate::error::LabError;
+use crate::netns::{Topology, ORIGIN};
+
+/// A child process killed when dropped.
+pub struct Guard(Child);
+
+impl Drop for Guard {
+    fn drop(&mut self) {
+        let _ = self.0.start_kill();
+    }
+}
+
+/// The lab origin and edgewarm (`page`: the prewarm route offers h2 too), each in its
+/// namespace, once edgewarm's pools are warm. Killed when the guards drop.
+pub(crate) async fn start_hosts(
+    topo: &Topology,
+    exe: &str,
+    proxy: &str,
+    dir: &Path,
+    logs: &str,
+    page: bool,
+) -> Result<(Guard, Guard), LabError> {
+    let d = dir.display().to_string();
+    let origin_cmd = topo.command(
+        &topo.origin,
+        &[
+            exe,
+            "origin",
+            "--listen",
+            &format!("{ORIGIN}:443"),
+            "--cert",
+            &format!("{d}/origin.pem"),
+            "--key",
+            &format!("{d}/origin.key"),
+        ],
+    );
+    let origin = spawn(origin_cmd, &dir.join(format!("origin{logs}.log")))?;
+    std::fs::write(dir.join("edge.yaml"), crate::files::edge_config(&d, page))?;
+    let edge_cmd = topo.command(&topo.edge, &[proxy, "run", "--config", &format!("{d}/edge.yaml")]);
+    let edge = spawn(edge_cmd, &dir.join(format!("edge{logs}.log")))?;
+    wait_ready(topo, &dir.join(format!("edge{logs}.log"))).await?;
+    Ok((origin, edge))
+}
+
+pub(crate) fn spawn(cmd: std::process::Command, log: &Path) -> Result<Guard, LabError> {
+    let mut cmd = Command::from(cmd);
+    cmd.stdout(Stdio::null()).stderr(std::fs::File::create(log)?).kill_on_drop(true);
+    Ok(Guard(cmd.spawn()?))
+}
+
+/// The `edgewarm` binary to run in the edge namespace: `--edgewarm`, else the one built beside
+/// this program (`cargo build` puts both in one folder), else whatever PATH has.
+pub(crate) fn proxy_binary(given: Option<&Path>) -> Result<String, LabError> {
+    let beside = std::env::current_exe()?.with_file_name("edgewarm");
+    let found = match given {
+        Some(p) => p.is_file().then(|| p.to_path_buf()),
+        None if beside.is_file() => Some(beside),
+        None => std::env::var_os("PATH")
+            .and_then(|paths| std::env::split_paths(&paths).map(|d| d.join("edgewarm")).find(|p| p.is_file())),
+    };
+    let missing = || {
+        let what =
+            given.map_or_else(|| "edgewarm (beside edgewarm-lab or on PATH)".into(), |p| p.display().to_string());
+        LabError::NoProxy(format!("proxy binary not found: {what}; build it with `cargo build --release -p edgewarm`"))
+    };
+    let path = found.ok_or_else(missing)?;
+    // Absolute, because the edge runs it from inside `ip netns exec`.
+    Ok(std::fs::canonicalize(&path)?.to_string_lossy().into_owned())
+}
+
+pub(crate) async fn admin(topo: &Topology, path: &str) -> Option<String> {
+    let cmd = topo.command(&topo.edge, &["curl", "-sf", "--max-time", "2", &format!("http://127.0.0.1:9900{path}")]);
+    let out = Command::from(cmd).output().await.ok()?;
+    out.status.success().then(|| String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+pub(crate) async fn wait_ready(topo: &Topology, log: &Path) -> Result<(), LabError> {
+    for _ in 0..300 {
+        if let Some(m) = admin(topo, "/metrics").await {
+            let warm = edgewarm::metrics::sample(&m, "edgewarm_pool_ready", &[("route", "b.test"), ("alpn", "none")])
+                .unwrap_or(0.0);
+            let opened =
+                |route| edgewarm::metrics::sample(&m, "edgewarm_pool_opened_total", &[("route", route)]).unwrap_or(0.0);
+            let standing = opened("h.test").min(opened("z.test"));
+            let opaque = edgewarm::metrics::sample(&m, "edgewarm_pool_ready", &[("route", "p.test"), ("alpn", "none")])
+                .unwrap_or(0.0);
+            if warm >= 4.0 && opaque >= 4.0 && standing >= 2.0 {
+                return Ok(());
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let log = std::fs::read_to_string(log).unwrap_or_default();
+    Err(LabError::NotReady {
+        what: "edgewarm's prewarm pool and http origin connections",
+        detail: log.lines().rev().take(5).collect::<Vec<_>>().join(" | "),
+    })
+}
