@@ -156,6 +156,8 @@ pub(crate) struct RequestLog {
     pub(crate) origin_conn: Option<u64>,
     pub(crate) reused: bool,
     pub(crate) retries: u32,
+    /// What the route's cache did with it, on routes with one.
+    pub(crate) cache: Option<crate::metrics::CacheResult>,
     pub(crate) detail: Option<String>,
 }
 
@@ -175,6 +177,7 @@ impl RequestLog {
             ttfb: None,
             origin_conn: None,
             reused: false,
+            cache: None,
             retries: 0,
             detail: None,
         }
@@ -223,6 +226,7 @@ impl RequestLog {
                     origin_conn = %Opt(&self.origin_conn),
                     reused = self.reused,
                     retries = self.retries,
+                    cache = %Opt(&self.cache.map(|c| c.label())),
                     detail = %Opt(&self.detail),
                     "request"
                 )

@@ -1,5 +1,6 @@
 //! The admin listener: `/metrics` (OpenMetrics text), `/pools` (JSON, per warm pool),
-//! `/origins` (JSON, every standing set of every kind: an `http` route's HTTP/2 connections with age, streams and PING RTT, its HTTP/1.1 pool, a `prewarm` route's pools), `/ready` (200 while accepting, 503 while
+//! `/origins` (JSON, every standing set of every kind: an `http` route's HTTP/2 connections with age, streams and PING RTT, its HTTP/1.1 pool, a `prewarm` route's pools),
+//! `/cache` (JSON, each cache's occupancy), `POST /cache/purge?url=…|prefix=…|tag=…`, `/ready` (200 while accepting, 503 while
 //! starting or draining, so a load balancer stops sending first), `/live` (200 while the
 //! process runs). Plain HTTP/1.1 on loopback by default; hyper does the HTTP.
 
@@ -17,6 +18,7 @@ use hyper::{Method, Request, Response, StatusCode};
 use hyper_util::rt::TokioIo;
 use tokio::net::TcpListener;
 
+use crate::cache::{Caches, Purge};
 use crate::metrics::Metrics;
 use crate::origin::prewarm::TlsPool;
 use crate::origin::registry::Origins;
@@ -28,6 +30,7 @@ pub struct AdminState {
     /// True while the server accepts connections (not starting, not draining).
     pub ready: Arc<AtomicBool>,
     pub origins: Arc<Origins>,
+    pub caches: Arc<Caches>,
 }
 
 /// Serve until `shutdown` resolves. Each admin connection gets its own task.
@@ -64,6 +67,25 @@ fn respond(req: &Request<Incoming>, state: &AdminState) -> Response<Full<Bytes>>
         *r.status_mut() = status;
         r
     };
+    let json = |body: serde_json::Value| {
+        let mut r = Response::new(Full::new(Bytes::from(body.to_string())));
+        r.headers_mut()
+            .insert(hyper::header::CONTENT_TYPE, hyper::header::HeaderValue::from_static("application/json"));
+        r
+    };
+    if req.uri().path() == "/cache/purge" {
+        if req.method() != Method::POST {
+            return text(StatusCode::METHOD_NOT_ALLOWED, "POST only\n");
+        }
+        return match purge_target(req.uri().query().unwrap_or("")) {
+            Some(what) => {
+                let purged = state.caches.purge(&what);
+                tracing::info!(?what, purged, "cache purge");
+                json(serde_json::json!({ "purged": purged }))
+            }
+            None => text(StatusCode::BAD_REQUEST, "give one of url=, prefix=, tag=\n"),
+        };
+    }
     if req.method() != Method::GET && req.method() != Method::HEAD {
         return text(StatusCode::METHOD_NOT_ALLOWED, "GET only\n");
     }
@@ -92,9 +114,64 @@ fn respond(req: &Request<Incoming>, state: &AdminState) -> Response<Full<Bytes>>
                 .insert(hyper::header::CONTENT_TYPE, hyper::header::HeaderValue::from_static("application/json"));
             r
         }
+        "/cache" => json(serde_json::json!({ "caches": state.caches.occupancy() })),
         "/ready" if state.ready.load(Ordering::Relaxed) => text(StatusCode::OK, "ready\n"),
         "/ready" => text(StatusCode::SERVICE_UNAVAILABLE, "not ready\n"),
         "/live" => text(StatusCode::OK, "live\n"),
-        _ => text(StatusCode::NOT_FOUND, "not found: try /metrics /pools /origins /ready /live\n"),
+        _ => text(StatusCode::NOT_FOUND, "not found: try /metrics /pools /origins /cache /ready /live\n"),
+    }
+}
+
+/// `url=`, `prefix=` or `tag=` from a purge's query (percent-decoded).
+fn purge_target(query: &str) -> Option<Purge> {
+    let (name, value) = query.split('&').filter_map(|p| p.split_once('=')).next()?;
+    let value = percent_decode(value)?;
+    if value.is_empty() {
+        return None;
+    }
+    match name {
+        "url" => Some(Purge::Url(value)),
+        "prefix" => Some(Purge::Prefix(value)),
+        "tag" => Some(Purge::Tag(value)),
+        _ => None,
+    }
+}
+
+fn percent_decode(text: &str) -> Option<String> {
+    let bytes = text.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        match bytes[i] {
+            b'%' => {
+                let hex = std::str::from_utf8(bytes.get(i + 1..i + 3)?).ok()?;
+                out.push(u8::from_str_radix(hex, 16).ok()?);
+                i += 3;
+            }
+            b'+' => {
+                out.push(b' ');
+                i += 1;
+            }
+            b => {
+                out.push(b);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8(out).ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn purge_queries() {
+        let url = purge_target("url=https%3A%2F%2Fa.example%2Fx%3Fy%3D1");
+        assert!(matches!(url, Some(Purge::Url(u)) if u == "https://a.example/x?y=1"));
+        assert!(matches!(purge_target("tag=product-7"), Some(Purge::Tag(t)) if t == "product-7"));
+        assert!(purge_target("colour=red").is_none());
+        assert!(purge_target("url=%zz").is_none());
+        assert!(purge_target("").is_none());
     }
 }

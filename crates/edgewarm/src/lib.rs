@@ -19,6 +19,8 @@
 //!   the standing origin connections every action but the tunnel uses, under one supervisor:
 //!   pre-warmed TLS, multiplexed HTTP/2, keep-alive HTTP/1.1, over TLS or cleartext; one
 //!   registry.
+//! - [`cache`]: the edge cache, a decorator on that seam (`routes[].cache`): what a far
+//!   origin already sent is served from the edge.
 //! - [`relay`]: move bytes both ways (splice(2), userspace fallback, or between TLS sessions),
 //!   half-close, idle timeout. With `ktls`, both TLS sessions move to the kernel
 //!   ([`tls::ktls`]) and are spliced like plain sockets.
@@ -41,6 +43,7 @@
 pub(crate) mod accesslog;
 pub(crate) mod action;
 pub mod admin;
+pub mod cache;
 pub mod config;
 pub mod error;
 pub(crate) mod h2_stream;

@@ -21,6 +21,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::admin::AdminState;
+use crate::cache::Caches;
 use crate::config::{Config, ConfigError, ListenerConfig};
 use crate::listener::quic::relay::QuicProcess;
 use crate::listener::{self, Context};
@@ -170,6 +171,8 @@ fn bind_plain(addr: SocketAddr) -> std::io::Result<TcpListener> {
 pub struct Server {
     metrics: Arc<Metrics>,
     origins: Arc<Origins>,
+    /// The routes' caches: kept across reloads, like the origin connections.
+    caches: Arc<Caches>,
     snapshot: watch::Sender<Arc<Snapshot>>,
     /// What the listeners and their connections see.
     listeners: Arc<Context>,
@@ -204,7 +207,8 @@ impl Server {
         let resolver = Arc::new(Resolver::new(config.dns.cache_ttl));
         let snapshot = Arc::new(Snapshot::new(config, &resumption, resolver.clone())?);
         let origins = Arc::new(Origins::new(metrics.clone(), workers.placement()));
-        snapshot.attach_origins(&origins);
+        let caches = Arc::new(Caches::new(metrics.cache.clone()));
+        snapshot.attach_origins(&origins, &caches);
         let (snapshot, receiver) = watch::channel(snapshot);
         let listeners = Arc::new(Context {
             metrics: metrics.clone(),
@@ -218,6 +222,7 @@ impl Server {
         Ok(Arc::new(Self {
             metrics,
             origins,
+            caches,
             snapshot,
             listeners,
             resumption,
@@ -234,7 +239,12 @@ impl Server {
 
     /// What the admin listener needs: metrics, readiness, the pools.
     pub fn admin_state(&self) -> AdminState {
-        AdminState { metrics: self.metrics.clone(), ready: self.ready.clone(), origins: self.origins.clone() }
+        AdminState {
+            metrics: self.metrics.clone(),
+            ready: self.ready.clone(),
+            origins: self.origins.clone(),
+            caches: self.caches.clone(),
+        }
     }
 
     pub(crate) fn snapshot(&self) -> Arc<Snapshot> {
@@ -285,7 +295,7 @@ impl Server {
         *bound = config.clone();
         self.resolver.set_ttl(config.dns.cache_ttl);
         // Pools first: a connection that sees the new snapshot must find its pools.
-        snapshot.attach_origins(&self.origins);
+        snapshot.attach_origins(&self.origins, &self.caches);
         self.snapshot.send_replace(Arc::new(snapshot));
         Ok(())
     }

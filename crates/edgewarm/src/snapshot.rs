@@ -4,8 +4,11 @@
 //! when it is accepted and keeps it to its end, so a reload changes where *new* connections go
 //! and never touches open ones.
 
+use std::collections::HashSet;
 use std::sync::Arc;
 
+use crate::cache::layer::Cached;
+use crate::cache::Caches;
 use crate::config::{Config, ConfigError, RelayMode, Timeouts, UpstreamProtocol};
 use crate::metrics::RouteName;
 use crate::origin::cleartext::{self, Cleartext};
@@ -15,6 +18,7 @@ use crate::origin::h1::H1Upstream;
 use crate::origin::h2::Upstream;
 use crate::origin::prewarm::{PrewarmSpec, Settings, TlsPool};
 use crate::origin::registry::{self, Origins, Spec, UpstreamSpec, Wanted};
+use crate::origin::seam::Origin;
 use crate::relay;
 use crate::route::{HttpRoute, RouteTable};
 use crate::tls::client::Resumption;
@@ -48,7 +52,7 @@ impl Snapshot {
     /// Start, update or retire the server's standing origin connections to match this
     /// snapshot's routes, and give each route its own. Runs before the snapshot is published,
     /// so a connection that sees this snapshot finds its route's connections in place.
-    pub(crate) fn attach_origins(&self, origins: &Origins) {
+    pub(crate) fn attach_origins(&self, origins: &Origins, caches: &Caches) {
         let mut wanted = Vec::new();
         // Each route's sets, by the id the registry gives them, to attach once they run.
         let mut prewarm = Vec::new();
@@ -68,7 +72,7 @@ impl Snapshot {
         let mut http = Vec::new();
         for (name, route) in self.routes.http_routes() {
             let spec = self.request_kind(name, route);
-            http.push((route, registry::id(&*spec)));
+            http.push((name, route, registry::id(&*spec)));
             wanted.push(Wanted { route: name.clone(), spec });
         }
         let started = origins.sync(wanted);
@@ -76,11 +80,22 @@ impl Snapshot {
             let pool = |id: &registry::Id| started.get(id)?.clone().into_any().downcast::<TlsPool>().ok();
             route.attach_pools(ids.into_iter().filter_map(|(alpn, id)| Some((alpn, pool(&id)?))).collect());
         }
-        for (route, id) in http {
+        let mut cached = HashSet::new();
+        for (name, route, id) in http {
             if let Some(origin) = started.get(&id).and_then(|set| set.clone().origin()) {
+                // A route's cache wraps its origin (a decorator on the seam; the service does
+                // not know).
+                let origin: Arc<dyn Origin> = match &route.config.cache {
+                    Some(config) => {
+                        cached.insert(name.clone());
+                        Arc::new(Cached { inner: origin, cache: caches.route(name, config) })
+                    }
+                    None => origin,
+                };
                 route.attach(origin);
             }
         }
+        caches.retain(&cached);
     }
 
     /// The registration of the request kinds: which set an `http` route's `upstream` section

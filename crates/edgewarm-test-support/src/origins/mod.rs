@@ -11,7 +11,9 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio_rustls::TlsAcceptor;
 
+mod cacheable;
 mod h2;
+pub use cacheable::*;
 pub use h2::*;
 
 /// A TLS origin that answers each line it reads with `origin says: <line>` and echoes

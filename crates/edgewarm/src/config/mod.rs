@@ -7,6 +7,7 @@
 //! Every key and its default is documented in docs/config.md.
 
 mod addr;
+mod cache;
 mod duration;
 mod route;
 mod size;
@@ -19,6 +20,7 @@ use std::time::Duration;
 use serde::Deserialize;
 
 pub use addr::OriginAddr;
+pub use cache::CacheConfig;
 pub use route::{
     ActionConfig, EarlyData, ForwardHeader, ForwardHeaders, HttpConfig, Ktls, PrewarmConfig, ProxyVersion, RouteConfig,
     TerminateConfig, TunnelConfig, UpstreamConfig, UpstreamProtocol,

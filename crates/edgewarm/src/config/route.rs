@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
-use super::{duration, size, OriginTls, PoolConfig, TlsVersion};
+use super::{duration, size, CacheConfig, OriginTls, PoolConfig, TlsVersion};
 
 #[derive(Debug, Clone, Deserialize)]
 #[serde(from = "RouteFile")]
@@ -139,6 +139,8 @@ pub struct HttpConfig {
     pub max_request_body: Option<u64>,
     /// Which forwarding headers edgewarm adds (all four by default).
     pub forward_headers: ForwardHeaders,
+    /// The edge cache in front of the origin (`cache: {}`); none by default.
+    pub cache: Option<CacheConfig>,
 }
 
 /// One forwarding header an `http` route can add (`routes[].forward_headers`).
@@ -296,6 +298,8 @@ struct RouteFile {
     #[serde(default)]
     forward_headers: Option<Vec<ForwardHeader>>,
     #[serde(default)]
+    cache: Option<CacheConfig>,
+    #[serde(default)]
     early_data: Option<EarlyData>,
     #[serde(default, deserialize_with = "size::deserialize_opt")]
     max_early_data_size: Option<u64>,
@@ -320,7 +324,7 @@ impl From<RouteFile> for RouteConfig {
         // and what an operator who set it on another action is told. A new route key is one
         // row here (and its field): the first row set that the action does not take is the
         // error.
-        let keys: [(&'static str, bool, &[Action], &'static str); 16] = [
+        let keys: [(&'static str, bool, &[Action], &'static str); 17] = [
             ("origin", r.origin.is_some(), &[Tunnel, Prewarm, Http], "action reject takes no origin"),
             ("origin_tcp_fastopen", r.origin_tcp_fastopen, &[Tunnel], fastopen_why),
             ("cert", r.cert.is_some(), TERMINATING, TERMINATING_ONLY),
@@ -336,6 +340,7 @@ impl From<RouteFile> for RouteConfig {
             ("upstream", r.upstream.is_some(), &[Http], "only for action http"),
             ("max_request_body", r.max_request_body.is_some(), &[Http], REQUESTS),
             ("forward_headers", r.forward_headers.is_some(), &[Http], REQUESTS),
+            ("cache", r.cache.is_some(), &[Http], REQUESTS),
             (
                 "origin_proxy_protocol",
                 r.origin_proxy_protocol.is_some(),
@@ -389,6 +394,7 @@ impl From<RouteFile> for RouteConfig {
                     upstream: r.upstream.clone().unwrap_or_default(),
                     max_request_body: r.max_request_body,
                     forward_headers: r.forward_headers.as_deref().map(ForwardHeaders::from).unwrap_or_default(),
+                    cache: r.cache.clone(),
                 };
                 ActionConfig::Http(Box::new(http))
             }

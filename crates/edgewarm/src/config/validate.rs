@@ -144,6 +144,9 @@ impl Config {
                              remove one of them",
                         ));
                     }
+                    if let Some(c) = &h.cache {
+                        c.validate(&key)?;
+                    }
                 }
                 _ => {}
             }
@@ -384,6 +387,15 @@ routes:
         assert_eq!(e, "routes[0].upstream: only for action http");
         let e = err(&GOOD.replace("action: tunnel", "action: tunnel\n    forward_headers: [via]"));
         assert_eq!(e, "routes[0].forward_headers: only for action http: other actions do not see requests");
+    }
+
+    #[test]
+    fn cache_sizes_are_named() {
+        let http = "action: http\n    cert: c.pem\n    key: k.pem\n    cache:";
+        let e = err(&GOOD.replace("action: tunnel", &format!("{http} {{max_size: 1MiB, max_object_size: 2MiB}}")));
+        assert!(e.starts_with("routes[0].cache.max_object_size: is larger than cache.max_size"), "{e}");
+        let e = err(&GOOD.replace("action: tunnel", "action: tunnel\n    cache: {}"));
+        assert_eq!(e, "routes[0].cache: only for action http: other actions do not see requests");
     }
 
     #[test]

@@ -253,6 +253,7 @@ impl Service {
                     Next::Again | Next::Stop => {
                         rlog.origin_conn = sent.conn;
                         rlog.reused = sent.reused;
+                        rlog.cache = sent.cache;
                         rlog.ttfb = Some(started.elapsed());
                         return Ok(sent);
                     }

@@ -38,11 +38,13 @@ macro_rules! label_enum {
     };
 }
 
+mod cache;
 mod http;
 mod origin;
 mod quic;
 mod tls;
 
+pub use cache::*;
 pub use http::*;
 pub use origin::*;
 pub use quic::*;
@@ -147,6 +149,7 @@ pub struct Metrics {
     pub upgrades: Family<ResultLabel, Counter>,
     pub pool: PoolMetrics,
     pub http: HttpMetrics,
+    pub cache: CacheMetrics,
     pub upstream: UpstreamMetrics,
     pub early: EarlyMetrics,
     pub quic: QuicMetrics,
@@ -209,6 +212,7 @@ impl Metrics {
             upgrades: Family::default(),
             pool: PoolMetrics::new(),
             http: HttpMetrics::new(),
+            cache: CacheMetrics::default(),
             upstream: UpstreamMetrics::new(),
             early: EarlyMetrics::default(),
             quic: QuicMetrics::new(),
@@ -250,6 +254,7 @@ impl Metrics {
         );
         m.pool.register(registry.sub_registry_with_prefix("pool"));
         m.http.register(registry.sub_registry_with_prefix("http"));
+        m.cache.register(registry.sub_registry_with_prefix("cache"));
         m.upstream.register(registry.sub_registry_with_prefix("upstream"));
         m.early.register(registry.sub_registry_with_prefix("tls"));
         m.quic.register(registry.sub_registry_with_prefix("quic"));

@@ -23,6 +23,7 @@ use tokio_util::task::TaskTracker;
 
 use super::body::OriginBody;
 use super::BoxedBody;
+use crate::metrics::CacheResult;
 
 /// A future the seam returns: boxed, so the trait can be used as `dyn Origin`.
 pub(crate) type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
@@ -89,6 +90,8 @@ pub(crate) struct Sent {
     pub(crate) conn: Option<u64>,
     /// The connection had carried requests before this one.
     pub(crate) reused: bool,
+    /// What a cache in front of the origin did with it (none without a cache).
+    pub(crate) cache: Option<CacheResult>,
 }
 
 /// How a send failed, as far as retrying is concerned.

@@ -69,6 +69,7 @@ async fn echo_round_trips(tls: &mut (impl tokio::io::AsyncRead + tokio::io::Asyn
     }
 }
 
+mod cache;
 mod cleartext;
 mod clients;
 mod h1_origins;

@@ -73,7 +73,12 @@ async fn send(upstream: &Arc<H1Upstream>, out: Outgoing<'_>) -> Result<Sent, Sen
         }
         Ok(Ok((response, lease))) => {
             let reused = lease.reused;
-            Ok(Sent { response: response.map(|b| OriginBody::new(b, Box::new(lease))), conn: None, reused })
+            Ok(Sent {
+                response: response.map(|b| OriginBody::new(b, Box::new(lease))),
+                conn: None,
+                reused,
+                cache: None,
+            })
         }
     }
 }

@@ -83,6 +83,7 @@ async fn send(upstream: &Arc<Upstream>, out: Outgoing<'_>) -> Result<Sent, SendF
         response: Response::from_parts(parts, OriginBody::new(Frames::new(recv), held)),
         conn: Some(sent.conn_id),
         reused: sent.reused,
+        cache: None,
     })
 }
 

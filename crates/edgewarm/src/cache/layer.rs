@@ -1,0 +1,153 @@
+//! The cache as a decorator on the origin seam: [`Cached`] is an [`Origin`] that wraps the
+//! route's origin. Per request: a fresh stored response is served at once; a stale one is
+//! served while one background request revalidates it (`stale-while-revalidate`), or
+//! revalidated first (304: served from storage), or served when the origin fails
+//! (`stale-if-error`); a miss fetches once per key while concurrent misses read that fetch
+//! as it arrives ([`super::fill`]); anything else passes through untouched.
+
+use std::sync::Arc;
+use std::time::SystemTime;
+
+use http::header::{CACHE_CONTROL, RANGE};
+use http::{Method, Request, Response};
+use http_cache_semantics::BeforeRequest;
+
+use super::fill::{FillBody, FillHead, Turn};
+use super::keep;
+use super::routes::RouteCache;
+use super::stale::Stale;
+use super::status::Status;
+use super::{key, serve};
+use crate::metrics::CacheResult;
+use crate::origin::body::OriginBody;
+use crate::origin::seam::{BoxFuture, Origin, Outgoing, SendFailure, Sent, Upgrade, Upgraded};
+
+/// A route's origin with its cache in front.
+pub(crate) struct Cached {
+    pub(crate) inner: Arc<dyn Origin>,
+    pub(crate) cache: Arc<RouteCache>,
+}
+
+impl Origin for Cached {
+    fn send<'a>(&'a self, out: Outgoing<'a>) -> BoxFuture<'a, Result<Sent, SendFailure>> {
+        Box::pin(self.serve(out))
+    }
+
+    fn upgrade<'a>(&'a self, up: Upgrade<'a>) -> BoxFuture<'a, Result<Upgraded, crate::origin::seam::OriginError>> {
+        self.inner.upgrade(up)
+    }
+
+    fn retired(&self) -> &tokio_util::sync::CancellationToken {
+        self.inner.retired()
+    }
+}
+
+impl Cached {
+    async fn serve<'a>(&'a self, out: Outgoing<'a>) -> Result<Sent, SendFailure> {
+        let mut head = (out.build)();
+        key::normalise(&mut head);
+        let now = SystemTime::now();
+        let store = &self.cache.store;
+        if !matches!(*head.method(), Method::GET | Method::HEAD) {
+            return self.other_method(out, &head).await;
+        }
+        let url = key::url(&head);
+        let key = store.key(&url, &head);
+        let head_only = head.method() == Method::HEAD;
+        if let Some(entry) = store.get(&key) {
+            // HEAD is answered from a stored GET: it is judged as the GET it stands for.
+            let as_get;
+            let probe = if head_only {
+                as_get = Request::builder().uri(head.uri().clone()).body(()).map(|mut r| {
+                    *r.headers_mut() = head.headers().clone();
+                    r
+                });
+                as_get.as_ref().unwrap_or(&head)
+            } else {
+                &head
+            };
+            match entry.policy.before_request(probe, now) {
+                BeforeRequest::Fresh(_) => {
+                    let status = Status { ttl: Some(keep::ttl(&entry, now)), ..Status::default() };
+                    return Ok(self.cache.answer(serve::response(&entry, &head, now), CacheResult::Hit, &status));
+                }
+                BeforeRequest::Stale { request, matches: true } => {
+                    let job = Stale { cache: &self.cache, inner: &self.inner, key, entry, head: &head };
+                    return job.run(request, out.timeout, out.up).await;
+                }
+                // Another variant, or a request the stored one cannot answer.
+                BeforeRequest::Stale { matches: false, .. } => {}
+            }
+        }
+        let range = head.headers().contains_key(RANGE);
+        let uncacheable = store.uncacheable(&url);
+        if range || head_only || uncacheable.is_some() || no_store_request(&head) {
+            // A range or a HEAD on a miss goes to the origin as asked (nothing to store); a URL
+            // just found uncacheable does not wait behind another request for it (hit-for-miss).
+            let response = self.inner.send(out).await?;
+            let fwd = if range {
+                "partial"
+            } else if head_only {
+                "uri-miss"
+            } else if uncacheable.is_some() {
+                "bypass"
+            } else {
+                "request"
+            };
+            let code = response.response.status().as_u16();
+            let detail = uncacheable.map(|r| r.as_str());
+            let status = Status { fwd: Some(fwd), fwd_status: Some(code), detail, ..Status::default() };
+            return Ok(self.cache.answer(response.response, CacheResult::Bypass, &status));
+        }
+        match self.cache.fills.join_or_lead(&key) {
+            Turn::Lead(lead) => {
+                let response = self.inner.send(out).await?;
+                let (response, status) = keep::keep(&self.cache, response.response, &head, url, lead, "uri-miss", now);
+                Ok(self.cache.answer(response, CacheResult::Miss, &status))
+            }
+            Turn::Join(fill) => {
+                if let Some(shared) = fill.head().await.filter(|h| key::variant(&h.vary, head.headers()) == h.variant) {
+                    return Ok(self.collapsed(&shared, fill, &head));
+                }
+                // Released (not storable, or the fetch failed) or another variant: on our own.
+                let response = self.inner.send(out).await?;
+                let lead = super::fill::Leading::alone();
+                let (response, status) =
+                    keep::keep(&self.cache, response.response, &head, url, lead, "uri-miss", SystemTime::now());
+                Ok(self.cache.answer(response, CacheResult::Miss, &status))
+            }
+        }
+    }
+
+    /// A waiter's response: the fetch's head, and its body as it arrives.
+    fn collapsed(&self, shared: &FillHead, fill: Arc<super::fill::Fill>, head: &Request<()>) -> Sent {
+        let body = if head.method() == Method::HEAD {
+            OriginBody::new(http_body_util::Empty::new(), Box::new(()))
+        } else {
+            OriginBody::new(FillBody::new(fill), Box::new(()))
+        };
+        let mut response = Response::new(body);
+        *response.status_mut() = shared.status;
+        *response.headers_mut() = shared.headers.clone();
+        let status = Status { fwd: Some("uri-miss"), collapsed: true, ..Status::default() };
+        self.cache.answer(response, CacheResult::Collapsed, &status)
+    }
+
+    /// Not GET or HEAD: passed on; a successful unsafe method invalidates what is stored for
+    /// its URL (RFC 9111 §4.4).
+    async fn other_method<'a>(&'a self, out: Outgoing<'a>, head: &Request<()>) -> Result<Sent, SendFailure> {
+        let response = self.inner.send(out).await?;
+        let code = response.response.status();
+        if !head.method().is_safe() && (code.is_success() || code.is_redirection()) {
+            let url = key::url(head);
+            self.cache.store.purge(|u| u == &*url, |_| false);
+        }
+        let status = Status { fwd: Some("method"), fwd_status: Some(code.as_u16()), ..Status::default() };
+        Ok(self.cache.answer(response.response, CacheResult::Bypass, &status))
+    }
+}
+
+/// The client asked that nothing of this exchange be stored.
+fn no_store_request(head: &Request<()>) -> bool {
+    head.headers().get_all(CACHE_CONTROL).iter().any(|v| v.to_str().is_ok_and(|v| v.contains("no-store")))
+}

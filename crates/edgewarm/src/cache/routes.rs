@@ -1,0 +1,147 @@
+//! Every route's cache, kept across reloads: a route whose `cache` settings did not change
+//! keeps what it stored (a reload must not empty the edge), one whose settings changed gets
+//! a new store, one that lost its `cache` key drops it. Read by the admin API (`/cache`,
+//! `/cache/purge`).
+
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex};
+
+use prometheus_client::metrics::counter::Counter;
+use serde::Serialize;
+
+use http::Response;
+
+use super::fill::Fills;
+use super::key::Key;
+use super::status::Status;
+use super::store::Store;
+use crate::config::CacheConfig;
+use crate::metrics::{CacheMetrics, CacheResult, RouteLabel, RouteName};
+use crate::origin::body::OriginBody;
+use crate::origin::seam::Sent;
+
+/// One route's cache: its store, the fetches in flight, the background revalidations.
+pub(crate) struct RouteCache {
+    pub(crate) route: RouteName,
+    pub(crate) store: Arc<Store>,
+    pub(crate) fills: Arc<Fills>,
+    revalidating: Mutex<HashSet<Key>>,
+    counters: Vec<(CacheResult, Counter)>,
+}
+
+impl RouteCache {
+    pub(crate) fn count(&self, result: CacheResult) {
+        if let Some((_, c)) = self.counters.iter().find(|(r, _)| *r == result) {
+            c.inc();
+        }
+    }
+
+    /// A response the cache made or passed on, counted and marked with `Cache-Status`.
+    pub(crate) fn answer(&self, mut response: Response<OriginBody>, result: CacheResult, status: &Status) -> Sent {
+        status.append_to(response.headers_mut());
+        self.count(result);
+        Sent { response, conn: None, reused: false, cache: Some(result) }
+    }
+
+    /// `false` when a revalidation of `key` is already under way.
+    pub(crate) fn start_revalidating(&self, key: &Key) -> bool {
+        self.revalidating.lock().unwrap_or_else(std::sync::PoisonError::into_inner).insert(key.clone())
+    }
+
+    pub(crate) fn done_revalidating(&self, key: &Key) {
+        self.revalidating.lock().unwrap_or_else(std::sync::PoisonError::into_inner).remove(key);
+    }
+}
+
+/// What to purge (`POST /cache/purge?url=…|prefix=…|tag=…`).
+#[derive(Debug, Clone)]
+pub enum Purge {
+    /// Every variant of one URL, as the cache keys it: `https://host[:port]/path?query`.
+    Url(String),
+    Prefix(String),
+    /// Responses whose `Cache-Tag` names it.
+    Tag(String),
+}
+
+/// One route's occupancy, for `/cache`.
+#[derive(Debug, Serialize)]
+pub struct Occupancy {
+    pub route: String,
+    pub entries: u64,
+    pub bytes: u64,
+    pub max_size: u64,
+}
+
+/// The server's caches, by route.
+pub struct Caches {
+    metrics: CacheMetrics,
+    routes: Mutex<HashMap<RouteName, (CacheConfig, Arc<RouteCache>)>>,
+}
+
+impl Caches {
+    pub fn new(metrics: CacheMetrics) -> Self {
+        Self { metrics, routes: Mutex::default() }
+    }
+
+    fn routes(&self) -> std::sync::MutexGuard<'_, HashMap<RouteName, (CacheConfig, Arc<RouteCache>)>> {
+        self.routes.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// `route`'s cache with `config`: the one it had if the settings are the same.
+    pub(crate) fn route(&self, route: &RouteName, config: &CacheConfig) -> Arc<RouteCache> {
+        let mut routes = self.routes();
+        if let Some((had, cache)) = routes.get(route) {
+            if had == config {
+                return cache.clone();
+            }
+        }
+        let label = RouteLabel { route: route.clone() };
+        let evicted = self.metrics.evictions.get_or_create(&label).clone();
+        let bytes = self.metrics.stored_bytes.get_or_create(&label).clone();
+        let cache = Arc::new(RouteCache {
+            route: route.clone(),
+            store: Arc::new(Store::new(config.clone(), evicted, bytes)),
+            fills: Arc::default(),
+            revalidating: Mutex::default(),
+            counters: self.metrics.for_route(route),
+        });
+        routes.insert(route.clone(), (config.clone(), cache.clone()));
+        cache
+    }
+
+    /// Drop the caches of routes not in `keep` (no longer configured, or without `cache`).
+    pub(crate) fn retain(&self, keep: &HashSet<RouteName>) {
+        self.routes().retain(|name, _| keep.contains(name));
+    }
+
+    /// Purge across every route; returns how many stored responses went.
+    pub fn purge(&self, what: &Purge) -> u64 {
+        let routes: Vec<Arc<RouteCache>> = self.routes().values().map(|(_, c)| c.clone()).collect();
+        let mut n = 0;
+        for cache in routes {
+            let store = &cache.store;
+            n += match what {
+                Purge::Url(url) => {
+                    store.forget(url);
+                    store.purge(|u| u == url, |_| false)
+                }
+                Purge::Prefix(prefix) => store.purge(|u| u.starts_with(prefix.as_str()), |_| false),
+                Purge::Tag(tag) => store.purge(|_| false, |e| e.tags.iter().any(|t| **t == **tag)),
+            };
+        }
+        n
+    }
+
+    pub fn occupancy(&self) -> Vec<Occupancy> {
+        let mut out: Vec<Occupancy> = self
+            .routes()
+            .iter()
+            .map(|(name, (config, cache))| {
+                let (entries, bytes) = cache.store.occupancy();
+                Occupancy { route: name.to_string(), entries, bytes, max_size: config.max_size }
+            })
+            .collect();
+        out.sort_by(|a, b| a.route.cmp(&b.route));
+        out
+    }
+}

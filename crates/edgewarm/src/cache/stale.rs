@@ -1,0 +1,181 @@
+//! A stored response past its freshness: served at once while one background request
+//! revalidates it (`stale-while-revalidate`), else revalidated before it is served (a 304
+//! updates the stored headers, RFC 9111 §4.3.4), and served anyway when the origin fails
+//! within `stale-if-error`.
+
+use std::sync::atomic::AtomicU64;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use http::header::{HeaderMap, CACHE_CONTROL, IF_RANGE, PRAGMA, RANGE, SET_COOKIE};
+use http::{Request, Response, StatusCode};
+use http_cache_semantics::AfterResponse;
+
+use super::decide;
+use super::fill::Leading;
+use super::keep::{self, copy};
+use super::key::{self, Key};
+use super::routes::RouteCache;
+use super::serve;
+use super::status::Status;
+use super::store::Entry;
+use crate::metrics::CacheResult;
+use crate::origin::seam::{Origin, OutBody, Outgoing, SendFailure, Sent};
+
+/// Headers a 304 does not change in the stored response: they describe its body, or belong
+/// to one client.
+const KEPT_ON_304: [&str; 5] =
+    ["content-length", "content-encoding", "transfer-encoding", "content-range", "set-cookie"];
+
+/// One request that found its stored response stale.
+pub(crate) struct Stale<'a> {
+    pub(crate) cache: &'a Arc<RouteCache>,
+    pub(crate) inner: &'a Arc<dyn Origin>,
+    pub(crate) key: Key,
+    pub(crate) entry: Arc<Entry>,
+    /// The request as it would go to the origin.
+    pub(crate) head: &'a Request<()>,
+}
+
+impl Stale<'_> {
+    /// `reval` is the conditional request RFC 9111 makes of the stored response's validators.
+    pub(crate) async fn run(
+        self,
+        reval: http::request::Parts,
+        timeout: Duration,
+        up: &Arc<AtomicU64>,
+    ) -> Result<Sent, SendFailure> {
+        let now = SystemTime::now();
+        let staleness = self.entry.staleness(now);
+        let mut reval = Request::from_parts(reval, ());
+        // The whole object is revalidated, whatever part this client wants.
+        reval.headers_mut().remove(RANGE);
+        reval.headers_mut().remove(IF_RANGE);
+        let grace = self.entry.grace;
+        if staleness <= grace.while_revalidate && !client_insists(self.head) {
+            self.in_background(reval, timeout);
+            return Ok(self.stored(&self.entry, CacheResult::Stale, None, Some("stale-while-revalidate")));
+        }
+        let mut build = || copy(&reval);
+        let attempt = Outgoing { build: &mut build, body: OutBody::Empty, up, timeout };
+        let response = match self.inner.send(attempt).await {
+            Ok(sent) => sent.response,
+            Err(_) if staleness <= grace.if_error => {
+                return Ok(self.stored(&self.entry, CacheResult::Stale, None, Some("stale-if-error")));
+            }
+            Err(failure) => return Err(failure),
+        };
+        let code = response.status();
+        if code.is_server_error() && staleness <= grace.if_error {
+            return Ok(self.stored(&self.entry, CacheResult::Stale, Some(code), Some("stale-if-error")));
+        }
+        if code == StatusCode::NOT_MODIFIED {
+            if let Some(fresh) = refreshed(self.cache, &self.entry, &reval, self.head, response.headers(), now) {
+                return Ok(self.stored(&fresh, CacheResult::Revalidated, Some(code), None));
+            }
+        }
+        // A new response (or a 304 for the client's own validator): like a miss's, unshared.
+        let url = self.key.url.clone();
+        let (response, status) = keep::keep(self.cache, response, self.head, url, Leading::alone(), "stale", now);
+        Ok(self.cache.answer(response, CacheResult::Miss, &status))
+    }
+
+    /// The stored response, marked: forwarded (`fwd=stale`) when the origin was asked.
+    fn stored(
+        &self,
+        entry: &Arc<Entry>,
+        result: CacheResult,
+        fwd: Option<StatusCode>,
+        detail: Option<&'static str>,
+    ) -> Sent {
+        let now = SystemTime::now();
+        let status = Status {
+            fwd: fwd.map(|_| "stale"),
+            fwd_status: fwd.map(|c| c.as_u16()),
+            ttl: Some(keep::ttl(entry, now)),
+            detail,
+            ..Status::default()
+        };
+        self.cache.answer(serve::response(entry, self.head, now), result, &status)
+    }
+
+    /// One revalidation per key in a task of its own; the response is served meanwhile.
+    fn in_background(&self, reval: Request<()>, timeout: Duration) {
+        if !self.cache.start_revalidating(&self.key) {
+            return;
+        }
+        let (cache, inner, key, entry, head) =
+            (self.cache.clone(), self.inner.clone(), self.key.clone(), self.entry.clone(), copy(self.head));
+        tokio::spawn(async move {
+            let mut build = || copy(&reval);
+            let up = Arc::default();
+            let attempt = Outgoing { build: &mut build, body: OutBody::Empty, up: &up, timeout };
+            let now = SystemTime::now();
+            match inner.send(attempt).await {
+                Ok(sent) if sent.response.status() == StatusCode::NOT_MODIFIED => {
+                    refreshed(&cache, &entry, &reval, &head, sent.response.headers(), now);
+                }
+                // Stored as it arrives if it may be; nobody reads it here.
+                Ok(sent) => {
+                    drop(keep::keep(&cache, sent.response, &head, key.url.clone(), Leading::alone(), "stale", now))
+                }
+                Err(failure) => {
+                    tracing::debug!(route = %cache.route, error = %failure.error, "background revalidation failed")
+                }
+            }
+            cache.done_revalidating(&key);
+        });
+    }
+}
+
+/// The client asks for a response validated now (`no-cache`, `max-age=0`): no stale answer.
+fn client_insists(head: &Request<()>) -> bool {
+    let h = head.headers();
+    let cc = |d: &str| h.get_all(CACHE_CONTROL).iter().any(|v| v.to_str().is_ok_and(|v| v.contains(d)));
+    cc("no-cache") || cc("max-age") || h.get(PRAGMA).is_some_and(|v| v.as_bytes() == b"no-cache")
+}
+
+/// The stored response updated by a 304 for its own validators (stored again and returned),
+/// or `None` when the 304 is not about it.
+fn refreshed(
+    cache: &RouteCache,
+    entry: &Entry,
+    reval: &Request<()>,
+    head: &Request<()>,
+    headers: &HeaderMap,
+    now: SystemTime,
+) -> Option<Arc<Entry>> {
+    let mut response = Response::new(());
+    *response.status_mut() = StatusCode::NOT_MODIFIED;
+    *response.headers_mut() = decide::targeted(headers).into_owned();
+    let AfterResponse::NotModified(policy, _) = entry.policy.after_response(reval, &response, now) else {
+        return None;
+    };
+    let mut merged = entry.headers.clone();
+    for name in headers.keys().filter(|n| !KEPT_ON_304.contains(&n.as_str())) {
+        merged.remove(name);
+        for v in headers.get_all(name) {
+            merged.append(name.clone(), v.clone());
+        }
+    }
+    merged.remove(SET_COOKIE);
+    let names = key::vary_names(&merged)?;
+    let lifetime = policy.time_to_live(now);
+    let updated = Entry {
+        grace: decide::grace(&cache.store.config, &merged),
+        policy,
+        status: entry.status,
+        headers: merged,
+        body: entry.body.clone(),
+        trailers: entry.trailers.clone(),
+        size: entry.size,
+        tags: entry.tags.clone(),
+        stale_at: now + lifetime,
+    };
+    let key = cache.store.insert(entry_url(reval), names, head, updated);
+    cache.store.get(&key)
+}
+
+fn entry_url(reval: &Request<()>) -> Arc<str> {
+    key::url(reval)
+}

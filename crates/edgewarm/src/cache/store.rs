@@ -1,0 +1,141 @@
+//! The memory tier: stored responses under their [`Key`], in a `moka` cache (TinyLFU
+//! admission, so one scan of cold URLs does not flush what is popular) weighed in bytes
+//! against `cache.max_size`; the `Vary` names last seen per URL (to find a request's variant
+//! before any response is at hand); and the URLs recently found uncacheable (hit-for-miss).
+
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use bytes::Bytes;
+use http::{HeaderMap, HeaderName, Request, StatusCode};
+use http_cache_semantics::CachePolicy;
+use moka::notification::RemovalCause;
+use moka::sync::Cache;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::gauge::Gauge;
+
+use super::decide::{Grace, Refusal};
+use super::key::{self, Key};
+use crate::config::CacheConfig;
+
+/// What an entry costs beyond its header and body bytes: the key, the policy's copies of the
+/// request and response heads, the index. An estimate, measured in docs/benchmarks.md.
+const ENTRY_OVERHEAD: u64 = 512;
+
+/// One stored response.
+#[derive(Debug)]
+pub(crate) struct Entry {
+    /// RFC 9111's view of it (freshness, validators, Vary), from `http-cache-semantics`.
+    pub(crate) policy: CachePolicy,
+    pub(crate) status: StatusCode,
+    /// As the origin sent them (less `Set-Cookie` where `store_set_cookie` strips it).
+    pub(crate) headers: HeaderMap,
+    pub(crate) body: Vec<Bytes>,
+    pub(crate) trailers: Option<HeaderMap>,
+    /// Body bytes.
+    pub(crate) size: u64,
+    /// `Cache-Tag` values, for purge by tag.
+    pub(crate) tags: Vec<Box<str>>,
+    /// When it may still be served stale, past its freshness lifetime.
+    pub(crate) grace: Grace,
+    /// When it stopped being fresh (`stored + lifetime`).
+    pub(crate) stale_at: SystemTime,
+}
+
+impl Entry {
+    /// How long it has been stale at `now` (zero while fresh).
+    pub(crate) fn staleness(&self, now: SystemTime) -> Duration {
+        now.duration_since(self.stale_at).unwrap_or_default()
+    }
+
+    fn weight(&self) -> u32 {
+        let headers: usize = self.headers.iter().map(|(k, v)| k.as_str().len() + v.len() + 4).sum();
+        u32::try_from(self.size + headers as u64 + ENTRY_OVERHEAD).unwrap_or(u32::MAX)
+    }
+}
+
+/// One route's stored responses.
+pub(crate) struct Store {
+    pub(crate) config: CacheConfig,
+    entries: Cache<Key, Arc<Entry>>,
+    vary: Cache<Arc<str>, Arc<[HeaderName]>>,
+    uncacheable: Cache<Arc<str>, Refusal>,
+    bytes: Gauge,
+}
+
+impl Store {
+    /// An empty store; `evicted` counts entries pushed out for room (or refused admission),
+    /// `bytes` follows what it holds.
+    pub(crate) fn new(config: CacheConfig, evicted: Counter, bytes: Gauge) -> Self {
+        let held = bytes.clone();
+        let entries = Cache::builder()
+            .max_capacity(config.max_size)
+            .weigher(|_, e: &Arc<Entry>| e.weight())
+            .eviction_listener(move |_, e: Arc<Entry>, cause| {
+                held.dec_by(i64::from(e.weight()));
+                if cause == RemovalCause::Size {
+                    evicted.inc();
+                }
+            })
+            .build();
+        let vary = Cache::builder().max_capacity(100_000).time_to_idle(Duration::from_secs(24 * 3600)).build();
+        let uncacheable = Cache::builder().max_capacity(100_000).time_to_live(config.remember_uncacheable).build();
+        Self { config, entries, vary, uncacheable, bytes }
+    }
+
+    /// The key a request's response would be stored under, as far as this URL's `Vary` is
+    /// known.
+    pub(crate) fn key(&self, url: &Arc<str>, head: &Request<()>) -> Key {
+        let variant = match self.vary.get(url) {
+            Some(names) => key::variant(&names, head.headers()),
+            None => Arc::from(""),
+        };
+        Key { url: url.clone(), variant }
+    }
+
+    pub(crate) fn get(&self, key: &Key) -> Option<Arc<Entry>> {
+        self.entries.get(key)
+    }
+
+    /// Store `entry` for a request whose response varies on `names`; returns its key.
+    pub(crate) fn insert(&self, url: Arc<str>, names: Vec<HeaderName>, head: &Request<()>, entry: Entry) -> Key {
+        let key = Key { url: url.clone(), variant: key::variant(&names, head.headers()) };
+        self.uncacheable.invalidate(&url);
+        self.vary.insert(url, names.into());
+        self.bytes.inc_by(i64::from(entry.weight()));
+        self.entries.insert(key.clone(), Arc::new(entry));
+        key
+    }
+
+    pub(crate) fn remember_uncacheable(&self, url: Arc<str>, why: Refusal) {
+        self.uncacheable.insert(url, why);
+    }
+
+    /// Why the URL's last response was not stored, while that is remembered.
+    pub(crate) fn uncacheable(&self, url: &str) -> Option<Refusal> {
+        self.uncacheable.get(url)
+    }
+
+    /// Forget that a URL was uncacheable (purged: the next request may store it).
+    pub(crate) fn forget(&self, url: &str) {
+        self.uncacheable.invalidate(url);
+    }
+
+    /// Remove every variant of every URL `matches` accepts, or whose entry `tagged` accepts;
+    /// returns how many. Immediate: the next request for any of them is a miss.
+    pub(crate) fn purge(&self, matches: impl Fn(&str) -> bool, tagged: impl Fn(&Entry) -> bool) -> u64 {
+        let doomed: Vec<Arc<Key>> =
+            self.entries.iter().filter(|(k, e)| matches(&k.url) || tagged(e)).map(|(k, _)| k).collect();
+        for key in &doomed {
+            self.entries.invalidate(&**key);
+            self.uncacheable.invalidate(&key.url);
+        }
+        doomed.len() as u64
+    }
+
+    /// Entries and weighed bytes held now.
+    pub(crate) fn occupancy(&self) -> (u64, u64) {
+        self.entries.run_pending_tasks();
+        (self.entries.entry_count(), self.entries.weighted_size())
+    }
+}
