@@ -70,7 +70,7 @@ pub(crate) fn keep(
         Err(refusal) => {
             drop(lead);
             if let Some(refusal) = refusal {
-                if refusal != Refusal::Partial && !decide::request_specific(head) {
+                if refusal != Refusal::Partial && remembered(parts.status) && !decide::request_specific(head) {
                     store.remember_uncacheable(url, refusal);
                 }
                 status.detail = Some(refusal.as_str());
@@ -89,6 +89,12 @@ pub(crate) fn keep(
     let reader = FillBody::new(lead.fill.clone());
     tokio::spawn(pump(lead, body, store.clone(), url, names, copy(head), template));
     (Response::from_parts(parts, OriginBody::new(reader, Box::new(()))), status)
+}
+
+/// Whether an unstorable answer with this status says the URL is uncacheable (hit-for-miss):
+/// not an origin's passing trouble (5xx, 429, 425), not a 304 for a client's own validator.
+fn remembered(status: StatusCode) -> bool {
+    !(status.is_server_error() || matches!(status.as_u16(), 304 | 425 | 429))
 }
 
 /// An entry but for its body.

@@ -8,7 +8,7 @@
 use std::sync::Arc;
 use std::time::SystemTime;
 
-use http::header::{CACHE_CONTROL, RANGE};
+use http::header::{CACHE_CONTROL, IF_MODIFIED_SINCE, IF_NONE_MATCH, RANGE};
 use http::{Method, Request, Response};
 use http_cache_semantics::BeforeRequest;
 
@@ -101,9 +101,20 @@ impl Cached {
         }
         match self.cache.fills.join_or_lead(&key) {
             Turn::Lead(lead) => {
-                let response = self.inner.send(out).await?;
+                // The client's own validators stay here: the origin is asked for the whole
+                // object (storable, and shareable with the waiters), and the client's
+                // conditional is answered against it.
+                let Outgoing { build, body, up, timeout } = out;
+                let mut whole = || {
+                    let mut h = build();
+                    for name in [IF_NONE_MATCH, IF_MODIFIED_SINCE] {
+                        h.headers_mut().remove(name);
+                    }
+                    h
+                };
+                let response = self.inner.send(Outgoing { build: &mut whole, body, up, timeout }).await?;
                 let (response, status) = keep::keep(&self.cache, response.response, &head, url, lead, "uri-miss", now);
-                Ok(self.cache.answer(response, CacheResult::Miss, &status))
+                Ok(self.cache.answer(serve::conditional(response, &head), CacheResult::Miss, &status))
             }
             Turn::Join(fill) => {
                 if let Some(shared) = fill.head().await.filter(|h| key::variant(&h.vary, head.headers()) == h.variant) {

@@ -27,7 +27,7 @@ pub(crate) fn response(entry: &Arc<Entry>, head: &Request<()>, now: SystemTime) 
     let mut range = 0..entry.size;
     let req = head.headers();
     let ok = entry.status == StatusCode::OK;
-    if ok && not_modified(entry, head) {
+    if ok && not_modified(&entry.headers, head) {
         status = StatusCode::NOT_MODIFIED;
         range = 0..0;
         headers.remove(CONTENT_LENGTH);
@@ -64,19 +64,19 @@ pub(crate) fn response(entry: &Arc<Entry>, head: &Request<()>, now: SystemTime) 
 }
 
 /// The client's `If-None-Match` (weak comparison) or, without one, `If-Modified-Since`
-/// holds against the stored response (RFC 9110 §13.1).
-fn not_modified(entry: &Entry, head: &Request<()>) -> bool {
+/// holds against a response with `headers` (RFC 9110 §13.1).
+pub(crate) fn not_modified(headers: &http::HeaderMap, head: &Request<()>) -> bool {
     if !matches!(*head.method(), Method::GET | Method::HEAD) {
         return false;
     }
     let req = head.headers();
     if let Some(inm) = req.get(IF_NONE_MATCH).and_then(|v| v.to_str().ok()) {
-        let Some(etag) = entry.headers.get(ETAG).and_then(|v| v.to_str().ok()) else { return false };
+        let Some(etag) = headers.get(ETAG).and_then(|v| v.to_str().ok()) else { return false };
         let weak = |t: &str| t.trim().trim_start_matches("W/").to_string();
         return inm.split(',').any(|t| t.trim() == "*" || weak(t) == weak(etag));
     }
     let since = req.get(IF_MODIFIED_SINCE).and_then(|v| httpdate::parse_http_date(v.to_str().ok()?).ok());
-    let modified = entry.headers.get(LAST_MODIFIED).and_then(|v| httpdate::parse_http_date(v.to_str().ok()?).ok());
+    let modified = headers.get(LAST_MODIFIED).and_then(|v| httpdate::parse_http_date(v.to_str().ok()?).ok());
     matches!((since, modified), (Some(s), Some(m)) if m <= s)
 }
 
@@ -181,4 +181,18 @@ mod tests {
         assert_eq!(byte_range("items=0-1", 100), None);
         assert_eq!(byte_range("bytes=5-1", 100), None);
     }
+}
+
+/// The client's answer to a fetch the cache made without the client's validators (so that a
+/// whole, storable response came back): a 304 when its `If-None-Match` / `If-Modified-Since`
+/// holds against the new response, the body then left to the store.
+pub(crate) fn conditional(response: Response<OriginBody>, head: &Request<()>) -> Response<OriginBody> {
+    if response.status() != StatusCode::OK || !not_modified(response.headers(), head) {
+        return response;
+    }
+    let (mut parts, _body) = response.into_parts();
+    parts.status = StatusCode::NOT_MODIFIED;
+    parts.headers.remove(CONTENT_LENGTH);
+    parts.headers.remove(TRANSFER_ENCODING);
+    Response::from_parts(parts, OriginBody::new(http_body_util::Empty::new(), Box::new(())))
 }

@@ -151,6 +151,22 @@ async fn stale_responses_are_revalidated() {
     edge.stop().await;
 }
 
+/// A miss with the client's own validators fetches the whole object (stored for everyone)
+/// and answers the client's conditional itself.
+#[tokio::test]
+async fn a_conditional_miss_fills_the_cache() {
+    let (fx, edge, log) = cached_edge("{}").await;
+    let path = "/m?cc=max-age%3D60&etag=%22m1%22";
+    let (head, body) = get(&fx, &edge, path, &[("if-none-match", "\"m1\"")]).await;
+    assert_eq!((head.status.as_u16(), body.as_str()), (304, ""));
+    assert!(!log.seen.lock().unwrap()[0].2.contains_key("if-none-match"), "the origin was asked for the object");
+    let (head, body) = get(&fx, &edge, path, &[]).await;
+    assert!(header(&head, "cache-status").contains("hit"), "{head:?}");
+    assert_eq!(body, format!("{path} #1"));
+    assert_eq!(log.count(path), 1);
+    edge.stop().await;
+}
+
 /// `stale-if-error`: an origin 500 serves the stale copy. `stale-while-revalidate`: the
 /// stale copy at once, and one revalidation in the background.
 #[tokio::test]
