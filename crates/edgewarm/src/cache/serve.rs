@@ -165,6 +165,20 @@ impl Body for Stored {
     }
 }
 
+/// The client's answer to a fetch the cache made without the client's validators (so that a
+/// whole, storable response came back): a 304 when its `If-None-Match` / `If-Modified-Since`
+/// holds against the new response, the body then left to the store.
+pub(crate) fn conditional(response: Response<OriginBody>, head: &Request<()>) -> Response<OriginBody> {
+    if response.status() != StatusCode::OK || !not_modified(response.headers(), head) {
+        return response;
+    }
+    let (mut parts, _body) = response.into_parts();
+    parts.status = StatusCode::NOT_MODIFIED;
+    parts.headers.remove(CONTENT_LENGTH);
+    parts.headers.remove(TRANSFER_ENCODING);
+    Response::from_parts(parts, OriginBody::new(http_body_util::Empty::new(), Box::new(())))
+}
+
 #[cfg(test)]
 mod tests {
     use super::byte_range;
@@ -181,18 +195,4 @@ mod tests {
         assert_eq!(byte_range("items=0-1", 100), None);
         assert_eq!(byte_range("bytes=5-1", 100), None);
     }
-}
-
-/// The client's answer to a fetch the cache made without the client's validators (so that a
-/// whole, storable response came back): a 304 when its `If-None-Match` / `If-Modified-Since`
-/// holds against the new response, the body then left to the store.
-pub(crate) fn conditional(response: Response<OriginBody>, head: &Request<()>) -> Response<OriginBody> {
-    if response.status() != StatusCode::OK || !not_modified(response.headers(), head) {
-        return response;
-    }
-    let (mut parts, _body) = response.into_parts();
-    parts.status = StatusCode::NOT_MODIFIED;
-    parts.headers.remove(CONTENT_LENGTH);
-    parts.headers.remove(TRANSFER_ENCODING);
-    Response::from_parts(parts, OriginBody::new(http_body_util::Empty::new(), Box::new(())))
 }
