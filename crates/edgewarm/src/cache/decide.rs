@@ -4,17 +4,14 @@
 //! RFC 9213 in place of `Cache-Control` where the origin sends it, and the edge's own
 //! refusals, each named in `Cache-Status`'s `detail`.
 
-use std::borrow::Cow;
 use std::time::{Duration, SystemTime};
 
-use http::header::{HeaderMap, HeaderName, HeaderValue, CACHE_CONTROL, CONTENT_LENGTH, EXPIRES, RANGE, SET_COOKIE};
+use http::header::{HeaderMap, HeaderName, CACHE_CONTROL, CONTENT_LENGTH, RANGE, SET_COOKIE};
 use http::{Request, Response, StatusCode};
 use http_cache_semantics::{CacheOptions, CachePolicy};
 
-use super::key;
+use super::{directives, key};
 use crate::config::CacheConfig;
-
-const CDN_CACHE_CONTROL: HeaderName = HeaderName::from_static("cdn-cache-control");
 
 /// How long past its freshness a response may be served: while one request revalidates it,
 /// and when the origin fails.
@@ -52,29 +49,12 @@ impl Refusal {
     }
 }
 
-/// The response headers a cache decision reads: with a valid `CDN-Cache-Control`, its
-/// directives stand in for `Cache-Control` and `Expires` (RFC 9213 §2.2).
-pub(crate) fn targeted(headers: &HeaderMap) -> Cow<'_, HeaderMap> {
-    let cdn: Vec<&HeaderValue> = headers.get_all(&CDN_CACHE_CONTROL).iter().collect();
-    if cdn.is_empty() || cdn.iter().any(|v| v.to_str().is_err()) {
-        return Cow::Borrowed(headers);
-    }
-    let mut copy = headers.clone();
-    copy.remove(CACHE_CONTROL);
-    copy.remove(EXPIRES);
-    for v in cdn {
-        copy.append(CACHE_CONTROL, v.clone());
-    }
-    Cow::Owned(copy)
-}
-
 /// RFC 9111's policy for `head` answered with `status` and `headers` at `now`.
 pub(crate) fn policy(head: &Request<()>, status: StatusCode, headers: &HeaderMap, now: SystemTime) -> CachePolicy {
     let mut response = Response::new(());
     *response.status_mut() = status;
-    *response.headers_mut() = targeted(headers).into_owned();
-    // What is stored never carries Set-Cookie (see `storable`), so it is judged without it.
-    response.headers_mut().remove(SET_COOKIE);
+    *response.headers_mut() = directives::read(headers);
+    directives::must_understand(response.headers_mut(), status);
     let options = CacheOptions { shared: true, ..CacheOptions::default() };
     CachePolicy::new_options(head, &response, now, options)
 }
@@ -125,7 +105,7 @@ pub(crate) fn request_specific(head: &Request<()>) -> bool {
 /// forbids serving it stale (`must-revalidate`, `proxy-revalidate`, `no-cache`; `s-maxage`
 /// implies `proxy-revalidate`, so with it only the origin's own grace counts).
 pub(crate) fn grace(config: &CacheConfig, headers: &HeaderMap) -> Grace {
-    let headers = targeted(headers);
+    let headers = directives::read(headers);
     let directives: Vec<(String, Option<String>)> = headers
         .get_all(CACHE_CONTROL)
         .iter()
@@ -160,6 +140,7 @@ pub(crate) fn grace(config: &CacheConfig, headers: &HeaderMap) -> Grace {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use http::header::HeaderValue;
 
     fn decide(
         response: &[(&'static str, &'static str)],

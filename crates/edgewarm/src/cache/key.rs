@@ -6,7 +6,7 @@
 
 use std::sync::Arc;
 
-use http::header::{HeaderMap, HeaderName, ACCEPT_ENCODING, VARY};
+use http::header::{HeaderMap, HeaderName, ACCEPT_ENCODING, ACCEPT_LANGUAGE, COOKIE, VARY};
 use http::Request;
 
 /// One stored response's place: its URL and its variant.
@@ -64,13 +64,29 @@ pub(crate) fn variant(names: &[HeaderName], request: &HeaderMap) -> Arc<str> {
     out.into()
 }
 
-/// Rewrite a request's `Accept-Encoding` to the codings it accepts, sorted: the form the
-/// cache judges and keys it in (the origin still gets the client's own).
+/// The request as the cache judges and keys it (the origin still gets the client's own):
+/// each header's lines combined and spaced alike (`a,b` and two lines `a`, `b` are one
+/// variant), `Accept-Language` in lower case, `Accept-Encoding` reduced to the codings it
+/// accepts, sorted.
 pub(crate) fn normalise(head: &mut Request<()>) {
-    if head.headers().contains_key(ACCEPT_ENCODING) {
-        let codings = codings(head.headers());
-        if let Ok(v) = http::HeaderValue::from_str(&codings) {
-            head.headers_mut().insert(ACCEPT_ENCODING, v);
+    let names: Vec<HeaderName> = head.headers().keys().filter(|n| **n != COOKIE).cloned().collect();
+    for name in names {
+        let value = if name == ACCEPT_ENCODING {
+            codings(head.headers())
+        } else {
+            let Ok(lines) = head.headers().get_all(&name).iter().map(|v| v.to_str()).collect::<Result<Vec<_>, _>>()
+            else {
+                continue;
+            };
+            let joined = lines.iter().flat_map(|l| l.split(',')).map(str::trim).collect::<Vec<_>>().join(", ");
+            if name == ACCEPT_LANGUAGE {
+                joined.to_ascii_lowercase()
+            } else {
+                joined
+            }
+        };
+        if let Ok(v) = http::HeaderValue::from_str(&value) {
+            head.headers_mut().insert(name, v);
         }
     }
 }
@@ -115,6 +131,19 @@ mod tests {
         let c = variant(&names, &headers(&[("accept-encoding", "gzip, br;q=0, deflate")]));
         assert_eq!(a, b);
         assert_ne!(a, c);
+    }
+
+    #[test]
+    fn requests_are_judged_with_their_lists_spaced_alike() {
+        let mut a = Request::get("https://x/").body(()).unwrap();
+        a.headers_mut().append("foo", "1".parse().unwrap());
+        a.headers_mut().append("foo", "2".parse().unwrap());
+        a.headers_mut().insert("accept-language", "eN ,De".parse().unwrap());
+        a.headers_mut().insert("cookie", "a=1, b".parse().unwrap());
+        normalise(&mut a);
+        assert_eq!(a.headers()["foo"], "1, 2");
+        assert_eq!(a.headers()["accept-language"], "en, de");
+        assert_eq!(a.headers()["cookie"], "a=1, b");
     }
 
     #[test]

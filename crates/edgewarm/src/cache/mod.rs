@@ -6,7 +6,8 @@
 //!   key, [`fill`]), or pass through (other methods; a successful unsafe one invalidates).
 //! - [`key`]: what a stored response is found by (URL, and the `Vary` variant).
 //! - [`decide`]: whether a response may be stored and how long it may be served (RFC 9111 via
-//!   `http-cache-semantics`, RFC 9213's `CDN-Cache-Control`, the edge's own refusals).
+//!   `http-cache-semantics`, the edge's own refusals), reading the headers as [`directives`]
+//!   says (RFC 9213's `CDN-Cache-Control`, case, `Age`, `Expires`).
 //! - [`keep`]: a fetched response read into the store while it goes out.
 //! - [`store`]: the memory tier (`moka`, weighed in bytes), hit-for-miss memory.
 //! - [`serve`]: a client's response from a stored one (Age, 304, HEAD, one byte range).
@@ -15,6 +16,7 @@
 //!   API.
 
 pub(crate) mod decide;
+pub(crate) mod directives;
 pub(crate) mod fill;
 pub(crate) mod keep;
 pub(crate) mod key;

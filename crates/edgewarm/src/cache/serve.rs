@@ -76,7 +76,11 @@ pub(crate) fn not_modified(headers: &http::HeaderMap, head: &Request<()>) -> boo
         return inm.split(',').any(|t| t.trim() == "*" || weak(t) == weak(etag));
     }
     let since = req.get(IF_MODIFIED_SINCE).and_then(|v| httpdate::parse_http_date(v.to_str().ok()?).ok());
-    let modified = headers.get(LAST_MODIFIED).and_then(|v| httpdate::parse_http_date(v.to_str().ok()?).ok());
+    // Without Last-Modified, the response's Date is as late as it can have changed.
+    let modified = headers
+        .get(LAST_MODIFIED)
+        .or_else(|| headers.get(http::header::DATE))
+        .and_then(|v| httpdate::parse_http_date(v.to_str().ok()?).ok());
     matches!((since, modified), (Some(s), Some(m)) if m <= s)
 }
 

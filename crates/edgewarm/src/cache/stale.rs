@@ -7,11 +7,13 @@ use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-use http::header::{HeaderMap, CACHE_CONTROL, IF_RANGE, PRAGMA, RANGE, SET_COOKIE};
+use http::header::{
+    HeaderMap, CACHE_CONTROL, ETAG, IF_MODIFIED_SINCE, IF_NONE_MATCH, IF_RANGE, LAST_MODIFIED, PRAGMA, RANGE,
+    SET_COOKIE,
+};
 use http::{Request, Response, StatusCode};
 use http_cache_semantics::AfterResponse;
 
-use super::decide;
 use super::fill::Leading;
 use super::keep::{self, copy};
 use super::key::{self, Key};
@@ -19,6 +21,7 @@ use super::routes::RouteCache;
 use super::serve;
 use super::status::Status;
 use super::store::Entry;
+use super::{decide, directives};
 use crate::metrics::CacheResult;
 use crate::origin::seam::{Origin, OutBody, Outgoing, SendFailure, Sent};
 
@@ -48,9 +51,19 @@ impl Stale<'_> {
         let now = SystemTime::now();
         let staleness = self.entry.staleness(now);
         let mut reval = Request::from_parts(reval, ());
-        // The whole object is revalidated, whatever part this client wants.
-        reval.headers_mut().remove(RANGE);
-        reval.headers_mut().remove(IF_RANGE);
+        // The whole object is revalidated, whatever part this client wants, with the stored
+        // response's validators only: a 304 is then about it, and the client's own
+        // conditional is answered from it afterwards.
+        let h = reval.headers_mut();
+        for name in [RANGE, IF_RANGE, IF_NONE_MATCH, IF_MODIFIED_SINCE] {
+            h.remove(name);
+        }
+        if let Some(etag) = self.entry.headers.get(ETAG) {
+            h.insert(IF_NONE_MATCH, etag.clone());
+        }
+        if let Some(date) = self.entry.headers.get(LAST_MODIFIED) {
+            h.insert(IF_MODIFIED_SINCE, date.clone());
+        }
         let grace = self.entry.grace;
         if staleness <= grace.while_revalidate && !client_insists(self.head) {
             self.in_background(reval, timeout);
@@ -147,7 +160,17 @@ fn refreshed(
 ) -> Option<Arc<Entry>> {
     let mut response = Response::new(());
     *response.status_mut() = StatusCode::NOT_MODIFIED;
-    *response.headers_mut() = decide::targeted(headers).into_owned();
+    *response.headers_mut() = directives::read(headers);
+    // A 304 to a request that named only this response's validators confirms it, whether or
+    // not it repeats them.
+    let confirm = response.headers_mut();
+    if !confirm.contains_key(ETAG) && !confirm.contains_key(LAST_MODIFIED) {
+        for name in [ETAG, LAST_MODIFIED] {
+            if let Some(v) = entry.headers.get(&name) {
+                confirm.insert(name, v.clone());
+            }
+        }
+    }
     let AfterResponse::NotModified(policy, _) = entry.policy.after_response(reval, &response, now) else {
         return None;
     };
