@@ -124,6 +124,29 @@ async fn safe_requests_in_early_data_go_out_at_once_marked_early_data() {
     edge.stop().await;
 }
 
+/// A fresh hit for a safe request in early data is answered from the edge's cache at once:
+/// nothing reaches the origin, so there is nothing to replay there.
+#[tokio::test]
+async fn a_fresh_hit_in_early_data_never_reaches_the_origin() {
+    let fx = pki("http");
+    let (origin, log) = cache_origin().await;
+    let p = fx.path.display();
+    let route = format!(
+        "  - sni: b.test\n    action: http\n    origin: \"{origin}\"\n    cert: {p}/edge/cert.pem\n    key: \
+         {p}/edge/key.pem\n    upstream: {{protocol: http/1.1, tls: false}}\n    cache: {{}}\n{EARLY}"
+    );
+    let edge = edge(&route, "", "").await;
+    let client = zero_rtt_client(&fx.edge);
+    let path = "/e?cc=max-age%3D60";
+    let (first, early) = request(&client, edge.addr, &get(path), None).await;
+    assert!(first.starts_with("HTTP/1.1 200") && !early, "{first}");
+    let (second, early) = request(&client, edge.addr, &get(path), None).await;
+    assert!(early, "the resumed client's request went as early data");
+    assert!(second.contains("\r\ncache-status: edgewarm; hit; ttl="), "{second}");
+    assert_eq!(log.count(path), 1, "the origin never saw the early request");
+    edge.stop().await;
+}
+
 #[tokio::test]
 async fn unsafe_requests_in_early_data_wait_for_the_handshake() {
     let fx = pki("http");
