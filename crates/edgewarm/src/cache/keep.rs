@@ -122,7 +122,7 @@ impl Template {
     fn entry(self, body: Vec<Bytes>, trailers: Option<HeaderMap>, size: u64) -> Entry {
         let tags = tags(&self.headers);
         let Self { policy, status, headers, grace, stale_at, .. } = self;
-        Entry { policy, status, headers, body, trailers, size, tags, grace, stale_at }
+        Entry { policy, status, headers, body, trailers, size, tags, grace, stale_at, request_bytes: 0 }
     }
 }
 

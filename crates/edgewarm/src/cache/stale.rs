@@ -194,6 +194,7 @@ fn refreshed(
         size: entry.size,
         tags: entry.tags.clone(),
         stale_at: now + lifetime,
+        request_bytes: 0,
     };
     let key = cache.store.insert(entry_url(reval), names, head, updated);
     cache.store.get(&key)

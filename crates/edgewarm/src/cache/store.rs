@@ -40,6 +40,12 @@ pub(crate) struct Entry {
     pub(crate) grace: Grace,
     /// When it stopped being fresh (`stored + lifetime`).
     pub(crate) stale_at: SystemTime,
+    /// The request head the policy keeps a copy of (set when stored).
+    pub(crate) request_bytes: u64,
+}
+
+fn header_bytes(headers: &HeaderMap) -> u64 {
+    headers.iter().map(|(k, v)| (k.as_str().len() + v.len() + 4) as u64).sum()
 }
 
 impl Entry {
@@ -48,9 +54,11 @@ impl Entry {
         now.duration_since(self.stale_at).unwrap_or_default()
     }
 
+    /// What it holds: the body, the response headers twice (ours and the policy's copy), the
+    /// request headers the policy keeps, and the rest of the index.
     fn weight(&self) -> u32 {
-        let headers: usize = self.headers.iter().map(|(k, v)| k.as_str().len() + v.len() + 4).sum();
-        u32::try_from(self.size + headers as u64 + ENTRY_OVERHEAD).unwrap_or(u32::MAX)
+        let total = self.size + 2 * header_bytes(&self.headers) + self.request_bytes + ENTRY_OVERHEAD;
+        u32::try_from(total).unwrap_or(u32::MAX)
     }
 }
 
@@ -98,7 +106,8 @@ impl Store {
     }
 
     /// Store `entry` for a request whose response varies on `names`; returns its key.
-    pub(crate) fn insert(&self, url: Arc<str>, names: Vec<HeaderName>, head: &Request<()>, entry: Entry) -> Key {
+    pub(crate) fn insert(&self, url: Arc<str>, names: Vec<HeaderName>, head: &Request<()>, mut entry: Entry) -> Key {
+        entry.request_bytes = header_bytes(head.headers());
         let key = Key { url: url.clone(), variant: key::variant(&names, head.headers()) };
         self.uncacheable.invalidate(&url);
         self.vary.insert(url, names.into());
