@@ -18,6 +18,19 @@ if [ ${#missing[@]} -gt 0 ]; then
   apt-get update -qq
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
+# Node.js and npm: the HTTP cache test suite (../shared/cache-tests, run by `edgewarm-lab
+# cache-tests` and tests/lab_cache_tests.rs) is a Node program whose dependencies come from the
+# npm registry. This kind of machine comes with Node 20 and npm 11; Debian's (bookworm: Node 18)
+# are the fallback where they are missing.
+if ! command -v node >/dev/null 2>&1 || ! command -v npm >/dev/null 2>&1; then
+  if [ "$(id -u)" -ne 0 ]; then
+    echo "scripts/deps.sh: need root to install: nodejs npm" >&2
+    exit 1
+  fi
+  echo "installing: nodejs npm"
+  apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends nodejs npm >/dev/null
+fi
 # aioquic (PyPI): the HTTP/3 client of the tests, a real QUIC stack with resumption and 0-RTT.
 if ! python3 -c "import aioquic" 2>/dev/null; then
   if ! python3 -m pip --version >/dev/null 2>&1; then

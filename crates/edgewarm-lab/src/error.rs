@@ -21,11 +21,17 @@ pub enum LabError {
     /// A program the run needs is not installed: said once, before anything starts.
     #[error("{what} not found at {path}: {why}; scripts/deps.sh installs it")]
     Missing { what: &'static str, path: String, why: &'static str },
+    /// `cache-tests`: no suite where it was looked for.
+    #[error("the HTTP cache test suite is not at {0}: give --suite DIR or set CACHE_TESTS_DIR")]
+    NoSuite(String),
+    /// `cache-tests`: the suite could not be prepared or run.
+    #[error("{0}")]
+    Suite(String),
 }
 
 impl LabError {
-    /// Bad input from the user (scenario name or file), as opposed to a failure while running.
+    /// Bad input from the user (scenario name or file, suite folder), as opposed to a failure while running.
     pub fn is_usage(&self) -> bool {
-        matches!(self, Self::Scenario(_) | Self::ScenarioFile(_))
+        matches!(self, Self::Scenario(_) | Self::ScenarioFile(_) | Self::NoSuite(_))
     }
 }

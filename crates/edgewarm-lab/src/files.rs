@@ -1,5 +1,6 @@
 //! What a lab run writes before it starts anything: the lab's certificates and the edge's
-//! configuration.
+//! configuration ([`write_pki`]: a CA and certificates for any names, which `cache-tests` uses
+//! too).
 
 use std::path::{Path, PathBuf};
 
@@ -16,10 +17,16 @@ const EDGE_NAMES: [&str; 6] = ["b.test", "h.test", "z.test", "p.test", "static.b
 /// A new run folder under `out`, named for the time and `name`, with the run's certificates in
 /// it. Absolute: it names the edge's upgrade socket, which must be an absolute path.
 pub(crate) fn run_dir(out: &Path, name: &str) -> Result<PathBuf, LabError> {
+    let dir = empty_run_dir(out, name)?;
+    write_certs(&dir)?;
+    Ok(dir)
+}
+
+/// A new, empty run folder under `out`, named for the time and `name`; absolute.
+pub(crate) fn empty_run_dir(out: &Path, name: &str) -> Result<PathBuf, LabError> {
     let stamp = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default().as_secs();
     let dir = std::path::absolute(out.join(format!("{stamp}-{name}")))?;
     std::fs::create_dir_all(&dir)?;
-    write_certs(&dir)?;
     Ok(dir)
 }
 
@@ -60,13 +67,19 @@ pub(crate) fn edge_config(d: &str, page: bool) -> String {
 /// One lab CA; the origin's certificate covers the names clients use directly and through
 /// the tunnel, the edge's the prewarm and http names.
 pub(crate) fn write_certs(dir: &Path) -> Result<(), LabError> {
+    write_pki(dir, &[("origin", &ORIGIN_NAMES), ("edge", &EDGE_NAMES)])
+}
+
+/// A new CA (`ca.pem`) and, for each `(file, names)`, a certificate for those names signed by
+/// it: `{file}.pem`, `{file}.key`, `{file}.spki` and `{file}.bundle.pem`.
+pub(crate) fn write_pki(dir: &Path, certs: &[(&str, &[&str])]) -> Result<(), LabError> {
     let ca_key = rcgen::KeyPair::generate()?;
     let mut ca_params = rcgen::CertificateParams::new(Vec::<String>::new())?;
     ca_params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
     ca_params.distinguished_name.push(rcgen::DnType::CommonName, "edgewarm lab CA");
     let ca = ca_params.self_signed(&ca_key)?;
     std::fs::write(dir.join("ca.pem"), ca.pem())?;
-    for (file, names) in [("origin", &ORIGIN_NAMES[..]), ("edge", &EDGE_NAMES[..])] {
+    for &(file, names) in certs {
         let key = rcgen::KeyPair::generate()?;
         let cert = rcgen::CertificateParams::new(names.iter().map(|n| n.to_string()).collect::<Vec<_>>())?
             .signed_by(&key, &ca, &ca_key)?;

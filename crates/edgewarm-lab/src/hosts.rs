@@ -1,6 +1,7 @@
 //! The lab's processes on its hosts: the lab origin and edgewarm started in their namespaces as
 //! children of the lab ([`start_hosts`], [`spawn`]), killed when their [`Guard`] drops, and
-//! asked over the edge's admin listener whether they are ready ([`wait_ready`], [`admin`]).
+//! asked over the edge's admin listener whether they are ready ([`wait_ready`], [`admin`]);
+//! [`log_tail`]: what an error shows of a child's log.
 
 use std::path::Path;
 use std::process::Stdio;
@@ -13,6 +14,13 @@ use crate::netns::{Topology, ORIGIN};
 
 /// A child process killed when dropped.
 pub struct Guard(Child);
+
+impl Guard {
+    /// The child's exit status if it has exited (it is not waited for).
+    pub(crate) fn try_wait(&mut self) -> Option<std::process::ExitStatus> {
+        self.0.try_wait().ok().flatten()
+    }
+}
 
 impl Drop for Guard {
     fn drop(&mut self) {
@@ -100,9 +108,11 @@ pub(crate) async fn wait_ready(topo: &Topology, log: &Path) -> Result<(), LabErr
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    let log = std::fs::read_to_string(log).unwrap_or_default();
-    Err(LabError::NotReady {
-        what: "edgewarm's prewarm pool and http origin connections",
-        detail: log.lines().rev().take(5).collect::<Vec<_>>().join(" | "),
-    })
+    Err(LabError::NotReady { what: "edgewarm's prewarm pool and http origin connections", detail: log_tail(log) })
+}
+
+/// The last lines of a child's log, newest first, on one line: what an error shows of it.
+pub(crate) fn log_tail(log: &Path) -> String {
+    let text = std::fs::read_to_string(log).unwrap_or_default();
+    text.lines().rev().take(5).collect::<Vec<_>>().join(" | ")
 }

@@ -25,10 +25,18 @@
 //!   every mode ([`browse`]); [`pages_report`] and [`plot_pages`] report it.
 //! - [`upgrade_lab`]: `lab --scenario upgrade`, the first clients' TTFB before and after an
 //!   upgrade and after a restart.
+//! - [`cache_tests`]: `edgewarm-lab cache-tests`, the HTTP cache test suite (http-tests'
+//!   cache-tests) run against edgewarm: [`cache_suite`] prepares the suite, [`cache_edge`]
+//!   starts edgewarm in front of its origin, [`cache_report`] tallies the results against the
+//!   published ones of other caches.
 //!
 //! The proxy itself runs as a process (the `edgewarm` binary), exactly as deployed.
 
 pub mod browse;
+pub(crate) mod cache_edge;
+pub mod cache_report;
+pub mod cache_suite;
+pub mod cache_tests;
 pub mod delaybox;
 pub mod error;
 pub(crate) mod files;

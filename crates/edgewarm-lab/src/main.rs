@@ -1,5 +1,6 @@
 //! The `edgewarm-lab` command: `lab` (the WAN lab), `load` (the load generator), `origin`
-//! (the lab's HTTPS origin) and `forward` (a plain forwarder, the peek's baseline). Argument
+//! (the lab's HTTPS origin), `forward` (a plain forwarder, the peek's baseline) and
+//! `cache-tests` (the HTTP cache test suite against edgewarm). Argument
 //! parsing, logging and exit codes; the work is in the library.
 
 use std::process::ExitCode;
@@ -29,6 +30,9 @@ enum Command {
     Browse(edgewarm_lab::browse::BrowseOpts),
     /// The lab's HTTPS origin (HTTP/1.1 and HTTP/2), with the browser lab's pages.
     Origin(edgewarm_lab::origin::OriginOpts),
+    /// Run the HTTP cache test suite (http-tests' cache-tests) against edgewarm and compare
+    /// with the published results of other caches.
+    CacheTests(edgewarm_lab::cache_tests::CacheTestsOpts),
     /// A plain TCP forwarder from edgewarm's own connect and relay code, without the peek:
     /// the baseline that prices edgewarm's peek (scripts/bench-peek.sh).
     Forward(ForwardOpts),
@@ -61,6 +65,7 @@ fn main() -> ExitCode {
             Command::Browse(opts) => browse(opts).await,
             Command::Origin(opts) => origin(opts).await,
             Command::Forward(opts) => forward(opts).await,
+            Command::CacheTests(opts) => cache_tests(opts).await,
         }
     })
 }
@@ -105,6 +110,33 @@ async fn finish<R: serde::Serialize>(
         },
         _ = tokio::signal::ctrl_c() => {
             eprintln!("edgewarm-lab lab: interrupted, cleaning up");
+            ExitCode::from(130)
+        }
+    }
+}
+
+/// Run the cache test suite and print its report (Markdown, or `--json`). Failing tests are
+/// the report, not an error: only a broken run exits non-zero. Ctrl-C drops the run: its guards
+/// kill the children and remove the scratch folder.
+async fn cache_tests(opts: edgewarm_lab::cache_tests::CacheTestsOpts) -> ExitCode {
+    tokio::select! {
+        r = edgewarm_lab::cache_tests::run(&opts) => match r {
+            Ok(report) => {
+                if opts.json {
+                    println!("{}", serde_json::to_string_pretty(&report).unwrap_or_default());
+                } else {
+                    println!("{}", report.markdown());
+                    println!("saved in {}", report.run_dir.display());
+                }
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                eprintln!("edgewarm-lab cache-tests: {e}");
+                if e.is_usage() { ExitCode::from(EXIT_USAGE) } else { ExitCode::FAILURE }
+            }
+        },
+        _ = tokio::signal::ctrl_c() => {
+            eprintln!("edgewarm-lab cache-tests: interrupted, cleaning up");
             ExitCode::from(130)
         }
     }

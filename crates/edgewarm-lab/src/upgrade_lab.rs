@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use serde::Serialize;
 
 use crate::error::LabError;
-use crate::hosts::{admin, spawn, wait_ready, Guard};
+use crate::hosts::{admin, log_tail, spawn, wait_ready, Guard};
 use crate::model::Mode;
 use crate::netns::{Topology, EDGE_A, ORIGIN};
 use crate::run::{load, LabOpts, Scenario};
@@ -153,7 +153,7 @@ async fn took_over(log: &Path) -> Result<(), LabError> {
         }
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
-    Err(LabError::NotReady { what: "the upgraded edgewarm", detail: tail(log) })
+    Err(LabError::NotReady { what: "the upgraded edgewarm", detail: log_tail(log) })
 }
 
 /// Until the new process's `/ready` answers 200: it accepts (its pools may still be cold).
@@ -164,18 +164,13 @@ async fn accepting(topo: &Topology, log: &Path) -> Result<(), LabError> {
         }
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
-    Err(LabError::NotReady { what: "the restarted edgewarm", detail: tail(log) })
+    Err(LabError::NotReady { what: "the restarted edgewarm", detail: log_tail(log) })
 }
 
 /// The serving process's pool misses on the prewarm route (each process counts from 0).
 async fn misses(topo: &Topology) -> f64 {
     let m = admin(topo, "/metrics").await.unwrap_or_default();
     edgewarm::metrics::sample(&m, "edgewarm_pool_misses_total", &[("route", ROUTES[0].0)]).unwrap_or(0.0)
-}
-
-fn tail(log: &Path) -> String {
-    let text = std::fs::read_to_string(log).unwrap_or_default();
-    text.lines().rev().take(5).collect::<Vec<_>>().join(" | ")
 }
 
 fn median(v: &[f64]) -> f64 {
