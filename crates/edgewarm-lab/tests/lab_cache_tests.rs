@@ -8,14 +8,13 @@ use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-/// Whether edgewarm's route has its cache on. Off until `routes[].cache` exists; once it does,
-/// set this to true and raise [`MIN_REQUIRED_PASSED`] to what the cache achieves.
-const WITH_CACHE: bool = false;
+/// Required tests edgewarm's cache must pass: 158 of 160 measured (the two it fails are
+/// explained in docs/config.md: `Set-Cookie` is never stored, 1xx responses are not passed on),
+/// less a small margin. A plain reverse proxy (`--no-cache`) passes 97.
+const MIN_REQUIRED_PASSED: u64 = 156;
 
-/// Required tests edgewarm must pass. Measured as a plain reverse proxy (`--no-cache`, before
-/// the cache): 97 of 160 in each of three runs (a proxy that stores nothing passes every "must
-/// not reuse" test), less a small margin.
-const MIN_REQUIRED_PASSED: u64 = 92;
+/// Optimal tests: 82 of 105 measured (the best published peer, Traffic Server, passes 74).
+const MIN_OPTIMAL_PASSED: u64 = 80;
 
 /// The run's own bound (`--timeout`); the test kills it a minute after that.
 const TIMEOUT: Duration = Duration::from_secs(300);
@@ -36,9 +35,6 @@ fn edgewarm_passes_the_http_cache_test_suite() {
     let (stdout, stderr) = (logs.path().join("stdout"), logs.path().join("stderr"));
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_edgewarm-lab"));
     cmd.args(["cache-tests", "--json", "--timeout", &format!("{}s", TIMEOUT.as_secs()), "--out"]).arg(&out);
-    if !WITH_CACHE {
-        cmd.arg("--no-cache");
-    }
     let mut child = cmd
         .stdin(Stdio::null())
         .stdout(std::fs::File::create(&stdout).unwrap())
@@ -74,8 +70,7 @@ fn edgewarm_passes_the_http_cache_test_suite() {
     let n = |v: &serde_json::Value| v.as_u64().unwrap_or_else(|| panic!("not a count: {v} in {report}"));
     let own = &report["edgewarm"];
     println!(
-        "edgewarm (cache {}): required {} / {}, optimal {} / {}, set-up failed {}; {} tests in {:.0} s",
-        if WITH_CACHE { "on" } else { "off" },
+        "edgewarm: required {} / {}, optimal {} / {}, set-up failed {}; {} tests in {:.0} s",
         own["required"]["passed"],
         own["required"]["total"],
         own["optimal"]["passed"],
@@ -84,7 +79,7 @@ fn edgewarm_passes_the_http_cache_test_suite() {
         report["tests_run"],
         report["client_seconds"].as_f64().unwrap_or_default(),
     );
-    assert_eq!(report["cache"], WITH_CACHE);
+    assert_eq!(report["cache"], true);
     // The harness ran the whole suite: a broken one runs nothing, or fails every set-up.
     let expected = n(&report["tests_expected"]);
     assert!(expected >= 300, "the suite runs {expected} tests against a proxy: fewer than it has");
@@ -103,4 +98,6 @@ fn edgewarm_passes_the_http_cache_test_suite() {
         "edgewarm passed {passed} required tests, fewer than {MIN_REQUIRED_PASSED}; failing:\n{}",
         failing.join("\n")
     );
+    let optimal = n(&own["optimal"]["passed"]);
+    assert!(optimal >= MIN_OPTIMAL_PASSED, "edgewarm passed {optimal} optimal tests, fewer than {MIN_OPTIMAL_PASSED}");
 }

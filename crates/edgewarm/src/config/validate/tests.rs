@@ -1,0 +1,191 @@
+//! The checks of `validate.rs`, each on a config as an operator writes it.
+use super::*;
+
+const GOOD: &str = "
+listeners:
+  - listen: 127.0.0.1:8443
+routes:
+  - sni: a.example.com
+    action: tunnel
+    origin: origin-a.internal:443
+  - sni: \"*\"
+    action: reject
+";
+
+fn err(yaml: &str) -> String {
+    match Config::parse(yaml).and_then(|c| c.validate()) {
+        Ok(()) => panic!("accepted: {yaml}"),
+        Err(e) => e.to_string(),
+    }
+}
+
+#[test]
+fn good_config_and_defaults() {
+    let c = Config::parse(GOOD).unwrap();
+    c.validate().unwrap();
+    assert_eq!(c.admin.listen.to_string(), "127.0.0.1:9900");
+    assert_eq!(c.timeouts.client_hello, Duration::from_secs(10));
+    assert_eq!(c.listeners[0].tcp_fastopen, 256);
+}
+
+#[test]
+fn misspelt_key_is_named_with_line() {
+    let e = err(&GOOD.replace("origin: origin-a", "orign: origin-a"));
+    assert!(e.contains("orign") && e.contains("line"), "{e}");
+    let e = err(&format!("{GOOD}timeouts:\n  conect: 5s\n"));
+    assert!(e.contains("conect"), "{e}");
+}
+
+#[test]
+fn semantic_errors_name_the_key() {
+    assert!(err(&GOOD.replace("origin-a.internal:443", "origin-a.internal")).starts_with("routes[0].origin"));
+    assert!(err(&GOOD.replace("a.example.com", "a..example.com")).starts_with("routes[0].sni"));
+    assert!(err(&GOOD.replace("\"*\"", "A.example.com.")).starts_with("routes[1].sni"));
+    assert!(err(&GOOD.replace("127.0.0.1:8443", "127.0.0.1:9900")).starts_with("listeners[0].listen"));
+    assert!(err(&format!("{GOOD}admin:\n  listen: 0.0.0.0:9900\n")).starts_with("admin.listen"));
+    let e = err(&format!("{GOOD}timeouts:\n  idle: 10\n"));
+    assert!(e.contains("timeouts.idle") && e.contains("invalid duration"), "{e}");
+    let e = err(&GOOD.replace("action: reject", "action: open"));
+    assert!(e.contains("routes[1].action"), "{e}");
+    assert!(err(&format!("{GOOD}workers: 0\n")).starts_with("workers: must be at least 1"));
+    let e = err(&format!("{GOOD}workers: many\n"));
+    assert!(e.contains("workers"), "{e}");
+    let c = Config::parse(&format!("{GOOD}workers: 3\n")).unwrap();
+    assert_eq!((c.validate().is_ok(), c.worker_count()), (true, 3));
+    assert!(Config::parse(GOOD).unwrap().worker_count() >= 1, "one per core when unset");
+}
+
+#[test]
+fn ktls_is_checked_per_action() {
+    let terminating = |action: &str, extra: &str| {
+        GOOD.replace(
+            "action: tunnel",
+            &format!("action: {action}\n    cert: c.pem\n    key: k.pem\n    origin_tls: {{sni: o}}\n{extra}"),
+        )
+    };
+    let e = err(&terminating("http", "    ktls: on"));
+    assert!(e.starts_with("routes[0].ktls: only for action prewarm"), "{e}");
+    let e = err(&terminating("prewarm", "    ktls: on\n    ktls_after: 1MiB"));
+    assert_eq!(e, "routes[0].ktls_after: only with ktls: auto");
+    let e = err(&terminating("prewarm", "    ktls: auto\n    ktls_after: 0"));
+    assert!(e.starts_with("routes[0].ktls_after: must be at least 1 byte"), "{e}");
+    let e = err(&terminating("prewarm", "    ktls: on\n    early_data: opaque"));
+    assert!(e.starts_with("routes[0].ktls: not with early_data"), "{e}");
+    let e = err(&terminating("prewarm", "    ktls: always"));
+    assert!(e.contains("ktls") && e.contains("unknown variant"), "{e}");
+    let e = err(&GOOD.replace("action: tunnel", "action: tunnel\n    ktls: on"));
+    assert_eq!(e, "routes[0].ktls: only for actions prewarm and http");
+    for ok in [
+        terminating("prewarm", "    ktls: on"),
+        terminating("prewarm", "    ktls: auto\n    ktls_after: 1MiB"),
+        terminating("prewarm", "    ktls: off"),
+    ] {
+        let c = Config::parse(&ok).unwrap();
+        c.validate().unwrap();
+    }
+}
+
+#[test]
+fn early_data_is_checked_per_action() {
+    let terminating = |action: &str, extra: &str| {
+        GOOD.replace(
+            "action: tunnel",
+            &format!("action: {action}\n    cert: c.pem\n    key: k.pem\n    origin_tls: {{sni: o}}\n{extra}"),
+        )
+    };
+    let e = err(&terminating("prewarm", "    early_data: safe"));
+    assert!(e.starts_with("routes[0].early_data: prewarm routes cannot see requests"), "{e}");
+    let e = err(&terminating("http", "    early_data: opaque"));
+    assert!(e.starts_with("routes[0].early_data: http routes"), "{e}");
+    let e = err(&terminating("http", "    early_data: safe\n    max_early_data_size: 0"));
+    assert!(e.starts_with("routes[0].max_early_data_size"), "{e}");
+    let e = err(&terminating("http", "    early_data: always"));
+    assert!(e.contains("early_data") && e.contains("unknown variant"), "{e}");
+    let e = err(&GOOD.replace("action: tunnel", "action: tunnel\n    early_data: opaque"));
+    assert_eq!(e, "routes[0].early_data: only for actions prewarm and http");
+    for ok in [
+        terminating("http", "    early_data: safe\n    max_early_data_size: 32KiB"),
+        terminating("prewarm", "    early_data: opaque"),
+    ] {
+        let c = Config::parse(&ok).unwrap();
+        c.validate().unwrap();
+    }
+}
+
+#[test]
+fn keys_the_action_does_not_take_are_named() {
+    let e = err(&GOOD.replace("origin: origin-a.internal:443", "origin: origin-a.internal:443\n    cert: c.pem"));
+    assert_eq!(e, "routes[0].cert: only for actions prewarm and http");
+    let e = err(&GOOD.replace("action: reject", "action: reject\n    min_tls: \"1.3\""));
+    assert_eq!(e, "routes[1].min_tls: only for actions prewarm and http");
+    let e = err(&GOOD.replace("action: reject", "action: reject\n    origin: x.internal:443"));
+    assert_eq!(e, "routes[1].origin: action reject takes no origin");
+    let e = err(&GOOD.replace("action: tunnel", "action: prewarm\n    origin_tcp_fastopen: true"));
+    assert!(e.starts_with("routes[0].origin_tcp_fastopen: origin connections are made before"), "{e}");
+    let e = err(&GOOD.replace("    origin: origin-a.internal:443\n", ""));
+    assert_eq!(e, "routes[0].origin: required for actions tunnel, prewarm and http");
+    let e = err(&GOOD.replace("action: tunnel", "action: tunnel\n    upstream: {connections: 3}"));
+    assert_eq!(e, "routes[0].upstream: only for action http");
+    let e = err(&GOOD.replace("action: tunnel", "action: tunnel\n    forward_headers: [via]"));
+    assert_eq!(e, "routes[0].forward_headers: only for action http: other actions do not see requests");
+}
+
+#[test]
+fn cache_sizes_are_named() {
+    let http = "action: http\n    cert: c.pem\n    key: k.pem\n    cache:";
+    let e = err(&GOOD.replace("action: tunnel", &format!("{http} {{max_size: 1MiB, max_object_size: 2MiB}}")));
+    assert!(e.starts_with("routes[0].cache.max_object_size: is larger than cache.max_size"), "{e}");
+    let e = err(&GOOD.replace("action: tunnel", "action: tunnel\n    cache: {}"));
+    assert_eq!(e, "routes[0].cache: only for action http: other actions do not see requests");
+}
+
+#[test]
+fn cleartext_upstream_refuses_origin_tls() {
+    let http = "action: http\n    cert: c.pem\n    key: k.pem\n    upstream: {tls: false}";
+    let e = err(&GOOD.replace("action: tunnel", &format!("{http}\n    origin_tls: {{verify: true}}")));
+    assert!(e.starts_with("routes[0].upstream.tls: false means a cleartext origin"), "{e}");
+    // A catch-all cleartext route needs no origin name: there is no TLS to send one in.
+    Config::parse(&GOOD.replace("action: reject", &format!("{http}\n    origin: o:80"))).unwrap().validate().unwrap();
+}
+
+#[test]
+fn upstream_durations_are_named_when_zero() {
+    for key in ["keepalive", "max_age", "idle_timeout"] {
+        let yaml = GOOD.replace(
+            "action: tunnel",
+            &format!("action: http\n    cert: c.pem\n    key: k.pem\n    upstream: {{{key}: 0s}}"),
+        );
+        assert_eq!(err(&yaml), format!("routes[0].upstream.{key}: must be greater than zero"));
+    }
+}
+
+#[test]
+fn forward_headers_are_chosen_by_name() {
+    let http = |list: &str| {
+        GOOD.replace(
+            "action: tunnel",
+            &format!("action: http\n    cert: c.pem\n    key: k.pem\n    forward_headers: {list}"),
+        )
+    };
+    let headers = |yaml: &str| match &Config::parse(yaml).unwrap().routes[0].action {
+        ActionConfig::Http(h) => h.forward_headers,
+        _ => unreachable!("an http route"),
+    };
+    let all = headers(&GOOD.replace("action: tunnel", "action: http\n    cert: c.pem\n    key: k.pem"));
+    assert!(all.x_forwarded_for && all.x_forwarded_proto && all.forwarded && all.via, "all four by default");
+    let none = headers(&http("[]"));
+    assert!(!none.x_forwarded_for && !none.x_forwarded_proto && !none.forwarded && !none.via);
+    let two = headers(&http("[x-forwarded-for, via]"));
+    assert!(two.x_forwarded_for && two.via && !two.forwarded && !two.x_forwarded_proto);
+    let e = err(&http("[x-real-ip]"));
+    assert!(e.contains("routes[0].forward_headers") && e.contains("x-real-ip"), "{e}");
+}
+
+#[test]
+fn origin_addresses() {
+    assert_eq!(OriginAddr::parse("[::1]:443").unwrap().to_string(), "[::1]:443");
+    assert_eq!(OriginAddr::parse("o.internal:8443").unwrap().port, 8443);
+    for bad in ["::1:443", "o.internal:0", "o.internal:https", ":443", "o internal:443"] {
+        assert!(OriginAddr::parse(bad).is_err(), "{bad}");
+    }
+}
