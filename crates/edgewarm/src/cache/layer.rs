@@ -9,17 +9,16 @@ use std::sync::Arc;
 use std::time::SystemTime;
 
 use http::header::{CACHE_CONTROL, IF_MODIFIED_SINCE, IF_NONE_MATCH, RANGE};
-use http::{Method, Request, Response};
+use http::{Method, Request};
 use http_cache_semantics::BeforeRequest;
 
-use super::fill::{FillBody, FillHead, Turn};
+use super::fill::Turn;
 use super::keep;
 use super::routes::RouteCache;
 use super::stale::Stale;
 use super::status::Status;
 use super::{key, serve};
 use crate::metrics::CacheResult;
-use crate::origin::body::OriginBody;
 use crate::origin::seam::{BoxFuture, Origin, Outgoing, SendFailure, Sent, Upgrade, Upgraded};
 
 /// A route's origin with its cache in front.
@@ -118,7 +117,7 @@ impl Cached {
             }
             Turn::Join(fill) => {
                 if let Some(shared) = fill.head().await.filter(|h| key::variant(&h.vary, head.headers()) == h.variant) {
-                    return Ok(self.collapsed(&shared, fill, &head));
+                    return Ok(self.cache.collapsed(&shared, fill, &head, "uri-miss"));
                 }
                 // Released (not storable, or the fetch failed) or another variant: on our own.
                 let response = self.inner.send(out).await?;
@@ -128,20 +127,6 @@ impl Cached {
                 Ok(self.cache.answer(response, CacheResult::Miss, &status))
             }
         }
-    }
-
-    /// A waiter's response: the fetch's head, and its body as it arrives.
-    fn collapsed(&self, shared: &FillHead, fill: Arc<super::fill::Fill>, head: &Request<()>) -> Sent {
-        let body = if head.method() == Method::HEAD {
-            OriginBody::new(http_body_util::Empty::new(), Box::new(()))
-        } else {
-            OriginBody::new(FillBody::new(fill), Box::new(()))
-        };
-        let mut response = Response::new(body);
-        *response.status_mut() = shared.status;
-        *response.headers_mut() = shared.headers.clone();
-        let status = Status { fwd: Some("uri-miss"), collapsed: true, ..Status::default() };
-        self.cache.answer(response, CacheResult::Collapsed, &status)
     }
 
     /// Not GET or HEAD: passed on; a successful unsafe method invalidates what is stored for

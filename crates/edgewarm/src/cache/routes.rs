@@ -9,9 +9,9 @@ use std::sync::{Arc, Mutex};
 use prometheus_client::metrics::counter::Counter;
 use serde::Serialize;
 
-use http::Response;
+use http::{Method, Request, Response};
 
-use super::fill::Fills;
+use super::fill::{Fill, FillBody, FillHead, Fills};
 use super::key::Key;
 use super::status::Status;
 use super::store::Store;
@@ -41,6 +41,21 @@ impl RouteCache {
         status.append_to(response.headers_mut());
         self.count(result);
         Sent { response, conn: None, reused: false, cache: Some(result) }
+    }
+
+    /// A request that joined another's fetch: its head, and its body as it arrives (`fwd`:
+    /// why that fetch went to the origin).
+    pub(crate) fn collapsed(&self, shared: &FillHead, fill: Arc<Fill>, head: &Request<()>, fwd: &'static str) -> Sent {
+        let body = if head.method() == Method::HEAD {
+            OriginBody::new(http_body_util::Empty::new(), Box::new(()))
+        } else {
+            OriginBody::new(FillBody::new(fill), Box::new(()))
+        };
+        let mut response = Response::new(body);
+        *response.status_mut() = shared.status;
+        *response.headers_mut() = shared.headers.clone();
+        let status = Status { fwd: Some(fwd), collapsed: true, ..Status::default() };
+        self.answer(response, CacheResult::Collapsed, &status)
     }
 
     /// `false` when a revalidation of `key` is already under way.

@@ -14,7 +14,7 @@ use http::header::{
 use http::{Request, Response, StatusCode};
 use http_cache_semantics::AfterResponse;
 
-use super::fill::Leading;
+use super::fill::{FillHead, Leading, Turn};
 use super::keep::{self, copy};
 use super::key::{self, Key};
 use super::routes::RouteCache;
@@ -69,27 +69,42 @@ impl Stale<'_> {
             self.in_background(reval, timeout);
             return Ok(self.stored(&self.entry, CacheResult::Stale, None, Some("stale-while-revalidate")));
         }
+        // One revalidation for every request that finds it stale meanwhile: they read its
+        // outcome as it arrives, as misses read a fetch.
+        let lead = match self.cache.fills.join_or_lead(&self.key) {
+            Turn::Lead(lead) => lead,
+            Turn::Join(fill) => {
+                let shared = fill.head().await.filter(|h| key::variant(&h.vary, self.head.headers()) == h.variant);
+                if let Some(shared) = shared {
+                    return Ok(self.cache.collapsed(&shared, fill, self.head, "stale"));
+                }
+                Leading::alone()
+            }
+        };
         let mut build = || copy(&reval);
         let attempt = Outgoing { build: &mut build, body: OutBody::Empty, up, timeout };
         let response = match self.inner.send(attempt).await {
             Ok(sent) => sent.response,
             Err(_) if staleness <= grace.if_error => {
+                publish(lead, &self.entry, self.head);
                 return Ok(self.stored(&self.entry, CacheResult::Stale, None, Some("stale-if-error")));
             }
             Err(failure) => return Err(failure),
         };
         let code = response.status();
         if code.is_server_error() && staleness <= grace.if_error {
+            publish(lead, &self.entry, self.head);
             return Ok(self.stored(&self.entry, CacheResult::Stale, Some(code), Some("stale-if-error")));
         }
         if code == StatusCode::NOT_MODIFIED {
             if let Some(fresh) = refreshed(self.cache, &self.entry, &reval, self.head, response.headers(), now) {
+                publish(lead, &fresh, self.head);
                 return Ok(self.stored(&fresh, CacheResult::Revalidated, Some(code), None));
             }
         }
-        // A new response (or a 304 for the client's own validator): like a miss's, unshared.
+        // A new response (or a 304 for the client's own validator): like a miss's.
         let url = self.key.url.clone();
-        let (response, status) = keep::keep(self.cache, response, self.head, url, Leading::alone(), "stale", now);
+        let (response, status) = keep::keep(self.cache, response, self.head, url, lead, "stale", now);
         Ok(self.cache.answer(response, CacheResult::Miss, &status))
     }
 
@@ -139,6 +154,20 @@ impl Stale<'_> {
             cache.done_revalidating(&key);
         });
     }
+}
+
+/// Hand a stored response to the requests waiting on this revalidation.
+fn publish(lead: Leading, entry: &Entry, head: &Request<()>) {
+    let vary = key::vary_names(&entry.headers).unwrap_or_default();
+    let variant = key::variant(&vary, head.headers());
+    lead.fill.ready(Arc::new(FillHead { status: entry.status, headers: entry.headers.clone(), vary, variant }));
+    for chunk in &entry.body {
+        lead.fill.push(chunk.clone());
+    }
+    if let Some(trailers) = &entry.trailers {
+        lead.fill.trailers(trailers.clone());
+    }
+    lead.fill.finish(Ok(()));
 }
 
 /// The client asks for a response validated now (`no-cache`, `max-age=0`): no stale answer.
