@@ -40,6 +40,26 @@ fn header<'a>(head: &'a http::response::Parts, name: &str) -> &'a str {
     head.headers.get(name).map_or("", |v| v.to_str().unwrap())
 }
 
+/// `n` requests for `path` at once, each on its own connection.
+async fn get_many(
+    fx: &Arc<Pki>,
+    edge: &Arc<Edge>,
+    path: &'static str,
+    n: usize,
+) -> Vec<(http::response::Parts, String)> {
+    let tasks: Vec<_> = (0..n)
+        .map(|_| {
+            let (fx, edge) = (fx.clone(), edge.clone());
+            tokio::spawn(async move { get(&fx, &edge, path, &[]).await })
+        })
+        .collect();
+    let mut out = Vec::new();
+    for t in tasks {
+        out.push(t.await.unwrap());
+    }
+    out
+}
+
 /// POST to the admin listener; returns (status, body).
 async fn admin_post(admin: SocketAddr, path: &str) -> (u16, String) {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -208,15 +228,8 @@ async fn concurrent_misses_are_collapsed() {
     let fx = Arc::new(fx);
     let edge = Arc::new(edge);
     for (path, origin_requests) in [("/k?cc=max-age%3D60&delay=300&drip=20", 1), ("/u?cc=private&delay=300", 20)] {
-        let tasks: Vec<_> = (0..20)
-            .map(|_| {
-                let (fx, edge) = (fx.clone(), edge.clone());
-                tokio::spawn(async move { get(&fx, &edge, path, &[]).await })
-            })
-            .collect();
         let mut bodies = std::collections::HashSet::new();
-        for t in tasks {
-            let (head, body) = t.await.unwrap();
+        for (head, body) in get_many(&fx, &edge, path, 20).await {
             assert_eq!(head.status, 200);
             bodies.insert(body);
         }
@@ -238,14 +251,7 @@ async fn concurrent_stale_requests_revalidate_once() {
     let path = "/sr?cc=max-age%3D0&etag=%22x%22&delay=300";
     let (_, first) = get(&fx, &edge, path, &[]).await;
     let (fx, edge) = (Arc::new(fx), Arc::new(edge));
-    let tasks: Vec<_> = (0..20)
-        .map(|_| {
-            let (fx, edge) = (fx.clone(), edge.clone());
-            tokio::spawn(async move { get(&fx, &edge, path, &[]).await })
-        })
-        .collect();
-    for t in tasks {
-        let (head, body) = t.await.unwrap();
+    for (head, body) in get_many(&fx, &edge, path, 20).await {
         assert_eq!((head.status.as_u16(), &body), (200, &first));
     }
     assert_eq!(log.count(path), 2, "the first fetch and one revalidation");
