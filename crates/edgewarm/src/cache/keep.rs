@@ -18,7 +18,7 @@ use super::fill::{FillBody, FillHead, Leading};
 use super::key;
 use super::routes::RouteCache;
 use super::status::Status;
-use super::store::{Entry, Store};
+use super::store::{self, Entry, Store};
 use crate::origin::body::OriginBody;
 
 /// A stalled origin body is given up after this long without a frame, so a fetch that no
@@ -78,7 +78,9 @@ pub(crate) fn keep(
             return (Response::from_parts(parts, body), status);
         }
     };
-    let mut stored = parts.headers.clone();
+    // What is stored owns its bytes, and keeps of the request only what its policy reads.
+    let mut stored = store::owned(&parts.headers);
+    let policy = decide::policy(&store::kept_head(head, &names), parts.status, &stored, now);
     // Only with `store_set_cookie`: the cookie is this client's, never another's.
     stored.remove(SET_COOKIE);
     let variant = key::variant(&names, head.headers());
@@ -179,7 +181,10 @@ async fn pump(
     // Stored before the readers see the end, so a client's next request finds it.
     if storing {
         let (chunks, trailers) = lead.fill.contents();
-        store.insert(url, names, &head, template.entry(chunks, trailers, size));
+        // One copy, owned: the chunks are slices of the origin connection's read buffers.
+        let body = vec![Bytes::from(chunks.concat())];
+        let trailers = trailers.as_ref().map(store::owned);
+        store.insert(url, names, &head, template.entry(body, trailers, size));
     }
     lead.fill.finish(Ok(()));
 }

@@ -20,7 +20,7 @@ use super::key::{self, Key};
 use super::routes::RouteCache;
 use super::serve;
 use super::status::Status;
-use super::store::Entry;
+use super::store::{self, Entry};
 use super::{decide, directives};
 use crate::metrics::CacheResult;
 use crate::origin::seam::{Origin, OutBody, Outgoing, SendFailure, Sent};
@@ -189,7 +189,7 @@ fn refreshed(
 ) -> Option<Arc<Entry>> {
     let mut response = Response::new(());
     *response.status_mut() = StatusCode::NOT_MODIFIED;
-    *response.headers_mut() = directives::read(headers);
+    *response.headers_mut() = directives::read(&store::owned(headers));
     // A 304 to a request that named only this response's validators confirms it, whether or
     // not it repeats them.
     let confirm = response.headers_mut();
@@ -200,7 +200,9 @@ fn refreshed(
             }
         }
     }
-    let AfterResponse::NotModified(policy, _) = entry.policy.after_response(reval, &response, now) else {
+    let vary = key::vary_names(&entry.headers).unwrap_or_default();
+    let kept = store::kept_head(reval, &vary);
+    let AfterResponse::NotModified(policy, _) = entry.policy.after_response(&kept, &response, now) else {
         return None;
     };
     let mut merged = entry.headers.clone();
@@ -211,6 +213,7 @@ fn refreshed(
         }
     }
     merged.remove(SET_COOKIE);
+    let merged = store::owned(&merged);
     let names = key::vary_names(&merged)?;
     let lifetime = policy.time_to_live(now);
     let updated = Entry {

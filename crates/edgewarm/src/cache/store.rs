@@ -44,6 +44,37 @@ pub(crate) struct Entry {
     pub(crate) request_bytes: u64,
 }
 
+/// Headers copied out of whatever buffer they were parsed from: a parsed value is a slice of
+/// its connection's read buffer, and a stored copy of it would keep that buffer alive whole
+/// (measured: 12 KB per tiny entry before, docs/benchmarks.md).
+pub(crate) fn owned(headers: &HeaderMap) -> HeaderMap {
+    let mut out = HeaderMap::with_capacity(headers.len());
+    for (name, value) in headers {
+        let mut copy = http::HeaderValue::from_bytes(value.as_bytes()).unwrap_or_else(|_| value.clone());
+        copy.set_sensitive(value.is_sensitive());
+        out.append(name.clone(), copy);
+    }
+    out
+}
+
+/// A request head as an entry's policy keeps it: only what RFC 9111's rules read of it
+/// (`Host`, `Authorization`, `Cache-Control`, `Pragma`, the headers the response varies on),
+/// copied ([`owned`]). Forwarding headers, cookies and the rest are not kept.
+pub(crate) fn kept_head(head: &Request<()>, vary: &[HeaderName]) -> Request<()> {
+    use http::header::{AUTHORIZATION, CACHE_CONTROL, HOST, PRAGMA};
+    let mut kept = HeaderMap::new();
+    for name in [HOST, AUTHORIZATION, CACHE_CONTROL, PRAGMA].iter().chain(vary) {
+        for value in head.headers().get_all(name) {
+            kept.append(name.clone(), value.clone());
+        }
+    }
+    let mut out = Request::new(());
+    *out.method_mut() = head.method().clone();
+    *out.uri_mut() = head.uri().to_string().parse().unwrap_or_else(|_| head.uri().clone());
+    *out.headers_mut() = owned(&kept);
+    out
+}
+
 fn header_bytes(headers: &HeaderMap) -> u64 {
     headers.iter().map(|(k, v)| (k.as_str().len() + v.len() + 4) as u64).sum()
 }
