@@ -94,4 +94,4 @@ fill() { # FIRST LAST -> the RSS and the weigher's bytes once they are stored
 read -r r0 s0 < <(fill 1 "$ENTRIES")
 read -r r1 s1 < <(fill $((ENTRIES + 1)) $((2 * ENTRIES)))
 echo "edgewarm, $ENTRIES entries more: RSS $r0 -> $r1 B, +$(((r1 - r0) / ENTRIES)) B per entry;" \
-  "the weigher counted +$(((s1 - s0) / ENTRIES)) B per entry (body and headers + ENTRY_OVERHEAD 512)"
+  "the weigher counted +$(((s1 - s0) / ENTRIES)) B per entry (body, headers and ENTRY_OVERHEAD)"

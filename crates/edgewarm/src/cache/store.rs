@@ -18,9 +18,11 @@ use super::decide::{Grace, Refusal};
 use super::key::{self, Key};
 use crate::config::CacheConfig;
 
-/// What an entry costs beyond its header and body bytes: the key, the policy's copies of the
-/// request and response heads, the index. An estimate, measured in docs/benchmarks.md.
-const ENTRY_OVERHEAD: u64 = 512;
+/// What an entry costs beyond its header and body bytes: the policy's parsed directives and
+/// maps, the header maps' tables, the key, the index. Measured, not estimated: the real
+/// growth per tiny entry less what the weigher counts of it (`ENTRIES=20000
+/// scripts/bench-cache.sh`, docs/benchmarks.md), so `max_size` bounds real memory.
+const ENTRY_OVERHEAD: u64 = 2880;
 
 /// One stored response.
 #[derive(Debug)]
@@ -141,7 +143,12 @@ impl Store {
         entry.request_bytes = header_bytes(head.headers());
         let key = Key { url: url.clone(), variant: key::variant(&names, head.headers()) };
         self.uncacheable.invalidate(&url);
-        self.vary.insert(url, names.into());
+        // Most responses vary on nothing: their URLs need no entry here (the empty variant).
+        if names.is_empty() {
+            self.vary.invalidate(&url);
+        } else {
+            self.vary.insert(url, names.into());
+        }
         self.bytes.inc_by(i64::from(entry.weight()));
         self.entries.insert(key.clone(), Arc::new(entry));
         key
