@@ -78,6 +78,10 @@ pub(crate) fn keep(
             return (Response::from_parts(parts, body), status);
         }
     };
+    // The request as its variant is keyed (its Vary headers normalised).
+    let mut normalised = copy(head);
+    key::normalise(&mut normalised, &names);
+    let head = &normalised;
     // What is stored owns its bytes, and keeps of the request only what its policy reads.
     let mut stored = store::owned(&parts.headers);
     let policy = decide::policy(&store::kept_head(head, &names), parts.status, &stored, now);

@@ -64,29 +64,32 @@ pub(crate) fn variant(names: &[HeaderName], request: &HeaderMap) -> Arc<str> {
     out.into()
 }
 
-/// The request as the cache judges and keys it (the origin still gets the client's own):
-/// each header's lines combined and spaced alike (`a,b` and two lines `a`, `b` are one
-/// variant), `Accept-Language` in lower case, `Accept-Encoding` reduced to the codings it
-/// accepts, sorted.
-pub(crate) fn normalise(head: &mut Request<()>) {
-    let names: Vec<HeaderName> = head.headers().keys().filter(|n| **n != COOKIE).cloned().collect();
-    for name in names {
-        let value = if name == ACCEPT_ENCODING {
+/// The request as the cache judges and keys it for the headers a response varies on (the
+/// origin still gets the client's own): each one's lines combined and spaced alike (`a,b`
+/// and two lines `a`, `b` are one variant), `Accept-Language` in lower case,
+/// `Accept-Encoding` reduced to the codings it accepts, sorted. Only those headers: nothing
+/// else of a request selects a stored response, and a hit should not pay for the rest.
+pub(crate) fn normalise(head: &mut Request<()>, names: &[HeaderName]) {
+    for name in names.iter().filter(|n| **n != COOKIE) {
+        if !head.headers().contains_key(name) {
+            continue;
+        }
+        let value = if *name == ACCEPT_ENCODING {
             codings(head.headers())
         } else {
-            let Ok(lines) = head.headers().get_all(&name).iter().map(|v| v.to_str()).collect::<Result<Vec<_>, _>>()
+            let Ok(lines) = head.headers().get_all(name).iter().map(|v| v.to_str()).collect::<Result<Vec<_>, _>>()
             else {
                 continue;
             };
             let joined = lines.iter().flat_map(|l| l.split(',')).map(str::trim).collect::<Vec<_>>().join(", ");
-            if name == ACCEPT_LANGUAGE {
+            if *name == ACCEPT_LANGUAGE {
                 joined.to_ascii_lowercase()
             } else {
                 joined
             }
         };
         if let Ok(v) = http::HeaderValue::from_str(&value) {
-            head.headers_mut().insert(name, v);
+            head.headers_mut().insert(name.clone(), v);
         }
     }
 }
@@ -140,7 +143,8 @@ mod tests {
         a.headers_mut().append("foo", "2".parse().unwrap());
         a.headers_mut().insert("accept-language", "eN ,De".parse().unwrap());
         a.headers_mut().insert("cookie", "a=1, b".parse().unwrap());
-        normalise(&mut a);
+        let names: Vec<HeaderName> = ["foo", "accept-language", "cookie"].map(HeaderName::from_static).into();
+        normalise(&mut a, &names);
         assert_eq!(a.headers()["foo"], "1, 2");
         assert_eq!(a.headers()["accept-language"], "en, de");
         assert_eq!(a.headers()["cookie"], "a=1, b");

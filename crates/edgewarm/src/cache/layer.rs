@@ -8,7 +8,7 @@
 use std::sync::Arc;
 use std::time::SystemTime;
 
-use http::header::{CACHE_CONTROL, IF_MODIFIED_SINCE, IF_NONE_MATCH, RANGE};
+use http::header::{CACHE_CONTROL, IF_MODIFIED_SINCE, IF_NONE_MATCH, PRAGMA, RANGE};
 use http::{Method, Request};
 use http_cache_semantics::BeforeRequest;
 
@@ -44,14 +44,13 @@ impl Origin for Cached {
 impl Cached {
     async fn serve<'a>(&'a self, out: Outgoing<'a>) -> Result<Sent, SendFailure> {
         let mut head = (out.build)();
-        key::normalise(&mut head);
         let now = SystemTime::now();
         let store = &self.cache.store;
         if !matches!(*head.method(), Method::GET | Method::HEAD) {
             return self.other_method(out, &head).await;
         }
         let url = key::url(&head);
-        let key = store.key(&url, &head);
+        let key = store.key(&url, &mut head);
         let head_only = head.method() == Method::HEAD;
         if let Some(entry) = store.get(&key) {
             // HEAD is answered from a stored GET: it is judged as the GET it stands for.
@@ -65,6 +64,13 @@ impl Cached {
             } else {
                 &head
             };
+            // The common hit, judged without building the policy's answer: no request
+            // directives, and still fresh (the key already matched host and variant).
+            let h = head.headers();
+            if !h.contains_key(CACHE_CONTROL) && !h.contains_key(PRAGMA) && now < entry.stale_at {
+                let status = Status { ttl: Some(keep::ttl(&entry, now)), ..Status::default() };
+                return Ok(self.cache.answer(serve::response(&entry, &head, now), CacheResult::Hit, &status));
+            }
             match entry.policy.before_request(probe, now) {
                 BeforeRequest::Fresh(_) => {
                     let status = Status { ttl: Some(keep::ttl(&entry, now)), ..Status::default() };
@@ -116,7 +122,12 @@ impl Cached {
                 Ok(self.cache.answer(serve::conditional(response, &head), CacheResult::Miss, &status))
             }
             Turn::Join(fill) => {
-                if let Some(shared) = fill.head().await.filter(|h| key::variant(&h.vary, head.headers()) == h.variant) {
+                let shared = fill.head().await.filter(|h| {
+                    let mut mine = keep::copy(&head);
+                    key::normalise(&mut mine, &h.vary);
+                    key::variant(&h.vary, mine.headers()) == h.variant
+                });
+                if let Some(shared) = shared {
                     return Ok(self.cache.collapsed(&shared, fill, &head, "uri-miss"));
                 }
                 // Released (not storable, or the fetch failed) or another variant: on our own.

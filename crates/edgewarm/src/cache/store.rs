@@ -126,9 +126,13 @@ impl Store {
 
     /// The key a request's response would be stored under, as far as this URL's `Vary` is
     /// known.
-    pub(crate) fn key(&self, url: &Arc<str>, head: &Request<()>) -> Key {
+    /// (The request's headers named by that `Vary` are normalised on the way, [`key::normalise`].)
+    pub(crate) fn key(&self, url: &Arc<str>, head: &mut Request<()>) -> Key {
         let variant = match self.vary.get(url) {
-            Some(names) => key::variant(&names, head.headers()),
+            Some(names) => {
+                key::normalise(head, &names);
+                key::variant(&names, head.headers())
+            }
             None => Arc::from(""),
         };
         Key { url: url.clone(), variant }
