@@ -40,6 +40,9 @@ pub struct LoadReport {
     /// Scheduled start of each request in `ttfb_samples`, ms after the run began.
     #[serde(default)]
     pub start_ms: Vec<f64>,
+    /// Every request's total time in ms (the page time with `--page`), in the same order.
+    #[serde(default)]
+    pub total_samples: Vec<f64>,
 }
 
 fn percentiles(h: &Histogram<u64>) -> Percentiles {
@@ -67,6 +70,7 @@ pub(crate) fn summarise(results: Vec<Option<Result<Sample, &'static str>>>) -> L
                 let _ = a.record(us(s.total));
                 report.ttfb_samples.push(s.ttfb.as_secs_f64() * 1e3);
                 report.start_ms.push(s.at.as_secs_f64() * 1e3);
+                report.total_samples.push(s.total.as_secs_f64() * 1e3);
             }
             Err(kind) => *report.errors.entry(kind.to_string()).or_default() += 1,
         }
