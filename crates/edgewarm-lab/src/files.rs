@@ -43,7 +43,7 @@ pub(crate) fn edge_config(d: &str, page: bool) -> String {
              \x20 - sni: static.b.test\n    action: prewarm\n    origin: \"{ORIGIN}:443\"\n    cert: {d}/edge.pem\n    key: {d}/edge.key\n\
              \x20   origin_tls: {{sni: static.a.test, ca: {d}/ca.pem}}\n{alpn}    pool: {{min: 1, max_idle: 30s, period: 500ms}}\n\
              \x20 - sni: static.z.test\n    action: http\n    origin: \"{ORIGIN}:443\"\n    cert: {d}/edge.pem\n    key: {d}/edge.key\n\
-             \x20   origin_tls: {{sni: t.test, ca: {d}/ca.pem}}\n    upstream: {{connections: 2}}\n    early_data: safe\n"
+             \x20   origin_tls: {{sni: t.test, ca: {d}/ca.pem}}\n    early_data: safe\n"
         )
     } else {
         String::new()
@@ -55,9 +55,9 @@ pub(crate) fn edge_config(d: &str, page: bool) -> String {
          \x20 - sni: b.test\n    action: prewarm\n    origin: \"{ORIGIN}:443\"\n    cert: {d}/edge.pem\n    key: {d}/edge.key\n\
          \x20   origin_tls: {{sni: origin.test, ca: {d}/ca.pem}}\n{alpn}    pool: {{min: 4, max_idle: 30s, period: 500ms}}\n\
          \x20 - sni: h.test\n    action: http\n    origin: \"{ORIGIN}:443\"\n    cert: {d}/edge.pem\n    key: {d}/edge.key\n\
-         \x20   origin_tls: {{sni: origin.test, ca: {d}/ca.pem}}\n    upstream: {{connections: 2}}\n\
+         \x20   origin_tls: {{sni: origin.test, ca: {d}/ca.pem}}\n\
          \x20 - sni: z.test\n    action: http\n    origin: \"{ORIGIN}:443\"\n    cert: {d}/edge.pem\n    key: {d}/edge.key\n\
-         \x20   origin_tls: {{sni: a.test, ca: {d}/ca.pem}}\n    upstream: {{connections: 2}}\n    early_data: safe\n\
+         \x20   origin_tls: {{sni: a.test, ca: {d}/ca.pem}}\n    early_data: safe\n\
          \x20 - sni: p.test\n    action: prewarm\n    origin: \"{ORIGIN}:443\"\n    cert: {d}/edge.pem\n    key: {d}/edge.key\n\
          \x20   origin_tls: {{sni: t.test, ca: {d}/ca.pem}}\n    pool: {{min: 4, max_idle: 30s, period: 500ms}}\n    early_data: opaque\n\
          {statics}\x20 - {{sni: \"*\", action: reject}}\n"

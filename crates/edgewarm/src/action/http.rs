@@ -96,6 +96,7 @@ fn service(
         down: AtomicU64::new(0),
         upgrades: TaskTracker::new(),
         early_seen: AtomicBool::new(false),
+        affinity: AtomicU64::new(0),
     });
     let Some(service) = Service::new(conn, ctx.route.name.clone(), route.clone()) else {
         log.detail = Some("no upstream for this route".into());

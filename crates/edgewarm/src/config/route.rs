@@ -213,6 +213,10 @@ pub struct UpstreamConfig {
     /// knowledge, h2c).
     #[serde(default = "yes")]
     pub tls: bool,
+    /// TCP congestion control of the origin sockets (`bbr`, `cubic`, …); default: the
+    /// system's (`net.ipv4.tcp_congestion_control`).
+    #[serde(default)]
+    pub congestion: Option<String>,
 }
 
 fn yes() -> bool {
@@ -238,15 +242,19 @@ impl Default for UpstreamConfig {
             idle_timeout: default_idle_timeout(),
             protocol: UpstreamProtocol::default(),
             tls: true,
+            congestion: None,
         }
     }
 }
 
+/// Eight: enough that a loss on one holds few clients' requests (each client's ride one
+/// connection), few enough that each keeps carrying traffic (docs/benchmarks.md, "standing
+/// connections under loss").
 fn default_connections() -> usize {
-    2
+    8
 }
 fn default_max_connections() -> usize {
-    8
+    32
 }
 fn default_keepalive() -> Duration {
     Duration::from_secs(20)
@@ -400,5 +408,22 @@ impl From<RouteFile> for RouteConfig {
             }
         };
         Self { sni: r.sni, action, misplaced }
+    }
+}
+
+/// Whether `name` is a congestion control this kernel has (`tcp_available_congestion_control`;
+/// when that cannot be read, any well-formed name): the reason if not. (The kernel takes names
+/// of up to 15 bytes.)
+pub(crate) fn congestion_available(name: &str) -> Result<(), String> {
+    if name.is_empty() || name.len() > 15 || !name.bytes().all(|b| b.is_ascii_graphic()) {
+        return Err(format!("{name:?} is not a congestion control name"));
+    }
+    let Ok(list) = std::fs::read_to_string("/proc/sys/net/ipv4/tcp_available_congestion_control") else {
+        return Ok(());
+    };
+    if list.split_whitespace().any(|n| n == name) {
+        Ok(())
+    } else {
+        Err(format!("{name:?} is not available in this kernel (available: {})", list.trim()))
     }
 }

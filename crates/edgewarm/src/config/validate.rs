@@ -255,6 +255,9 @@ fn validate_upstream(u: &UpstreamConfig, key: &dyn Fn(&str) -> String) -> Result
             return Err(ConfigError::invalid(key(&format!("upstream.{name}")), "must be greater than zero"));
         }
     }
+    if let Some(name) = &u.congestion {
+        super::route::congestion_available(name).map_err(|e| ConfigError::invalid(key("upstream.congestion"), e))?;
+    }
     Ok(())
 }
 

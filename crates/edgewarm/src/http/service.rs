@@ -62,6 +62,9 @@ pub(crate) struct Conn {
     pub(crate) upgrades: TaskTracker,
     /// A request arrived in early data (0-RTT) on this connection: for its log line.
     pub(crate) early_seen: AtomicBool,
+    /// The origin connection this client's requests rode last (a placement hint:
+    /// [`Outgoing::affinity`]).
+    pub(crate) affinity: AtomicU64,
 }
 
 /// One route's requests on one client connection. It reads the route's settings from the
@@ -237,7 +240,8 @@ impl Service {
         loop {
             policy.attempt();
             let timeout = self.conn.snapshot.timeouts.origin_response;
-            let attempt = Outgoing { build: &mut build, body: out.for_attempt(), up: &up, timeout };
+            let affinity = &self.conn.affinity;
+            let attempt = Outgoing { build: &mut build, body: out.for_attempt(), up: &up, timeout, affinity };
             match self.origin.send(attempt).await {
                 Ok(sent) => match policy.after_response(sent.response.status()) {
                     Next::AfterHandshake => {

@@ -51,10 +51,15 @@ impl Connect for Cleartext {
         "cleartext"
     }
 
-    fn connect(&self, timeout: Duration) -> BoxFuture<'_, Result<OriginIo, WarmError>> {
+    fn connect<'a>(
+        &'a self,
+        timeout: Duration,
+        congestion: Option<&'a str>,
+    ) -> BoxFuture<'a, Result<OriginIo, WarmError>> {
         Box::pin(async move {
-            // TCP_NODELAY is set by `dial::connect`, as on every origin connection.
-            let (tcp, _) = dial::connect(&self.resolver, &self.key.origin, false, timeout, &[]).await?;
+            // TCP_NODELAY is set by `dial::connect_with`, as on every origin connection.
+            let origin = &self.key.origin;
+            let (tcp, _) = dial::connect_with(&self.resolver, origin, false, timeout, &[], congestion).await?;
             Ok(Box::new(tcp) as OriginIo)
         })
     }

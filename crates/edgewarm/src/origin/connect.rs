@@ -33,8 +33,13 @@ pub(crate) trait Connect: Send + Sync + 'static {
     /// and shown in `/origins`.
     fn transport(&self) -> &'static str;
 
-    /// Make one connection within `timeout` per step.
-    fn connect(&self, timeout: Duration) -> BoxFuture<'_, Result<OriginIo, WarmError>>;
+    /// Make one connection within `timeout` per step, its socket using the congestion control
+    /// `congestion` (`None`: the system's).
+    fn connect<'a>(
+        &'a self,
+        timeout: Duration,
+        congestion: Option<&'a str>,
+    ) -> BoxFuture<'a, Result<OriginIo, WarmError>>;
 
     /// The same origin, for a connection that will speak HTTP/1.1 whatever this set speaks
     /// (a protocol upgrade): over TLS, no ALPN offered.
@@ -50,7 +55,7 @@ impl Dial for Arc<dyn Connect> {
     }
 
     async fn dial(&self, timeout: Duration) -> Result<OriginIo, WarmError> {
-        self.connect(timeout).await
+        self.connect(timeout, None).await
     }
 }
 
@@ -75,8 +80,12 @@ impl Connect for TlsConnect {
         "tls"
     }
 
-    fn connect(&self, timeout: Duration) -> BoxFuture<'_, Result<OriginIo, WarmError>> {
-        Box::pin(async move { Ok(Box::new(self.dial.dial(timeout).await?) as OriginIo) })
+    fn connect<'a>(
+        &'a self,
+        timeout: Duration,
+        congestion: Option<&'a str>,
+    ) -> BoxFuture<'a, Result<OriginIo, WarmError>> {
+        Box::pin(async move { Ok(Box::new(self.dial.dial_with(timeout, congestion).await?) as OriginIo) })
     }
 
     fn for_http1(&self) -> Arc<dyn Connect> {

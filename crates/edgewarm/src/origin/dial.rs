@@ -79,9 +79,21 @@ impl Dial for TlsDial {
     }
 
     async fn dial(&self, timeout: Duration) -> Result<Self::Conn, WarmError> {
+        self.dial_with(timeout, None).await
+    }
+}
+
+impl TlsDial {
+    /// [`Dial::dial`], the socket using the congestion control `congestion` (`None`: the
+    /// system's).
+    pub(crate) async fn dial_with(
+        &self,
+        timeout: Duration,
+        congestion: Option<&str>,
+    ) -> Result<TlsStream<Aligned<TcpStream>>, WarmError> {
         let key = &self.key;
         // Fast Open would only shorten the warm-up, which no client waits for.
-        let (tcp, _) = dial::connect(&self.resolver, &key.origin, false, timeout, &[]).await?;
+        let (tcp, _) = dial::connect_with(&self.resolver, &key.origin, false, timeout, &[], congestion).await?;
         let tls = tokio::time::timeout(
             timeout,
             self.connector.connect(self.server_name.clone(), Aligned::new(tcp, key.ktls)),

@@ -52,6 +52,9 @@ pub(crate) struct Outgoing<'a> {
     pub(crate) up: &'a Arc<AtomicU64>,
     /// Bounds the wait for the response head (`timeouts.origin_response`).
     pub(crate) timeout: Duration,
+    /// The client connection's placement hint: a multiplexed kind puts its requests on one
+    /// origin connection while it has room (see `h2::place`), and notes which here.
+    pub(crate) affinity: &'a AtomicU64,
 }
 
 /// A request body as the seam takes it.

@@ -51,6 +51,19 @@ pub async fn connect(
     timeout: Duration,
     first: &[u8],
 ) -> Result<(TcpStream, SocketAddr), ConnectError> {
+    connect_with(resolver, origin, fastopen, timeout, first, None).await
+}
+
+/// [`connect`], the socket using the congestion control `congestion` (the system's if `None`,
+/// or if the kernel refuses it: a warning, and the connection goes on).
+pub async fn connect_with(
+    resolver: &Resolver,
+    origin: &OriginAddr,
+    fastopen: bool,
+    timeout: Duration,
+    first: &[u8],
+    congestion: Option<&str>,
+) -> Result<(TcpStream, SocketAddr), ConnectError> {
     let deadline = Instant::now() + timeout;
     let addrs = tokio::time::timeout_at(deadline, resolver.resolve(origin))
         .await
@@ -60,7 +73,7 @@ pub async fn connect(
     for (i, addr) in addrs.iter().enumerate() {
         let left = deadline.saturating_duration_since(Instant::now());
         let share = left / u32::try_from(addrs.len() - i).unwrap_or(u32::MAX);
-        match tokio::time::timeout(share, attempt(*addr, fastopen, first)).await {
+        match tokio::time::timeout(share, attempt(*addr, fastopen, first, congestion)).await {
             Ok(Ok(stream)) => return Ok((stream, *addr)),
             Ok(Err(e)) if e.kind() == io::ErrorKind::ConnectionRefused => last = ConnectError::Refused(*addr),
             Ok(Err(e)) => last = ConnectError::Unreachable(e),
@@ -70,9 +83,14 @@ pub async fn connect(
     Err(last)
 }
 
-async fn attempt(addr: SocketAddr, fastopen: bool, first: &[u8]) -> io::Result<TcpStream> {
+async fn attempt(addr: SocketAddr, fastopen: bool, first: &[u8], congestion: Option<&str>) -> io::Result<TcpStream> {
     let socket = if addr.is_ipv4() { TcpSocket::new_v4()? } else { TcpSocket::new_v6()? };
     sockopt::set_nodelay(&socket)?;
+    if let Some(name) = congestion {
+        if let Err(e) = sockopt::set_congestion(&socket, name) {
+            tracing::warn!(congestion = name, error = %e, "cannot set the origin socket's congestion control; using the system's");
+        }
+    }
     if fastopen {
         sockopt::set_fastopen_connect(&socket)?;
     }

@@ -15,7 +15,7 @@ fn ca(fx: &Pki) -> std::path::PathBuf {
 async fn get_and_post_over_http3_ride_the_standing_connections() {
     let fx = fixture();
     let (origin, stats) = h2_origin(&fx.origin, H2Opts::default()).await;
-    let edge = edge(&fx.route(origin, ""), "", "http3: true").await;
+    let edge = edge(&fx.route(origin, "    upstream: {connections: 2}\n"), "", "http3: true").await;
     wait_for(&edge, OPENED, &[("route", "b.test")], 2.0).await;
     let size = 3 * 1024 * 1024 + 17;
     let out =
@@ -307,7 +307,7 @@ async fn a_gibibyte_down_256_mib_up_and_200_clients_over_http3() {
 async fn chromium_loads_a_page_over_http3() {
     let fx = fixture();
     let (origin, stats) = h2_origin(&fx.origin, H2Opts::default()).await;
-    let edge = edge(&fx.route(origin, ""), "", "http3: true").await;
+    let edge = edge(&fx.route(origin, "    upstream: {connections: 2}\n"), "", "http3: true").await;
     let cert = fx.path.join("edge/cert.pem");
     let spki = std::process::Command::new("sh")
         .arg("-c")

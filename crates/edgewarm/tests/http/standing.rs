@@ -176,6 +176,54 @@ async fn standing_connections_are_spread_over_the_workers() {
     edge.stop().await;
 }
 
+/// Placement: a client's requests stay on the origin connection its first one took (its page
+/// and sub-resources share one connection, so a loss on another does not stall them), and a
+/// new client takes the least loaded connection, not the oldest.
+#[tokio::test]
+async fn a_clients_requests_share_a_connection_and_clients_spread() {
+    let fx = fixture();
+    let (origin, _) = h2_origin(&fx.origin, H2Opts::default()).await;
+    let edge = edge(&fx.route(origin, "    upstream: {connections: 2}\n"), "workers: 1\n", "").await;
+    wait_for(&edge, OPENED, &[("route", "b.test")], 2.0).await;
+    let conns = |json: &str| {
+        let v: serde_json::Value = serde_json::from_str(json).unwrap();
+        let c = v["origins"][0]["connections"].as_array().unwrap().clone();
+        c.iter().map(|c| (c["id"].as_u64().unwrap(), c["streams"].as_u64().unwrap())).collect::<Vec<_>>()
+    };
+    let hold = |mut client: HttpClient| {
+        tokio::spawn(async move { client.send("GET", "b.test", "/slow", &[], vec![]).await.map(|_| ()) })
+    };
+    let streams = "edgewarm_upstream_streams";
+    // Both idle: A takes one. B's first request takes the other, the least loaded.
+    let a = hold(HttpClient::connect(&fx.edge, edge.addr, "b.test", true).await.unwrap());
+    wait_for(&edge, streams, &[("route", "b.test")], 1.0).await;
+    let b = HttpClient::connect(&fx.edge, edge.addr, "b.test", true).await.unwrap();
+    let HttpClient::H2(again) = &b else { unreachable!() };
+    let again = HttpClient::H2(again.clone());
+    let b1 = hold(b);
+    wait_for(&edge, streams, &[("route", "b.test")], 2.0).await;
+    let before = conns(&admin_get(edge.admin, "/origins").await.1);
+    assert_eq!(before.iter().map(|c| c.1).collect::<Vec<_>>(), [1, 1], "spread: {before:?}");
+    // B's second request joins its first, although the two connections are equally loaded.
+    let b2 = hold(again);
+    wait_for(&edge, streams, &[("route", "b.test")], 3.0).await;
+    let after = conns(&admin_get(edge.admin, "/origins").await.1);
+    // `/origins` lists the set oldest first, and A took the oldest (a tie goes to the oldest).
+    let (a_conn, b_conn) = (before[0].0, before[1].0);
+    let on = |id: u64| after.iter().find(|c| c.0 == id).unwrap().1;
+    assert_eq!((on(a_conn), on(b_conn)), (1, 2), "B's second request went to B's connection: {after:?}");
+    // A new client goes to A's, now the least loaded.
+    let mut c = HttpClient::connect(&fx.edge, edge.addr, "b.test", true).await.unwrap();
+    let c1 = tokio::spawn(async move { c.send("GET", "b.test", "/slow", &[], vec![]).await.map(|_| ()) });
+    wait_for(&edge, streams, &[("route", "b.test")], 4.0).await;
+    let last = conns(&admin_get(edge.admin, "/origins").await.1);
+    assert!(last.iter().all(|c| c.1 == 2), "{last:?}");
+    for t in [a, b1, b2, c1] {
+        t.abort();
+    }
+    edge.stop().await;
+}
+
 /// An origin link that goes silent (no PONG, no answers, socket still open) is found by the
 /// PINGs and replaced before clients are put on it.
 #[tokio::test]

@@ -157,6 +157,14 @@ fn upstream_durations_are_named_when_zero() {
         );
         assert_eq!(err(&yaml), format!("routes[0].upstream.{key}: must be greater than zero"));
     }
+    let cc = |name: &str| {
+        GOOD.replace(
+            "action: tunnel",
+            &format!("action: http\n    cert: c.pem\n    key: k.pem\n    upstream: {{congestion: {name}}}"),
+        )
+    };
+    assert!(err(&cc("no-such-algorithm")).starts_with("routes[0].upstream.congestion: \"no-such-algorithm\" is not"));
+    assert!(Config::parse(&cc("reno")).and_then(|c| c.validate()).is_ok(), "reno is always built in");
 }
 
 #[test]

@@ -30,7 +30,7 @@ use crate::config::UpstreamConfig;
 use crate::metrics::{Metrics, PoolLabels};
 use crate::origin::backoff::Connects;
 use crate::origin::connect::Connect;
-use crate::origin::dial::{Dial, WarmError};
+use crate::origin::dial::WarmError;
 use crate::origin::sizing::Concurrency;
 use crate::origin::supervisor::Core;
 
@@ -206,8 +206,11 @@ impl H1Upstream {
 
     async fn open(&self) -> Result<SendRequest<BoxedBody>, H1Error> {
         let started = Instant::now();
-        let timeout = self.state().connect_timeout;
-        let tls = self.core.dial.dial(timeout).await?;
+        let (timeout, congestion) = {
+            let st = self.state();
+            (st.connect_timeout, st.settings.congestion.clone())
+        };
+        let tls = self.core.dial.connect(timeout, congestion.as_deref()).await?;
         let (send, conn) = hyper::client::conn::http1::handshake(TokioIo::new(tls)).await?;
         tokio::spawn(async move {
             let _ = conn.await;

@@ -40,7 +40,7 @@ use crate::config::UpstreamConfig;
 use crate::metrics::{Metrics, PoolLabels, UpstreamEnd};
 use crate::origin::backoff::Connects;
 use crate::origin::connect::Connect;
-use crate::origin::dial::{Dial, WarmError};
+use crate::origin::dial::WarmError;
 use crate::origin::supervisor::Core;
 use crate::tls::origin::PoolKey;
 use crate::workers::Placement;
@@ -240,10 +240,13 @@ impl Upstream {
     /// `demand`: opened for a request (a spill, or a full worker's own), not to keep
     /// `connections` standing: closed again after `idle_timeout` without a stream.
     async fn open(self: &Arc<Self>, worker: Option<usize>, demand: bool) -> Result<Arc<Conn>, UpstreamError> {
-        let timeout = self.state().connect_timeout;
+        let (timeout, congestion) = {
+            let st = self.state();
+            (st.connect_timeout, st.settings.congestion.clone())
+        };
         let started = Instant::now();
         let result = async {
-            let tls = self.core.dial.dial(timeout).await?;
+            let tls = self.core.dial.connect(timeout, congestion.as_deref()).await?;
             let id = self.next_id.fetch_add(1, Ordering::Relaxed);
             Ok::<_, UpstreamError>(Conn::handshake(id, tls, self.clone(), demand).await?)
         }

@@ -1,6 +1,7 @@
 //! Placement: which standing connection a request rides, when the set grows for demand, and
 //! which worker a new connection runs on.
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use http::Request;
@@ -10,16 +11,20 @@ use super::{Conn, Sent, State, Upstream, UpstreamError};
 use crate::origin::dial::WarmError;
 
 impl Upstream {
-    /// Start a request: on this worker's oldest connection with a free stream, else on another
-    /// worker's (spill); if all are full, on a new connection (up to `max_connections`); else
-    /// wait for room, bounded by the connect timeout (then a 503).
+    /// Start a request: on the connection its client's requests rode before (`affinity`), else
+    /// on this worker's least loaded connection with a free stream, else on another worker's
+    /// (spill); if all are full, on a new connection (up to `max_connections`); else wait for
+    /// room, bounded by the connect timeout (then a 503).
     ///
     /// `build` makes the request each time it is placed on a stream: h2 takes it whole, and a
     /// connection found going away at that moment means placing it again elsewhere.
+    /// `affinity`: the client connection's hint (its last origin connection's id + 1, 0 for
+    /// none), updated here.
     pub async fn send(
         self: &Arc<Self>,
         build: &mut (dyn FnMut() -> Request<()> + Send),
         end_of_stream: bool,
+        affinity: &AtomicU64,
     ) -> Result<Sent, UpstreamError> {
         // Waiting for room is bounded like a connect, from the moment the request came (a
         // connect it spilled into counts too): a busy origin gets a 503, not a hang.
@@ -39,16 +44,27 @@ impl Upstream {
                 // A connection of this worker first (see `crate::workers`): the request's
                 // frames, h2's stream state and the wake-ups then stay on one core (crossing
                 // cores costs CPU; docs/benchmarks-history.md has the measurement).
-                // Among its own, the oldest with room (first fit, not least loaded): a client's
-                // burst of requests goes out on one connection in one write, the origin answers
-                // them together, and they come back to the client in one write (fewer writes
-                // per request than spreading; docs/benchmarks-history.md).
+                // Among its own, the one this client's requests rode before, while it has
+                // room: a client's burst (a page's sub-resources) goes out on one connection in
+                // one write and comes back together, and a packet lost on another connection
+                // does not hold it (TCP delivers in order, so a loss stalls every stream on its
+                // connection). Else the least loaded (ties: the oldest), so that clients, and
+                // the stalls a loss causes, are spread over the connections (first fit put
+                // every client on the oldest: docs/benchmarks.md, "standing connections under
+                // loss").
                 let worker = crate::workers::current();
+                let mine = |c: &&Arc<Conn>| !c.retiring() && c.worker == worker;
+                let pinned = affinity.load(Ordering::Relaxed);
                 let local = st
                     .conns
                     .iter()
-                    .filter(|c| !c.retiring() && c.worker == worker)
-                    .find_map(|c| Some((c.try_reserve()?, c.clone())));
+                    .filter(mine)
+                    .find(|c| c.id.wrapping_add(1) == pinned)
+                    .and_then(|c| Some((c.try_reserve()?, c.clone())))
+                    .or_else(|| {
+                        let c = least(&mut st.conns.iter().filter(mine))?;
+                        Some((c.try_reserve()?, c))
+                    });
                 // Then another worker's connection (spill): the least loaded (it usually has
                 // room: tried alone first, since each look at a stream limit takes h2's lock),
                 // then any with room. A full worker does not open a connection of its own
@@ -83,7 +99,10 @@ impl Upstream {
             };
             if let Some((conn, slot)) = best {
                 match conn.send(build(), end_of_stream) {
-                    Ok((response, body, reused)) => return Ok(Sent { response, body, slot, conn_id: conn.id, reused }),
+                    Ok((response, body, reused)) => {
+                        affinity.store(conn.id.wrapping_add(1), Ordering::Relaxed);
+                        return Ok(Sent { response, body, slot, conn_id: conn.id, reused });
+                    }
                     // The connection is going away (GOAWAY seen) or broken: the request was
                     // never sent, so it may go on another connection.
                     Err(e) if e.is_go_away() || e.is_io() || e.reason().is_some() => {

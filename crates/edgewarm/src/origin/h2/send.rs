@@ -35,7 +35,7 @@ impl Origin for Requests {
                 return websocket::websocket(&self.0, up).await;
             }
             // Any other upgrade is HTTP/1.1's: a connection of its own to the same origin.
-            let io = self.0.core.dial.for_http1().connect(up.timeout).await;
+            let io = self.0.core.dial.for_http1().connect(up.timeout, None).await;
             let io = io.map_err(|e| OriginError::Upgrade(format!("origin connection for the upgrade: {e}")))?;
             upgrade::over_h1(io, up).await
         })
@@ -47,10 +47,10 @@ impl Origin for Requests {
 }
 
 async fn send(upstream: &Arc<Upstream>, out: Outgoing<'_>) -> Result<Sent, SendFailure> {
-    let Outgoing { build, body, up, timeout } = out;
+    let Outgoing { build, body, up, timeout, affinity } = out;
     let end_of_stream = matches!(body, OutBody::Empty);
     let sent = upstream
-        .send(build, end_of_stream)
+        .send(build, end_of_stream, affinity)
         .await
         .map_err(|e| SendFailure::fatal(OriginError::NoConnection(e.to_string())))?;
     // The body goes up while we wait for the response: an origin may answer early.

@@ -55,7 +55,10 @@ pub(crate) async fn websocket(upstream: &Arc<Upstream>, up: Upgrade<'_>) -> Resu
     h.remove(header::HOST);
     h.remove(header::SEC_WEBSOCKET_KEY);
     connect.extensions_mut().insert(h2::ext::Protocol::from_static("websocket"));
-    let sent = upstream.send(&mut || connect.clone(), false).await.map_err(|e| OriginError::Upgrade(e.to_string()))?;
+    let sent = upstream
+        .send(&mut || connect.clone(), false, &AtomicU64::new(0))
+        .await
+        .map_err(|e| OriginError::Upgrade(e.to_string()))?;
     let response = tokio::time::timeout(timeout, sent.response)
         .await
         .map_err(|_| OriginError::Upgrade("origin did not answer the upgrade in time".into()))?
