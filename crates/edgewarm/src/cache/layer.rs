@@ -78,7 +78,7 @@ impl Cached {
                 }
                 BeforeRequest::Stale { request, matches: true } => {
                     let job = Stale { cache: &self.cache, inner: &self.inner, key, entry, head: &head };
-                    return job.run(request, out.timeout, out.up).await;
+                    return job.run(request, out.timeout, out.up, out.affinity).await;
                 }
                 // Another variant, or a request the stored one cannot answer.
                 BeforeRequest::Stale { matches: false, .. } => {}
@@ -109,7 +109,7 @@ impl Cached {
                 // The client's own validators stay here: the origin is asked for the whole
                 // object (storable, and shareable with the waiters), and the client's
                 // conditional is answered against it.
-                let Outgoing { build, body, up, timeout } = out;
+                let Outgoing { build, body, up, timeout, affinity } = out;
                 let mut whole = || {
                     let mut h = build();
                     for name in [IF_NONE_MATCH, IF_MODIFIED_SINCE] {
@@ -117,7 +117,7 @@ impl Cached {
                     }
                     h
                 };
-                let response = self.inner.send(Outgoing { build: &mut whole, body, up, timeout }).await?;
+                let response = self.inner.send(Outgoing { build: &mut whole, body, up, timeout, affinity }).await?;
                 let (response, status) = keep::keep(&self.cache, response.response, &head, url, lead, "uri-miss", now);
                 Ok(self.cache.answer(serve::conditional(response, &head), CacheResult::Miss, &status))
             }

@@ -47,6 +47,7 @@ impl Stale<'_> {
         reval: http::request::Parts,
         timeout: Duration,
         up: &Arc<AtomicU64>,
+        affinity: &AtomicU64,
     ) -> Result<Sent, SendFailure> {
         let now = SystemTime::now();
         let staleness = self.entry.staleness(now);
@@ -82,7 +83,7 @@ impl Stale<'_> {
             }
         };
         let mut build = || copy(&reval);
-        let attempt = Outgoing { build: &mut build, body: OutBody::Empty, up, timeout };
+        let attempt = Outgoing { build: &mut build, body: OutBody::Empty, up, timeout, affinity };
         let response = match self.inner.send(attempt).await {
             Ok(sent) => sent.response,
             Err(_) if staleness <= grace.if_error => {
@@ -136,8 +137,8 @@ impl Stale<'_> {
             (self.cache.clone(), self.inner.clone(), self.key.clone(), self.entry.clone(), copy(self.head));
         tokio::spawn(async move {
             let mut build = || copy(&reval);
-            let up = Arc::default();
-            let attempt = Outgoing { build: &mut build, body: OutBody::Empty, up: &up, timeout };
+            let (up, affinity) = (Arc::default(), AtomicU64::default());
+            let attempt = Outgoing { build: &mut build, body: OutBody::Empty, up: &up, timeout, affinity: &affinity };
             let now = SystemTime::now();
             match inner.send(attempt).await {
                 Ok(sent) if sent.response.status() == StatusCode::NOT_MODIFIED => {
