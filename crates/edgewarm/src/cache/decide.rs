@@ -95,9 +95,12 @@ pub(crate) fn storable(
 /// the URL is not remembered as uncacheable for other requests (`Authorization`, or the
 /// client's own `no-store`).
 pub(crate) fn request_specific(head: &Request<()>) -> bool {
-    let h = head.headers();
-    h.contains_key(http::header::AUTHORIZATION)
-        || h.get_all(CACHE_CONTROL).iter().any(|v| v.to_str().is_ok_and(|v| v.contains("no-store")))
+    head.headers().contains_key(http::header::AUTHORIZATION) || asks_no_store(head)
+}
+
+/// The client asked that nothing of this exchange be stored (`Cache-Control: no-store`).
+pub(crate) fn asks_no_store(head: &Request<()>) -> bool {
+    head.headers().get_all(CACHE_CONTROL).iter().any(|v| v.to_str().is_ok_and(|v| v.contains("no-store")))
 }
 
 /// How long past freshness a response may be served: the origin's `stale-while-revalidate`

@@ -17,7 +17,8 @@ use super::keep;
 use super::routes::RouteCache;
 use super::stale::Stale;
 use super::status::Status;
-use super::{key, serve};
+use super::store::Entry;
+use super::{decide, key, serve};
 use crate::metrics::CacheResult;
 use crate::origin::seam::{BoxFuture, Origin, Outgoing, SendFailure, Sent, Upgrade, Upgraded};
 
@@ -53,29 +54,24 @@ impl Cached {
         let key = store.key(&url, &mut head);
         let head_only = head.method() == Method::HEAD;
         if let Some(entry) = store.get(&key) {
-            // HEAD is answered from a stored GET: it is judged as the GET it stands for.
-            let as_get;
-            let probe = if head_only {
-                as_get = Request::builder().uri(head.uri().clone()).body(()).map(|mut r| {
-                    *r.headers_mut() = head.headers().clone();
-                    r
-                });
-                as_get.as_ref().unwrap_or(&head)
-            } else {
-                &head
-            };
             // The common hit, judged without building the policy's answer: no request
             // directives, and still fresh (the key already matched host and variant).
             let h = head.headers();
             if !h.contains_key(CACHE_CONTROL) && !h.contains_key(PRAGMA) && now < entry.stale_at {
-                let status = Status { ttl: Some(keep::ttl(&entry, now)), ..Status::default() };
-                return Ok(self.cache.answer(serve::response(&entry, &head, now), CacheResult::Hit, &status));
+                return Ok(self.hit(&entry, &head, now));
             }
+            // HEAD is answered from a stored GET: it is judged as the GET it stands for.
+            let as_get;
+            let probe = if head_only {
+                let mut get = keep::copy(&head);
+                *get.method_mut() = Method::GET;
+                as_get = get;
+                &as_get
+            } else {
+                &head
+            };
             match entry.policy.before_request(probe, now) {
-                BeforeRequest::Fresh(_) => {
-                    let status = Status { ttl: Some(keep::ttl(&entry, now)), ..Status::default() };
-                    return Ok(self.cache.answer(serve::response(&entry, &head, now), CacheResult::Hit, &status));
-                }
+                BeforeRequest::Fresh(_) => return Ok(self.hit(&entry, &head, now)),
                 BeforeRequest::Stale { request, matches: true } => {
                     let job = Stale { cache: &self.cache, inner: &self.inner, key, entry, head: &head };
                     return job.run(request, out.timeout, out.up, out.affinity).await;
@@ -86,7 +82,7 @@ impl Cached {
         }
         let range = head.headers().contains_key(RANGE);
         let uncacheable = store.uncacheable(&url);
-        if range || head_only || uncacheable.is_some() || no_store_request(&head) {
+        if range || head_only || uncacheable.is_some() || decide::asks_no_store(&head) {
             // A range or a HEAD on a miss goes to the origin as asked (nothing to store); a URL
             // just found uncacheable does not wait behind another request for it (hit-for-miss).
             let response = self.inner.send(out).await?;
@@ -140,6 +136,12 @@ impl Cached {
         }
     }
 
+    /// A fresh stored response, served.
+    fn hit(&self, entry: &Arc<Entry>, head: &Request<()>, now: SystemTime) -> Sent {
+        let status = Status { ttl: Some(keep::ttl(entry, now)), ..Status::default() };
+        self.cache.answer(serve::response(entry, head, now), CacheResult::Hit, &status)
+    }
+
     /// Not GET or HEAD: passed on; a successful unsafe method invalidates what is stored for
     /// its URL (RFC 9111 §4.4).
     async fn other_method<'a>(&'a self, out: Outgoing<'a>, head: &Request<()>) -> Result<Sent, SendFailure> {
@@ -152,9 +154,4 @@ impl Cached {
         let status = Status { fwd: Some("method"), fwd_status: Some(code.as_u16()), ..Status::default() };
         Ok(self.cache.answer(response.response, CacheResult::Bypass, &status))
     }
-}
-
-/// The client asked that nothing of this exchange be stored.
-fn no_store_request(head: &Request<()>) -> bool {
-    head.headers().get_all(CACHE_CONTROL).iter().any(|v| v.to_str().is_ok_and(|v| v.contains("no-store")))
 }

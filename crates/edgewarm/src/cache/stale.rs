@@ -229,10 +229,6 @@ fn refreshed(
         stale_at: now + lifetime,
         request_bytes: 0,
     };
-    let key = cache.store.insert(entry_url(reval), names, head, updated);
+    let key = cache.store.insert(key::url(reval), names, head, updated);
     cache.store.get(&key)
-}
-
-fn entry_url(reval: &Request<()>) -> Arc<str> {
-    key::url(reval)
 }
