@@ -16,6 +16,7 @@ use crate::origin::connect::{Connect, TlsConnect};
 use crate::origin::dial::TlsDial;
 use crate::origin::h1::H1Upstream;
 use crate::origin::h2::Upstream;
+use crate::origin::h3::H3Spec;
 use crate::origin::prewarm::{PrewarmSpec, Settings, TlsPool};
 use crate::origin::registry::{self, Origins, Spec, UpstreamSpec, Wanted};
 use crate::origin::seam::Origin;
@@ -116,6 +117,10 @@ impl Snapshot {
             UpstreamProtocol::H2 => Box::new(UpstreamSpec::<Upstream>::new(connect(Some(b"h2")), settings, timeout)),
             // No ALPN offered: the origin speaks HTTP/1.1.
             UpstreamProtocol::Http11 => Box::new(UpstreamSpec::<H1Upstream>::new(connect(None), settings, timeout)),
+            // Always TLS (checked at load); upgrades go over TCP without ALPN.
+            UpstreamProtocol::H3 => {
+                Box::new(H3Spec::new(&route.origin, connect(None), self.resolver.clone(), settings, timeout))
+            }
         }
     }
 }

@@ -230,6 +230,11 @@ pub enum UpstreamProtocol {
     H2,
     #[serde(rename = "http/1.1")]
     Http11,
+    /// HTTP/3 over QUIC: every request a stream of its own on standing QUIC connections, so a
+    /// lost packet stalls only the streams whose data it carried (no head-of-line blocking
+    /// across requests, as on TCP); the natural peer is another edgewarm's `http3` listener.
+    #[serde(rename = "h3")]
+    H3,
 }
 
 impl Default for UpstreamConfig {
@@ -414,6 +419,10 @@ impl From<RouteFile> for RouteConfig {
 /// Whether `name` is a congestion control this kernel has (`tcp_available_congestion_control`;
 /// when that cannot be read, any well-formed name): the reason if not. (The kernel takes names
 /// of up to 15 bytes.)
+/// The congestion controllers QUIC origin connections can use (quinn's, in user space): the
+/// kernel's list does not apply to them.
+pub(crate) const QUIC_CONGESTION: [&str; 3] = ["bbr", "cubic", "reno"];
+
 pub(crate) fn congestion_available(name: &str) -> Result<(), String> {
     if name.is_empty() || name.len() > 15 || !name.bytes().all(|b| b.is_ascii_graphic()) {
         return Err(format!("{name:?} is not a congestion control name"));

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use super::{
     ActionConfig, Config, ConfigError, EarlyData, Ktls, OriginAddr, OriginTls, PoolConfig, TerminateConfig,
-    UpstreamConfig,
+    UpstreamConfig, UpstreamProtocol,
 };
 
 /// Checks an SNI pattern and returns it normalised (lower case, no trailing dot).
@@ -255,7 +255,23 @@ fn validate_upstream(u: &UpstreamConfig, key: &dyn Fn(&str) -> String) -> Result
             return Err(ConfigError::invalid(key(&format!("upstream.{name}")), "must be greater than zero"));
         }
     }
-    if let Some(name) = &u.congestion {
+    if u.protocol == UpstreamProtocol::H3 {
+        if !u.tls {
+            return Err(ConfigError::invalid(
+                key("upstream.tls"),
+                "false cannot go with protocol h3: QUIC is always encrypted (use h2 for a cleartext origin)",
+            ));
+        }
+        if let Some(name) = u.congestion.as_deref().filter(|n| !super::route::QUIC_CONGESTION.contains(n)) {
+            return Err(ConfigError::invalid(
+                key("upstream.congestion"),
+                format!(
+                    "{name:?} is not a QUIC congestion controller (protocol h3 runs its own, in user space: {})",
+                    super::route::QUIC_CONGESTION.join(", ")
+                ),
+            ));
+        }
+    } else if let Some(name) = &u.congestion {
         super::route::congestion_available(name).map_err(|e| ConfigError::invalid(key("upstream.congestion"), e))?;
     }
     Ok(())

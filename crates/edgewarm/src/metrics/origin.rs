@@ -83,6 +83,15 @@ pub struct UpstreamMetrics {
     pub open: Family<UpstreamConn, Gauge>,
     /// Requests in flight on them now.
     pub streams: Family<UpstreamConn, Gauge>,
+    /// HTTP/3 origin connections that resumed with 0-RTT, by whether the origin took it.
+    pub zero_rtt: Family<UpstreamZeroRttLabel, Counter>,
+}
+/// An `http` route's origin, and what became of a 0-RTT reconnect to it.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct UpstreamZeroRttLabel {
+    pub route: RouteName,
+    pub origin: String,
+    pub result: super::ZeroRtt,
 }
 impl UpstreamMetrics {
     pub(super) fn new() -> Self {
@@ -94,6 +103,7 @@ impl UpstreamMetrics {
             spills: Family::default(),
             open: Family::default(),
             streams: Family::default(),
+            zero_rtt: Family::default(),
         }
     }
 
@@ -105,6 +115,7 @@ impl UpstreamMetrics {
         r.register("spills", "Connections opened because every one was at its stream limit", self.spills.clone());
         r.register("connections", "Standing HTTP/2 origin connections open now", self.open.clone());
         r.register("streams", "Requests in flight on standing origin connections", self.streams.clone());
+        r.register("zero_rtt", "HTTP/3 origin reconnects that sent 0-RTT, by result", self.zero_rtt.clone());
     }
 }
 /// Per-pool metrics (labels route, origin, alpn).

@@ -12,7 +12,6 @@ use http_body::{Body, Frame, SizeHint};
 use http_body_util::BodyExt;
 
 use super::BoxedBody;
-use crate::h2_stream::SendError;
 
 /// What a request holds at the origin until its response has ended, whatever the kind: only
 /// dropped, never looked at.
@@ -21,7 +20,7 @@ pub(crate) type Held = Box<dyn Any + Send + Sync>;
 /// A request body on its way to the origin in a task of its own, stopped when dropped: when
 /// the request is over (response finished, error answered, or the client gone), so no upload
 /// outlives its request.
-pub(crate) struct Upload(pub(crate) tokio::task::JoinHandle<Result<(), SendError>>);
+pub(crate) struct Upload(pub(crate) tokio::task::AbortHandle);
 
 impl Drop for Upload {
     fn drop(&mut self) {

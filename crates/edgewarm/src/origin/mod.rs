@@ -9,6 +9,8 @@
 //!   - [`h2`]: multiplexed HTTP/2 connections every request of an `http` route rides as a
 //!     stream, kept at `connections` and grown for demand;
 //!   - [`h1`]: keep-alive HTTP/1.1 connections, sized from the requests in flight;
+//!   - [`h3`]: standing QUIC connections every request rides as a stream of its own (a loss
+//!     stalls only the streams it hit), resumed with 0-RTT;
 //!   - [`prewarm`]: pre-handshaked TLS connections, each handed to exactly one client
 //!     (`prewarm` routes), sized from the arrival rate and the warm time.
 //! - What carries a request kind's bytes, [`connect::Connect`]: TLS ([`connect::TlsConnect`])
@@ -22,8 +24,8 @@
 //!   ([`backoff`]), how many to hold ([`sizing`]), HTTP/1.1 upgrades on a connection of their
 //!   own ([`upgrade`]).
 //!
-//! A new kind (an HTTP/3 origin) is a module here implementing `Spec`, `Standing` and
-//! `Origin`, plus one arm where the snapshot registers it.
+//! A new kind is a module here implementing `Spec`, `Standing` and `Origin`, plus one arm
+//! where the snapshot registers it (as [`h3`] was added).
 
 pub mod backoff;
 pub(crate) mod body;
@@ -32,6 +34,7 @@ pub(crate) mod connect;
 pub mod dial;
 pub(crate) mod h1;
 pub mod h2;
+pub(crate) mod h3;
 pub mod prewarm;
 pub mod registry;
 pub(crate) mod seam;

@@ -121,7 +121,7 @@ impl Origins {
                 continue;
             }
             let key = &id.0;
-            if id.2 == "tls" && !key.verify {
+            if id.2 != "cleartext" && !key.verify {
                 tracing::warn!(route = %w.route, origin = %key.origin, "origin_tls.verify is false: origin certificates are NOT verified");
             }
             let labels = PoolLabels { route: w.route, origin: key.origin.to_string(), alpn: key.alpn_label() };

@@ -28,12 +28,16 @@ pub(crate) struct Core<D> {
 }
 
 impl<D: Dial> Core<D> {
-    pub(crate) fn new(dial: D, labels: PoolLabels, metrics: Arc<Metrics>) -> Self {
-        Self { dial, labels, wake: Notify::new(), retired: CancellationToken::new(), metrics }
-    }
-
     pub(crate) fn key(&self) -> &PoolKey {
         self.dial.key()
+    }
+}
+
+/// What does not need the dialer's connection type (the HTTP/3 kind dials QUIC, not a byte
+/// stream).
+impl<D> Core<D> {
+    pub(crate) fn new(dial: D, labels: PoolLabels, metrics: Arc<Metrics>) -> Self {
+        Self { dial, labels, wake: Notify::new(), retired: CancellationToken::new(), metrics }
     }
 
     /// The upkeep task's loop: `turn(ticked)` runs at once (the set starts filling before any

@@ -74,6 +74,7 @@ mod cleartext;
 mod clients;
 mod h1_origins;
 mod h3;
+mod h3_origin;
 mod requests;
 mod standing;
 mod upgrades;

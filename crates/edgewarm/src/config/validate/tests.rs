@@ -148,6 +148,24 @@ fn cleartext_upstream_refuses_origin_tls() {
     Config::parse(&GOOD.replace("action: reject", &format!("{http}\n    origin: o:80"))).unwrap().validate().unwrap();
 }
 
+/// HTTP/3 origins: QUIC is always encrypted, and runs its own congestion control (quinn's
+/// three, whatever the kernel has).
+#[test]
+fn h3_upstream_is_encrypted_and_names_quic_congestion() {
+    let h3 = |extra: &str| {
+        GOOD.replace(
+            "action: tunnel",
+            &format!("action: http\n    cert: c.pem\n    key: k.pem\n    upstream: {{protocol: h3{extra}}}"),
+        )
+    };
+    assert!(err(&h3(", tls: false")).starts_with("routes[0].upstream.tls: false cannot go with protocol h3"));
+    let e = err(&h3(", congestion: vegas"));
+    assert!(e.starts_with("routes[0].upstream.congestion: \"vegas\" is not a QUIC congestion controller"), "{e}");
+    for ok in ["", ", congestion: bbr", ", congestion: cubic", ", congestion: reno"] {
+        Config::parse(&h3(ok)).unwrap().validate().unwrap();
+    }
+}
+
 #[test]
 fn upstream_durations_are_named_when_zero() {
     for key in ["keepalive", "max_age", "idle_timeout"] {

@@ -58,7 +58,7 @@ async fn send(upstream: &Arc<Upstream>, out: Outgoing<'_>) -> Result<Sent, SendF
         OutBody::Empty => None,
         body => {
             let (tx, counter, body) = (sent.body, up.clone(), body.boxed());
-            Some(Upload(tokio::spawn(h2_stream::send(body, tx, counter))))
+            Some(Upload(tokio::spawn(h2_stream::send(body, tx, counter)).abort_handle()))
         }
     };
     let response = match tokio::time::timeout(timeout, sent.response).await {

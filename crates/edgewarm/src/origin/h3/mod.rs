@@ -1,0 +1,327 @@
+//! The HTTP/3 origin kind (`upstream.protocol: h3`): standing QUIC connections to the origin,
+//! every request a stream of its own.
+//!
+//! Why: over TCP, one lost packet on the long link stalls every request multiplexed on that
+//! connection until it is retransmitted (head-of-line blocking), so at 1–2 % loss one loss holds
+//! up many users at once. QUIC streams are delivered independently: a loss stalls only the
+//! streams whose data it carried. Its natural peer is another edgewarm's `http3` listener near
+//! the origin (both ends of the long link ours).
+//!
+//! The same rules as the HTTP/2 kind: `connections` opened at load, before any client, kept and
+//! replaced when they end or reach `max_age` (retired gracefully: streams on them finish);
+//! failures classified for the retry policy; a reconnect resumes with 0-RTT where the origin
+//! gave a ticket, and only requests safe to replay ride it before the handshake is confirmed.
+//! Requests go to the connection with the fewest streams: no placement affinity, since streams
+//! do not block each other. quinn's flow control holds a request whose connection is at the
+//! origin's stream limit until a stream ends.
+//!
+//! - [`quic`]: the QUIC dialer (endpoint, TLS, transport settings);
+//! - [`conn`]: one connection (h3 driver, 0-RTT, drain on retirement);
+//! - [`send`]: the seam ([`crate::origin::seam::Origin`]).
+//!
+//! Every connection of a set shares one UDP socket (quinn endpoint), driven on the runtime that
+//! started the set.
+
+mod conn;
+mod quic;
+mod send;
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use serde::Serialize;
+use tokio::sync::Notify;
+use tokio::time::Instant;
+
+use crate::config::UpstreamConfig;
+use crate::metrics::{Metrics, PoolEvent, PoolLabels, UpstreamConn, UpstreamEnd, UpstreamZeroRttLabel, ZeroRtt};
+use crate::origin::backoff::Connects;
+use crate::origin::connect::Connect;
+use crate::origin::registry::{Shared, Spec, Standing};
+use crate::origin::seam::Origin;
+use crate::origin::supervisor::Core;
+use crate::tls::origin::{OriginTls, PoolKey};
+use crate::transport::Resolver;
+use conn::{Conn, H3Send, Slot};
+use quic::QuicDial;
+
+/// The kind's name in `/origins` and the set's identity.
+const KIND: &str = "h3";
+
+/// What an `http` route with `upstream.protocol: h3` asks the registry for.
+pub(crate) struct H3Spec {
+    dial: QuicDial,
+    /// The same origin over TLS on TCP, without ALPN: protocol upgrades (WebSocket) ride
+    /// HTTP/1.1 there.
+    http1: Arc<dyn Connect>,
+    settings: UpstreamConfig,
+    connect_timeout: Duration,
+}
+
+impl H3Spec {
+    pub(crate) fn new(
+        origin: &OriginTls,
+        http1: Arc<dyn Connect>,
+        resolver: Arc<Resolver>,
+        settings: UpstreamConfig,
+        connect_timeout: Duration,
+    ) -> Self {
+        Self { dial: QuicDial::new(origin, resolver), http1, settings, connect_timeout }
+    }
+}
+
+impl Spec for H3Spec {
+    fn key(&self) -> &PoolKey {
+        self.dial.key()
+    }
+
+    fn kind(&self) -> &'static str {
+        KIND
+    }
+
+    fn transport(&self) -> &'static str {
+        "quic"
+    }
+
+    fn start(self: Box<Self>, mut labels: PoolLabels, shared: &Shared) -> Arc<dyn Standing> {
+        labels.alpn = KIND.into();
+        let set = Arc::new(H3Upstream {
+            core: Core::new(self.dial, labels, shared.metrics.clone()),
+            http1: self.http1,
+            state: Mutex::new(State {
+                conns: Vec::new(),
+                connects: Connects::default(),
+                settings: self.settings,
+                connect_timeout: self.connect_timeout,
+            }),
+            room: Notify::new(),
+            next_id: AtomicU64::new(0),
+        });
+        tokio::spawn(set.clone().maintain());
+        set
+    }
+
+    fn update(self: Box<Self>, set: &dyn Standing) {
+        if let Some(set) = set.as_any().downcast_ref::<H3Upstream>() {
+            let mut st = set.state();
+            st.settings = self.settings;
+            st.connect_timeout = self.connect_timeout;
+            drop(st);
+            set.core.wake.notify_one();
+        }
+    }
+}
+
+struct State {
+    conns: Vec<Arc<Conn>>,
+    connects: Connects,
+    settings: UpstreamConfig,
+    connect_timeout: Duration,
+}
+
+/// One origin's standing HTTP/3 connections.
+pub(crate) struct H3Upstream {
+    core: Core<QuicDial>,
+    http1: Arc<dyn Connect>,
+    state: Mutex<State>,
+    /// A connection opened, settled its 0-RTT, or closed: requests waiting for one look again.
+    room: Notify,
+    next_id: AtomicU64,
+}
+
+/// One connection as `/origins` shows it.
+#[derive(Debug, Clone, Serialize)]
+pub(crate) struct ConnStatus {
+    id: u64,
+    age_ms: u64,
+    streams: usize,
+    requests: u64,
+    /// quinn's smoothed round-trip estimate: the live R of the link.
+    rtt_ms: f64,
+    /// Started with 0-RTT, not yet confirmed by the handshake.
+    early: bool,
+    retiring: bool,
+}
+
+impl H3Upstream {
+    fn state(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    pub(crate) fn metrics(&self) -> &Metrics {
+        &self.core.metrics
+    }
+
+    pub(crate) fn conn_label(&self) -> UpstreamConn {
+        UpstreamConn { route: self.core.labels.route.clone(), origin: self.core.labels.origin.clone() }
+    }
+
+    fn reason(&self, reason: UpstreamEnd) -> PoolEvent {
+        let l = &self.core.labels;
+        PoolEvent { route: l.route.clone(), origin: l.origin.clone(), reason }
+    }
+
+    fn room_changed(&self) {
+        self.room.notify_waiters();
+    }
+
+    fn zero_rtt(&self, result: ZeroRtt) {
+        let l = &self.core.labels;
+        let label = UpstreamZeroRttLabel { route: l.route.clone(), origin: l.origin.clone(), result };
+        self.core.metrics.upstream.zero_rtt.get_or_create(&label).inc();
+    }
+
+    /// The connection with the fewest streams that takes this request, waiting (up to the
+    /// connect timeout) while none does: at start, or while every one is being replaced.
+    /// Returns it, a request handle, the request's place, and whether it carried requests
+    /// before.
+    async fn pick(&self, early_ok: bool) -> Result<(Arc<Conn>, H3Send, Slot, bool), String> {
+        let deadline = Instant::now() + self.state().connect_timeout;
+        loop {
+            let mut wait = std::pin::pin!(self.room.notified());
+            wait.as_mut().enable();
+            if self.core.retired.is_cancelled() {
+                return Err("upstream retired".into());
+            }
+            let best = {
+                let st = self.state();
+                st.conns.iter().filter(|c| c.usable(early_ok)).min_by_key(|c| c.active()).cloned()
+            };
+            if let Some(conn) = best {
+                if let Some((send, slot, reused)) = conn.take(early_ok) {
+                    return Ok((conn, send, slot, reused));
+                }
+                continue;
+            }
+            self.core.wake.notify_one();
+            if tokio::time::timeout_at(deadline, wait).await.is_err() {
+                return Err("no HTTP/3 origin connection is up".into());
+            }
+        }
+    }
+
+    /// Keep `connections` connections open; replace the ones that end or age out.
+    async fn maintain(self: Arc<Self>) {
+        let schedule = || (Duration::from_secs(1), self.state().connects.retry_at());
+        self.core.upkeep(schedule, |_| self.fill()).await;
+    }
+
+    fn fill(self: &Arc<Self>) {
+        let mut st = self.state();
+        let max_age = st.settings.max_age;
+        for c in &st.conns {
+            if !c.retiring() && c.age() >= max_age {
+                c.retire_counted();
+                self.core.metrics.upstream.replaced.get_or_create(&self.reason(UpstreamEnd::MaxAge)).inc();
+            }
+        }
+        st.conns.retain(|c| !c.is_closed());
+        if st.connects.in_backoff(Instant::now()) {
+            return;
+        }
+        let live = st.conns.iter().filter(|c| !c.retiring()).count();
+        let missing = st.settings.connections.saturating_sub(live + st.connects.opening);
+        let start = st.connects.start(missing);
+        drop(st);
+        for _ in 0..start {
+            let me = self.clone();
+            tokio::spawn(async move { me.open().await });
+        }
+    }
+
+    /// Open one connection and add it to the set (counted in `opening` by the caller).
+    async fn open(self: &Arc<Self>) {
+        let (timeout, congestion, keepalive) = {
+            let st = self.state();
+            (st.connect_timeout, st.settings.congestion.clone(), st.settings.keepalive)
+        };
+        let started = Instant::now();
+        let result = async {
+            let dialed = self.core.dial.connect(timeout, congestion.as_deref(), keepalive).await;
+            let dialed = dialed.map_err(|e| e.to_string())?;
+            let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+            let conn = tokio::time::timeout(timeout, Conn::start(id, dialed.conn, dialed.early, self)).await;
+            match conn {
+                Err(_) => Err("HTTP/3 SETTINGS timed out".to_string()),
+                Ok(conn) => conn.map_err(|e| format!("HTTP/3 handshake: {e}")),
+            }
+        }
+        .await;
+        let mut st = self.state();
+        st.connects.opening -= 1;
+        match result {
+            Ok(conn) => {
+                st.connects.succeeded();
+                if self.core.retired.is_cancelled() {
+                    conn.retire();
+                    return;
+                }
+                st.conns.push(conn);
+                drop(st);
+                self.core.metrics.upstream.open.get_or_create(&self.conn_label()).inc();
+                self.core.opened(started.elapsed());
+            }
+            Err(e) => {
+                st.connects.failed();
+                drop(st);
+                tracing::warn!(route = %self.core.labels.route, origin = %self.core.labels.origin, error = %e, "opening an HTTP/3 origin connection failed");
+                self.core.metrics.upstream.connect_errors.get_or_create(&self.core.labels).inc();
+            }
+        }
+        self.room_changed();
+    }
+
+    /// A connection's driver ended: forget it and replace it (`counted`: the upkeep retired it
+    /// and counted why).
+    fn closed(&self, id: u64, why: UpstreamEnd, counted: bool) {
+        let mut st = self.state();
+        let before = st.conns.len();
+        st.conns.retain(|c| c.id != id);
+        let was_open = st.conns.len() < before;
+        drop(st);
+        if was_open {
+            self.core.metrics.upstream.open.get_or_create(&self.conn_label()).dec();
+        }
+        if !counted {
+            self.core.metrics.upstream.replaced.get_or_create(&self.reason(why)).inc();
+        }
+        self.core.wake.notify_one();
+        self.room_changed();
+    }
+}
+
+impl Standing for H3Upstream {
+    fn retire(&self) {
+        self.core.retired.cancel();
+        for c in std::mem::take(&mut self.state().conns) {
+            c.retire();
+        }
+        self.room_changed();
+    }
+
+    fn warm(&self) -> bool {
+        let st = self.state();
+        st.conns.iter().filter(|c| c.usable(false)).count() >= st.settings.connections
+    }
+
+    fn status(&self) -> serde_json::Value {
+        let st = self.state();
+        let k = self.core.dial.key();
+        serde_json::json!({
+            "route": self.core.labels.route.to_string(),
+            "origin": k.origin.to_string(),
+            "kind": KIND,
+            "transport": "quic",
+            "sni": k.server_name,
+            "verify": k.verify,
+            "connections": st.conns.iter().map(|c| c.status()).collect::<Vec<_>>(),
+            "opening": st.connects.opening,
+            "consecutive_failures": st.connects.backoff.failures,
+        })
+    }
+
+    fn origin(self: Arc<Self>) -> Option<Arc<dyn Origin>> {
+        Some(Arc::new(send::Requests(self)))
+    }
+}
