@@ -12,7 +12,11 @@ use crate::netns::{EDGE_A, ORIGIN};
 /// The names clients ask for: the origin's (direct and through tunnels), then the edge's. The
 /// browser lab's split page puts its assets on `static.` names.
 const ORIGIN_NAMES: [&str; 4] = ["origin.test", "a.test", "t.test", "static.a.test"];
-const EDGE_NAMES: [&str; 6] = ["b.test", "h.test", "z.test", "p.test", "static.b.test", "static.z.test"];
+const EDGE_NAMES: [&str; 7] = ["b.test", "h.test", "z.test", "p.test", "q.test", "static.b.test", "static.z.test"];
+
+/// Where the far edge (an edgewarm beside the origin, in its namespace) serves HTTP/3 to the
+/// edge's `q.test` route ([`far_edge_config`]).
+pub(crate) const FAR_EDGE_PORT: u16 = 8443;
 
 /// A new run folder under `out`, named for the time and `name`, with the run's certificates in
 /// it. Absolute: it names the edge's upgrade socket, which must be an absolute path.
@@ -58,9 +62,25 @@ pub(crate) fn edge_config(d: &str, page: bool) -> String {
          \x20   origin_tls: {{sni: origin.test, ca: {d}/ca.pem}}\n\
          \x20 - sni: z.test\n    action: http\n    origin: \"{ORIGIN}:443\"\n    cert: {d}/edge.pem\n    key: {d}/edge.key\n\
          \x20   origin_tls: {{sni: a.test, ca: {d}/ca.pem}}\n    early_data: safe\n\
+         \x20 - sni: q.test\n    action: http\n    origin: \"{ORIGIN}:{FAR_EDGE_PORT}\"\n    cert: {d}/edge.pem\n    key: {d}/edge.key\n\
+         \x20   origin_tls: {{sni: q.test, ca: {d}/ca.pem}}\n    upstream: {{protocol: h3, congestion: bbr}}\n\
          \x20 - sni: p.test\n    action: prewarm\n    origin: \"{ORIGIN}:443\"\n    cert: {d}/edge.pem\n    key: {d}/edge.key\n\
          \x20   origin_tls: {{sni: t.test, ca: {d}/ca.pem}}\n    pool: {{min: 4, max_idle: 30s, period: 500ms}}\n    early_data: opaque\n\
          {statics}\x20 - {{sni: \"*\", action: reject}}\n"
+    )
+}
+
+/// The far edge: an edgewarm beside the origin (0 ms from it, in its namespace) with an
+/// `http3` listener, in front of the origin over HTTP/2: the other end of the edge's `q.test`
+/// route, so the long link carries QUIC (`upstream.protocol: h3`). Its admin and upgrade
+/// socket are its own.
+pub(crate) fn far_edge_config(d: &str) -> String {
+    format!(
+        "admin: {{listen: \"127.0.0.1:9901\"}}\nupgrade: {{socket: {d}/far-upgrade.sock}}\n\
+         listeners: [{{listen: \"{ORIGIN}:{FAR_EDGE_PORT}\", http3: true, quic_congestion: bbr}}]\nroutes:\n\
+         \x20 - sni: q.test\n    action: http\n    origin: \"{ORIGIN}:443\"\n    cert: {d}/edge.pem\n    key: {d}/edge.key\n\
+         \x20   origin_tls: {{sni: origin.test, ca: {d}/ca.pem}}\n    early_data: safe\n\
+         \x20 - {{sni: \"*\", action: reject}}\n"
     )
 }
 

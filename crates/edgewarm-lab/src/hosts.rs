@@ -29,7 +29,8 @@ impl Drop for Guard {
 }
 
 /// The lab origin and edgewarm (`page`: the prewarm route offers h2 too), each in its
-/// namespace, once edgewarm's pools are warm. Killed when the guards drop.
+/// namespace, and the far edge beside the origin, once edgewarm's pools are warm. Killed when
+/// the guards drop.
 pub(crate) async fn start_hosts(
     topo: &Topology,
     exe: &str,
@@ -37,7 +38,7 @@ pub(crate) async fn start_hosts(
     dir: &Path,
     logs: &str,
     page: bool,
-) -> Result<(Guard, Guard), LabError> {
+) -> Result<Hosts, LabError> {
     let d = dir.display().to_string();
     let origin_cmd = topo.command(
         &topo.origin,
@@ -53,11 +54,21 @@ pub(crate) async fn start_hosts(
         ],
     );
     let origin = spawn(origin_cmd, &dir.join(format!("origin{logs}.log")))?;
+    std::fs::write(dir.join("far-edge.yaml"), crate::files::far_edge_config(&d))?;
+    let far_cmd = topo.command(&topo.origin, &[proxy, "run", "--config", &format!("{d}/far-edge.yaml")]);
+    let far = spawn(far_cmd, &dir.join(format!("far-edge{logs}.log")))?;
     std::fs::write(dir.join("edge.yaml"), crate::files::edge_config(&d, page))?;
     let edge_cmd = topo.command(&topo.edge, &[proxy, "run", "--config", &format!("{d}/edge.yaml")]);
     let edge = spawn(edge_cmd, &dir.join(format!("edge{logs}.log")))?;
     wait_ready(topo, &dir.join(format!("edge{logs}.log"))).await?;
-    Ok((origin, edge))
+    Ok(Hosts { _origin: origin, _far: far, _edge: edge })
+}
+
+/// The processes [`start_hosts`] started, killed when dropped.
+pub(crate) struct Hosts {
+    _origin: Guard,
+    _far: Guard,
+    _edge: Guard,
 }
 
 pub(crate) fn spawn(cmd: std::process::Command, log: &Path) -> Result<Guard, LabError> {
@@ -99,7 +110,7 @@ pub(crate) async fn wait_ready(topo: &Topology, log: &Path) -> Result<(), LabErr
                 .unwrap_or(0.0);
             let opened =
                 |route| edgewarm::metrics::sample(&m, "edgewarm_pool_opened_total", &[("route", route)]).unwrap_or(0.0);
-            let standing = opened("h.test").min(opened("z.test"));
+            let standing = opened("h.test").min(opened("z.test")).min(opened("q.test"));
             let opaque = edgewarm::metrics::sample(&m, "edgewarm_pool_ready", &[("route", "p.test"), ("alpn", "none")])
                 .unwrap_or(0.0);
             if warm >= 4.0 && opaque >= 4.0 && standing >= 2.0 {

@@ -12,6 +12,7 @@
 //! | prewarm | r | r (terminated at the edge) | r+R | 3r+R | 4r+R |
 //! | http | r | r (terminated at the edge) | r+R (a stream on a standing connection) | 3r+R | 4r+R |
 //!
+//! | http, h3 origin | r | r | r+R (a stream on a standing QUIC connection) | 3r+R | 4r+R |
 //! | h3 (HTTP/3 over QUIC) | - | r (QUIC and TLS 1.3 together) | r+R | 2r+R | - |
 //!
 //! Client TCP Fast Open removes one `r` (the request or hello rides the client's SYN), as does
@@ -31,6 +32,9 @@ pub enum Mode {
     Http,
     /// An `http` route over HTTP/3 (QUIC).
     H3,
+    /// An `http` route whose origin connections are HTTP/3 (`upstream.protocol: h3`) to an
+    /// edgewarm beside the origin: the long link carries QUIC, the client speaks HTTP/2.
+    HttpH3Origin,
 }
 
 impl Mode {
@@ -42,6 +46,7 @@ impl Mode {
             Self::Prewarm => "prewarm",
             Self::Http => "http",
             Self::H3 => "h3",
+            Self::HttpH3Origin => "http, h3 origin",
         }
     }
 }
@@ -52,7 +57,8 @@ pub fn round_trips(mode: Mode, tls12: bool, client_tfo: bool, zero_rtt: bool) ->
     let (on_r, on_big_r) = match mode {
         Mode::Direct | Mode::Tunnel => (2 + tls, 2 + tls),
         Mode::TunnelTfo => (2 + tls, 1 + tls),
-        Mode::Prewarm | Mode::Http => (2 + tls, 1),
+        // (The far edge beside the origin adds no round trip on R: it sits 0 ms from it.)
+        Mode::Prewarm | Mode::Http | Mode::HttpH3Origin => (2 + tls, 1),
         // QUIC: one round trip of handshake (transport and TLS 1.3 together) to the edge, then
         // the request; no TCP, so nothing for Fast Open to save. 0-RTT saves the handshake's.
         Mode::H3 => return (2 - u32::from(zero_rtt), 1),

@@ -73,6 +73,7 @@ fn route(mode: Mode) -> (&'static str, Ipv4Addr, bool) {
         Mode::Prewarm => ("b.test", EDGE_A, false),
         Mode::Http => ("z.test", EDGE_A, false),
         Mode::H3 => ("z.test", EDGE_A, true),
+        Mode::HttpH3Origin => ("q.test", EDGE_A, false),
     }
 }
 

@@ -122,7 +122,7 @@ async fn run_part(part: Part<'_>) -> Result<(Vec<ModeResult>, Vec<PoolSample>, u
     let topo = Topology::create_impaired(scenario.r(), big_r, scenario.bandwidth.as_deref(), impair)?;
     let d = dir.display().to_string();
     bar.set_message("waiting for edgewarm and its pools");
-    let (_origin, _edge) = start_hosts(&topo, &exe, proxy, dir, &logs, scenario.page > 0).await?;
+    let _hosts = start_hosts(&topo, &exe, proxy, dir, &logs, scenario.page > 0).await?;
     bar.inc(2);
 
     // What to measure: the scenario's modes, then each other proxy like a tunnel.
@@ -138,6 +138,7 @@ async fn run_part(part: Part<'_>) -> Result<(Vec<ModeResult>, Vec<PoolSample>, u
                 (Mode::Prewarm, true) => ("p.test", EDGE_A),
                 (Mode::Http | Mode::H3, false) => ("h.test", EDGE_A),
                 (Mode::Http | Mode::H3, true) => ("z.test", EDGE_A),
+                (Mode::HttpH3Origin, _) => ("q.test", EDGE_A),
             };
             (run, run.label(), name, SocketAddrV4::new(ip, 443), None)
         })
@@ -191,6 +192,7 @@ async fn run_part(part: Part<'_>) -> Result<(Vec<ModeResult>, Vec<PoolSample>, u
         let route = match (mode, run.zero_rtt) {
             (Mode::Http | Mode::H3, false) => "h.test",
             (Mode::Http | Mode::H3, true) => "z.test",
+            (Mode::HttpH3Origin, _) => "q.test",
             (_, true) => "p.test",
             _ => "b.test",
         };
@@ -239,8 +241,9 @@ async fn run_part(part: Part<'_>) -> Result<(Vec<ModeResult>, Vec<PoolSample>, u
             (None, None)
         };
         let clients = (report.ok + report.errors.values().sum::<usize>()).max(1) as f64;
-        let mut origin_conns_per_1000 = (!peer && matches!(mode, Mode::Prewarm | Mode::Http | Mode::H3))
-            .then(|| (after[3] - before[3]) / clients * 1000.0);
+        let mut origin_conns_per_1000 = (!peer
+            && matches!(mode, Mode::Prewarm | Mode::Http | Mode::H3 | Mode::HttpH3Origin))
+        .then(|| (after[3] - before[3]) / clients * 1000.0);
         // A peer that exposes its pool (ATS): its own hits, misses and origin handshakes.
         let (mut hit_rate, mut waste) = (hit_rate, waste);
         if let (Some(b), Some(a)) = (peer_before, peer_after) {

@@ -185,6 +185,7 @@ impl ModeRun {
             "0rtt_http" => zero(Mode::Http, false),
             "h3" => run(Mode::H3, true, false),
             "0rtt_h3" => zero(Mode::H3, false),
+            "http_h3_origin" => run(Mode::HttpH3Origin, true, false),
             "client_tfo_0rtt_http" => zero(Mode::Http, true),
             "client_tfo_0rtt_prewarm" => zero(Mode::Prewarm, true),
             _ => None,
@@ -378,7 +379,8 @@ impl Scenario {
             "lossy" => {
                 // Page loads at a fixed 40 new clients a second (the open-loop generator at a
                 // constant rate) while link B loses 0, 0.5, 1 and 2 % of its packets.
-                let modes = ["direct", "prewarm", "http"].iter().filter_map(|m| ModeRun::parse(m)).collect();
+                let modes = ["direct", "prewarm", "http", "http_h3_origin"];
+                let modes = modes.iter().filter_map(|m| ModeRun::parse(m)).collect();
                 let ramp = Some(Ramp { from: 40.0, to: 40.0, secs: 20.0 });
                 let more_loss = vec![0.005, 0.01, 0.02];
                 return Some(Self { ramp, page: 10, more_loss, ..base(20.0, 150.0, false, modes) });

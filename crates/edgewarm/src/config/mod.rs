@@ -184,6 +184,10 @@ pub struct ListenerConfig {
     /// address and port; its HTTP/1.1 and HTTP/2 responses then carry `Alt-Svc`.
     #[serde(default)]
     pub http3: bool,
+    /// Congestion control of the listener's QUIC connections: `bbr`, `cubic` or `reno`
+    /// (quinn's, in user space); default cubic.
+    #[serde(default)]
+    pub quic_congestion: Option<String>,
     /// How long a browser may remember that HTTP/3 is here (`Alt-Svc: h3=":PORT"; ma=...`).
     #[serde(default = "default_alt_svc_max_age", with = "duration")]
     pub alt_svc_max_age: Duration,

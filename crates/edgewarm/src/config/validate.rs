@@ -61,6 +61,9 @@ impl Config {
                      be logged and forwarded as the balancer's address",
                 ));
             }
+            if let Some(name) = l.quic_congestion.as_deref() {
+                quic_congestion(name, &format!("listeners[{i}].quic_congestion"))?;
+            }
         }
         if self.workers == Some(0) {
             return Err(ConfigError::invalid("workers", "must be at least 1 (leave it out for one per core)"));
@@ -240,6 +243,21 @@ fn validate_pool(p: &PoolConfig, key: &dyn Fn(&str) -> String) -> Result<(), Con
     Ok(())
 }
 
+/// A QUIC congestion controller's name (quinn's, in user space: the kernel's list does not
+/// apply).
+fn quic_congestion(name: &str, key: &str) -> Result<(), ConfigError> {
+    if super::route::QUIC_CONGESTION.contains(&name) {
+        return Ok(());
+    }
+    Err(ConfigError::invalid(
+        key,
+        format!(
+            "{name:?} is not a QUIC congestion controller (QUIC runs its own, in user space: {})",
+            super::route::QUIC_CONGESTION.join(", ")
+        ),
+    ))
+}
+
 fn validate_upstream(u: &UpstreamConfig, key: &dyn Fn(&str) -> String) -> Result<(), ConfigError> {
     if u.connections == 0 || u.max_connections < u.connections {
         return Err(ConfigError::invalid(
@@ -262,14 +280,8 @@ fn validate_upstream(u: &UpstreamConfig, key: &dyn Fn(&str) -> String) -> Result
                 "false cannot go with protocol h3: QUIC is always encrypted (use h2 for a cleartext origin)",
             ));
         }
-        if let Some(name) = u.congestion.as_deref().filter(|n| !super::route::QUIC_CONGESTION.contains(n)) {
-            return Err(ConfigError::invalid(
-                key("upstream.congestion"),
-                format!(
-                    "{name:?} is not a QUIC congestion controller (protocol h3 runs its own, in user space: {})",
-                    super::route::QUIC_CONGESTION.join(", ")
-                ),
-            ));
+        if let Some(name) = u.congestion.as_deref() {
+            quic_congestion(name, &key("upstream.congestion"))?;
         }
     } else if let Some(name) = &u.congestion {
         super::route::congestion_available(name).map_err(|e| ConfigError::invalid(key("upstream.congestion"), e))?;

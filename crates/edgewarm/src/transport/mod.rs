@@ -9,12 +9,14 @@
 //! - [`idle`]: a stream that fails after a while with no byte either way.
 //! - [`linger`]: a stream that reads on for a moment after it is dropped (lingering close).
 //! - [`rewind`]: a stream that first returns bytes already read from it (the peeked hello).
+//! - [`quic_cc`]: QUIC congestion control by name (listeners and HTTP/3 origins).
 
 pub mod batch;
 pub mod dial;
 pub mod fastopen;
 pub mod idle;
 pub mod linger;
+pub(crate) mod quic_cc;
 pub mod resolve;
 pub mod rewind;
 pub mod sockopt;

@@ -164,6 +164,8 @@ fn h3_upstream_is_encrypted_and_names_quic_congestion() {
     for ok in ["", ", congestion: bbr", ", congestion: cubic", ", congestion: reno"] {
         Config::parse(&h3(ok)).unwrap().validate().unwrap();
     }
+    let listener = GOOD.replace("listen: 127.0.0.1:8443", "listen: 127.0.0.1:8443\n    quic_congestion: vegas");
+    assert!(err(&listener).starts_with("listeners[0].quic_congestion: \"vegas\" is not a QUIC"), "{}", err(&listener));
 }
 
 #[test]

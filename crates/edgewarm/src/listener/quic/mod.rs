@@ -74,6 +74,7 @@ pub(crate) fn serve(
         streams: crate::http::client::MAX_CLIENT_STREAMS,
         idle: snapshot.timeouts.idle,
         max_connections: config.max_connections,
+        congestion: config.quic_congestion.clone(),
     };
     // Labelled like the endpoints' own metrics: the address bound (port 0 resolved).
     let bound =

@@ -64,6 +64,8 @@ pub(crate) struct QuicSettings {
     pub idle: Duration,
     /// QUIC connections (handshaking or established) at once (`max_connections`).
     pub max_connections: usize,
+    /// `quic_congestion`: `bbr`, `cubic` or `reno`; quinn's default (cubic) if unset.
+    pub congestion: Option<String>,
 }
 
 /// The listener's quinn server configuration; 0-RTT accepted is counted in `zero_rtt_accepted`.
@@ -91,7 +93,8 @@ pub(crate) fn server_config(
     transport
         .max_concurrent_bidi_streams(settings.streams.into())
         .max_concurrent_uni_streams(MAX_UNI_STREAMS.into())
-        .max_idle_timeout(Some(idle));
+        .max_idle_timeout(Some(idle))
+        .congestion_controller_factory(crate::transport::quic_cc::controller(settings.congestion.as_deref()));
     server.transport_config(Arc::new(transport));
     server.max_incoming(settings.max_connections);
     Ok(server)

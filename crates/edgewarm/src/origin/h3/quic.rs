@@ -11,7 +11,6 @@ use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use quinn::congestion::{BbrConfig, CubicConfig, NewRenoConfig};
 use quinn::crypto::rustls::QuicClientConfig;
 use quinn::{Endpoint, TransportConfig, VarInt, ZeroRttAccepted};
 
@@ -133,10 +132,6 @@ fn transport(congestion: Option<&str>, keepalive: Duration) -> TransportConfig {
     t.max_concurrent_bidi_streams(VarInt::from_u32(0));
     t.keep_alive_interval(Some(keepalive));
     t.max_idle_timeout((keepalive * 3).try_into().ok());
-    match congestion {
-        Some("bbr") => t.congestion_controller_factory(Arc::new(BbrConfig::default())),
-        Some("reno") => t.congestion_controller_factory(Arc::new(NewRenoConfig::default())),
-        Some(_) | None => t.congestion_controller_factory(Arc::new(CubicConfig::default())),
-    };
+    t.congestion_controller_factory(crate::transport::quic_cc::controller(congestion));
     t
 }
