@@ -99,6 +99,13 @@ impl Link {
     }
 }
 
+impl Link {
+    /// Worst lateness of a write after its release time so far, either direction, µs.
+    pub fn max_late_us(&self) -> u64 {
+        [&self.forward, &self.backward].iter().map(|c| c.max_late_us.load(Ordering::Relaxed)).max().unwrap_or(0)
+    }
+}
+
 impl Drop for Link {
     fn drop(&mut self) {
         self.stop.store(true, Ordering::Relaxed);

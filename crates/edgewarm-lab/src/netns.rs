@@ -20,6 +20,9 @@
 //! [`Topology`] removes what it created when dropped (namespaces, and with them the TUN devices
 //! and any process still running inside); the `lab` command drops it on success, on error and
 //! on Ctrl-C.
+//!
+//! The pieces ([`add_host`], [`link`], [`exec`], [`lab_name`]) also build other shapes: the
+//! two-tier lab's edges and shield ([`crate::two_tier`]), under the same names and clean-up.
 
 use std::net::Ipv4Addr;
 use std::process::{Command, Output};
@@ -81,34 +84,24 @@ impl Topology {
         bandwidth: Option<&str>,
         impair: Impairments,
     ) -> Result<Self, NetnsError> {
-        if !is_root() {
-            return Err(NetnsError::NotRoot);
-        }
-        cleanup_stale();
-        let pid = std::process::id();
-        let name = |role: &str| format!("{PREFIX}{pid}{role}");
+        preflight()?;
+        let name = lab_name;
         let mut topo =
             Self { client: name("c"), edge: name("e"), origin: name("o"), links: Vec::new(), torn_down: false };
         // From here on, Drop cleans up whatever was made, even if a later step fails.
-        for ns in [&topo.client, &topo.edge, &topo.origin] {
-            run(&["ip", "netns", "add", ns])?;
-            topo.exec_ok(ns, &["ip", "link", "set", "lo", "up"])?;
-            topo.exec_ok(ns, &["sysctl", "-qw", "net.ipv4.tcp_fastopen=3"])?;
-        }
+        add_host(&topo.client, false)?;
+        add_host(&topo.edge, true)?;
+        add_host(&topo.origin, true)?;
         topo.exec_ok(&topo.edge, &["sysctl", "-qw", "net.ipv4.ip_forward=1"])?;
-        // Standing origin connections keep their congestion window between bursts, as on a
-        // tuned edge and origin: otherwise one idle for longer than its RTO starts again from
-        // the initial window, and a page's responses queue behind each other for round trips.
-        for ns in [&topo.edge, &topo.origin] {
-            topo.exec_ok(ns, &["sysctl", "-qw", "net.ipv4.tcp_slow_start_after_idle=0"])?;
-        }
         let (c, ea, eb, o) = (name("tc"), name("ta"), name("tb"), name("to"));
         // Each link, and in it each direction (`Link::start`), draws from a stream of its own.
         let seed = |link| crate::impair::stream_seed(impair.seed, link);
         let (a, b) = ((r / 2, impair.a, seed(0)), (big_r / 2, impair.b, seed(1)));
-        let link_a = topo.link(&c, &topo.client.clone(), CLIENT, &ea, &topo.edge.clone(), EDGE_A, a)?;
+        let link_a =
+            link(End { dev: &c, ns: &topo.client, addr: CLIENT }, End { dev: &ea, ns: &topo.edge, addr: EDGE_A }, a)?;
         topo.links.push(link_a);
-        let link_b = topo.link(&eb, &topo.edge.clone(), EDGE_B, &o, &topo.origin.clone(), ORIGIN, b)?;
+        let link_b =
+            link(End { dev: &eb, ns: &topo.edge, addr: EDGE_B }, End { dev: &o, ns: &topo.origin, addr: ORIGIN }, b)?;
         topo.links.push(link_b);
         // Client reaches the origin's subnet via link A; origin reaches the client's via link B.
         topo.exec_ok(&topo.client, &["ip", "route", "add", "10.77.2.0/24", "dev", &c])?;
@@ -126,41 +119,13 @@ impl Topology {
         Ok(topo)
     }
 
-    /// One point-to-point link: two TUN devices, each moved into its namespace, delay box between,
-    /// with `(one-way delay, impairment, seed)`.
-    #[expect(clippy::too_many_arguments)]
-    fn link(
-        &self,
-        a: &str,
-        ns_a: &str,
-        addr_a: Ipv4Addr,
-        b: &str,
-        ns_b: &str,
-        addr_b: Ipv4Addr,
-        (one_way, impair, seed): (Duration, LinkImpair, u64),
-    ) -> Result<Link, NetnsError> {
-        let dev_a = delaybox::tun(a).map_err(|source| NetnsError::Tun { name: a.into(), source })?;
-        let dev_b = delaybox::tun(b).map_err(|source| NetnsError::Tun { name: b.into(), source })?;
-        for (dev, ns, addr, peer) in [(a, ns_a, addr_a, addr_b), (b, ns_b, addr_b, addr_a)] {
-            run(&["ip", "link", "set", dev, "netns", ns])?;
-            let (addr, peer) = (addr.to_string(), format!("{peer}/32"));
-            self.exec_ok(ns, &["ip", "addr", "add", &addr, "peer", &peer, "dev", dev])?;
-            self.exec_ok(ns, &["ip", "link", "set", dev, "up"])?;
-        }
-        Link::start(dev_a, dev_b, one_way, impair, seed).map_err(|source| NetnsError::Tun { name: a.into(), source })
-    }
-
     /// `ip netns exec NS args…`, as a Command to spawn.
     pub fn command(&self, ns: &str, args: &[&str]) -> Command {
-        let mut c = Command::new("ip");
-        c.args(["netns", "exec", ns]).args(args);
-        c
+        command(ns, args)
     }
 
     fn exec_ok(&self, ns: &str, args: &[&str]) -> Result<Output, NetnsError> {
-        let mut all = vec!["ip", "netns", "exec", ns];
-        all.extend_from_slice(args);
-        run(&all)
+        exec(ns, args)
     }
 
     /// Forget TCP metrics (RTT estimates, Fast Open cookies) in every namespace, so one mode's
@@ -174,12 +139,7 @@ impl Topology {
 
     /// Worst lateness of the delay box so far, µs (accuracy check).
     pub fn max_late_us(&self) -> u64 {
-        self.links
-            .iter()
-            .flat_map(|l| [&l.forward, &l.backward])
-            .map(|c| c.max_late_us.load(std::sync::atomic::Ordering::Relaxed))
-            .max()
-            .unwrap_or(0)
+        self.links.iter().map(Link::max_late_us).max().unwrap_or(0)
     }
 
     /// Packets carried and dropped so far by link A (client ↔ edge) and link B (edge ↔ origin).
@@ -217,6 +177,67 @@ impl Drop for Topology {
     }
 }
 
+/// `ip netns exec NS args…`, as a Command to spawn.
+pub fn command(ns: &str, args: &[&str]) -> Command {
+    let mut c = Command::new("ip");
+    c.args(["netns", "exec", ns]).args(args);
+    c
+}
+
+/// Run `args` in namespace `ns`, failing as [`run`] does.
+pub(crate) fn exec(ns: &str, args: &[&str]) -> Result<Output, NetnsError> {
+    let mut all = vec!["ip", "netns", "exec", ns];
+    all.extend_from_slice(args);
+    run(&all)
+}
+
+/// The name of this lab's namespace for `role` (`c`, `e`, `o`; the two-tier lab's `c0`, `e1`,
+/// `s`, …): the pid in it lets [`cleanup_stale`] recognise a killed lab's leftovers.
+pub(crate) fn lab_name(role: &str) -> String {
+    format!("{PREFIX}{}{role}", std::process::id())
+}
+
+/// A new namespace: `lo` up, client and server Fast Open; a `server` (an edge, a shield, an
+/// origin) also keeps its congestion window when idle. The caller removes it (its guard's
+/// teardown), also when this fails half-way.
+pub(crate) fn add_host(ns: &str, server: bool) -> Result<(), NetnsError> {
+    run(&["ip", "netns", "add", ns])?;
+    exec(ns, &["ip", "link", "set", "lo", "up"])?;
+    exec(ns, &["sysctl", "-qw", "net.ipv4.tcp_fastopen=3"])?;
+    if server {
+        // Standing origin connections keep their congestion window between bursts, as on a
+        // tuned edge and origin: otherwise one idle for longer than its RTO starts again from
+        // the initial window, and a page's responses queue behind each other for round trips.
+        exec(ns, &["sysctl", "-qw", "net.ipv4.tcp_slow_start_after_idle=0"])?;
+    }
+    Ok(())
+}
+
+/// One end of a point-to-point link: its TUN device's name, namespace and address.
+pub(crate) struct End<'a> {
+    pub(crate) dev: &'a str,
+    pub(crate) ns: &'a str,
+    pub(crate) addr: Ipv4Addr,
+}
+
+/// One point-to-point link: two TUN devices, each moved into its namespace, the delay box
+/// between, with `(one-way delay, impairment, seed)`.
+pub(crate) fn link(
+    a: End<'_>,
+    b: End<'_>,
+    (one_way, impair, seed): (Duration, LinkImpair, u64),
+) -> Result<Link, NetnsError> {
+    let dev_a = delaybox::tun(a.dev).map_err(|source| NetnsError::Tun { name: a.dev.into(), source })?;
+    let dev_b = delaybox::tun(b.dev).map_err(|source| NetnsError::Tun { name: b.dev.into(), source })?;
+    for (end, peer) in [(&a, b.addr), (&b, a.addr)] {
+        run(&["ip", "link", "set", end.dev, "netns", end.ns])?;
+        let (addr, peer) = (end.addr.to_string(), format!("{peer}/32"));
+        exec(end.ns, &["ip", "addr", "add", &addr, "peer", &peer, "dev", end.dev])?;
+        exec(end.ns, &["ip", "link", "set", end.dev, "up"])?;
+    }
+    Link::start(dev_a, dev_b, one_way, impair, seed).map_err(|source| NetnsError::Tun { name: a.dev.into(), source })
+}
+
 /// Kill every process left inside a namespace (a child that outlived its handle, or a browser
 /// whose driver gave up).
 pub(crate) fn kill_all_in(ns: &str) {
@@ -227,6 +248,15 @@ pub(crate) fn kill_all_in(ns: &str) {
     }
 }
 
+/// Before a lab builds anything: it runs as root, and what killed labs left is gone.
+pub(crate) fn preflight() -> Result<(), NetnsError> {
+    if !is_root() {
+        return Err(NetnsError::NotRoot);
+    }
+    cleanup_stale();
+    Ok(())
+}
+
 fn is_root() -> bool {
     std::fs::read_to_string("/proc/self/status")
         .ok()
@@ -234,15 +264,34 @@ fn is_root() -> bool {
         .unwrap_or(false)
 }
 
+/// The pid of the lab that made namespace `name`, if it is one of a lab's: `ew`, the pid, then
+/// a role (`c`, `e`, `o`, `s`, each maybe followed by an index: `c0`, `e1`).
+pub fn lab_of(name: &str) -> Option<u32> {
+    let rest = name.strip_prefix(PREFIX)?;
+    let digits = rest.bytes().take_while(u8::is_ascii_digit).count();
+    let (pid, role) = rest.split_at(digits);
+    let mut role = role.chars();
+    let known = matches!(role.next(), Some('c' | 'e' | 'o' | 's')) && role.all(|c| c.is_ascii_digit());
+    known.then(|| pid.parse().ok()).flatten()
+}
+
+/// The namespaces of lab `pid` that exist now.
+pub fn namespaces_of(pid: u32) -> Vec<String> {
+    let Ok(out) = run(&["ip", "netns", "list"]) else { return Vec::new() };
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|line| line.split_whitespace().next())
+        .filter(|name| lab_of(name) == Some(pid))
+        .map(str::to_owned)
+        .collect()
+}
+
 /// Remove what the lab with process id `pid` left (it was killed, so it could not): its
 /// namespaces and anything still running in them.
 pub fn cleanup_lab(pid: u32) {
-    for role in ["c", "e", "o"] {
-        let name = format!("{PREFIX}{pid}{role}");
-        if std::path::Path::new("/run/netns").join(&name).exists() {
-            kill_all_in(&name);
-            let _ = run(&["ip", "netns", "delete", &name]);
-        }
+    for name in namespaces_of(pid) {
+        kill_all_in(&name);
+        let _ = run(&["ip", "netns", "delete", &name]);
     }
 }
 
@@ -251,14 +300,28 @@ pub fn cleanup_stale() {
     let Ok(out) = run(&["ip", "netns", "list"]) else { return };
     for line in String::from_utf8_lossy(&out.stdout).lines() {
         let Some(name) = line.split_whitespace().next() else { continue };
-        let Some(rest) = name.strip_prefix(PREFIX) else { continue };
-        let digits: String = rest.chars().take_while(char::is_ascii_digit).collect();
-        let role = &rest[digits.len()..];
-        let Ok(pid) = digits.parse::<u32>() else { continue };
-        if !matches!(role, "c" | "e" | "o") || std::path::Path::new(&format!("/proc/{pid}")).exists() {
+        let Some(pid) = lab_of(name) else { continue };
+        if std::path::Path::new(&format!("/proc/{pid}")).exists() {
             continue;
         }
         kill_all_in(name);
         let _ = run(&["ip", "netns", "delete", name]);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::lab_of;
+
+    #[test]
+    fn lab_namespaces_are_recognised_by_name() {
+        assert_eq!(lab_of("ew123c"), Some(123));
+        assert_eq!(lab_of("ew123o"), Some(123));
+        assert_eq!(lab_of("ew42e1"), Some(42));
+        assert_eq!(lab_of("ew42c10"), Some(42));
+        assert_eq!(lab_of("ew42s"), Some(42));
+        for other in ["ew42", "ew42x", "ew42cc", "ew42c1a", "ewc", "xy42c", "ew42tc"] {
+            assert_eq!(lab_of(other), None, "{other}");
+        }
     }
 }

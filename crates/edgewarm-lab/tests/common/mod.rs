@@ -61,14 +61,8 @@ pub(crate) fn run_lab(args: &[&str], limit: Duration) -> LabRun {
     LabRun { status, stdout: std::fs::read(&stdout).unwrap(), stderr, _out: out }
 }
 
-/// The namespaces of lab `pid` that still exist (`ew{pid}c`, `ew{pid}e`, `ew{pid}o`).
+/// The namespaces of lab `pid` that still exist (`ew{pid}c`, `ew{pid}e`, `ew{pid}o`; the
+/// two-tier lab's `ew{pid}c0`, `ew{pid}e0`, …, `ew{pid}s`).
 pub(crate) fn lab_namespaces(pid: u32) -> Vec<String> {
-    let mine = ["c", "e", "o"].map(|role| format!("ew{pid}{role}"));
-    let list = netns::run(&["ip", "netns", "list"]).map(|o| String::from_utf8_lossy(&o.stdout).into_owned());
-    list.unwrap_or_default()
-        .lines()
-        .filter_map(|l| l.split_whitespace().next())
-        .filter(|n| mine.iter().any(|m| m == n))
-        .map(str::to_owned)
-        .collect()
+    netns::namespaces_of(pid)
 }
