@@ -27,7 +27,8 @@ pub(crate) use crate::load_target::{Sample, Target};
 
 #[derive(Debug, Clone, clap::Args)]
 pub struct LoadOpts {
-    /// `https://HOST[:PORT]/PATH` — HOST is the SNI and Host header.
+    /// `https://HOST[:PORT]/PATH` — HOST is the SNI and Host header. `{i}` in PATH is replaced
+    /// by each request's index (0, 1, …): every request then asks for an object of its own.
     pub url: String,
     /// Connect here instead of resolving HOST (like curl's --connect-to / --resolve).
     #[arg(long)]
@@ -212,7 +213,7 @@ pub async fn run(opts: &LoadOpts) -> Result<LoadReport, LoadError> {
                 at += 1.0 / now_rate.max(1e-3);
                 tokio::time::sleep_until(scheduled).await;
                 let t = target.clone();
-                tasks.spawn(async move { vec![(i, one(&t, scheduled, start).await)] });
+                tasks.spawn(async move { vec![(i, one(&t, i, scheduled, start).await)] });
             }
         }
         None => {
@@ -226,7 +227,7 @@ pub async fn run(opts: &LoadOpts) -> Result<LoadReport, LoadError> {
                         if i >= n || Instant::now() >= deadline {
                             return mine;
                         }
-                        mine.push((i, one(&t, Instant::now(), start).await));
+                        mine.push((i, one(&t, i, Instant::now(), start).await));
                     }
                 });
             }
@@ -249,17 +250,17 @@ fn warm_up_crypto(t: &Target) {
     }
 }
 
-/// One request on a fresh connection, timed from `t0`.
-async fn one(t: &Target, t0: Instant, run_start: Instant) -> Result<Sample, &'static str> {
-    match tokio::time::timeout(t.timeout, attempt(t, t0, t0.saturating_duration_since(run_start))).await {
+/// Request `i` on a fresh connection, timed from `t0`.
+async fn one(t: &Target, i: usize, t0: Instant, run_start: Instant) -> Result<Sample, &'static str> {
+    match tokio::time::timeout(t.timeout, attempt(t, &t.path(i), t0, t0.saturating_duration_since(run_start))).await {
         Ok(r) => r,
         Err(_) => Err("timeout"),
     }
 }
 
-async fn attempt(t: &Target, t0: Instant, at: Duration) -> Result<Sample, &'static str> {
+async fn attempt(t: &Target, path: &str, t0: Instant, at: Duration) -> Result<Sample, &'static str> {
     if let Some((client, addr)) = &t.h3 {
-        let s = client.get(*addr, &t.host, &t.path, t.zero_rtt, t.page, t0).await?;
+        let s = client.get(*addr, &t.host, path, t.zero_rtt, t.page, t0).await?;
         let (connect, tls) = (s.handshake, s.handshake);
         return Ok(Sample {
             at,
@@ -283,9 +284,9 @@ async fn attempt(t: &Target, t0: Instant, at: Duration) -> Result<Sample, &'stat
     let tls_done = t0.elapsed();
     let resumed = tls.get_ref().1.handshake_kind() == Some(rustls::HandshakeKind::Resumed);
     if tls.get_ref().1.alpn_protocol() == Some(b"h2") {
-        return crate::load_h2::h2_request(t, tls, t0, at, connect, tls_done, resumed).await;
+        return crate::load_h2::h2_request(t, path, tls, (t0, at), connect, tls_done, resumed).await;
     }
-    let req = format!("GET {} HTTP/1.1\r\nHost: {}\r\nConnection: close\r\n\r\n", t.path, t.host);
+    let req = format!("GET {path} HTTP/1.1\r\nHost: {}\r\nConnection: close\r\n\r\n", t.host);
     tls.write_all(req.as_bytes()).await.map_err(|_| "io")?;
     // With 0-RTT the write only queued the request as early data: the flush sends the hello
     // and it together (one SYN with Fast Open).

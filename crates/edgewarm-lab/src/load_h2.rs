@@ -7,12 +7,13 @@ use tokio::time::Instant;
 
 use crate::load_target::{Sample, Target};
 
-/// One GET over HTTP/2 (hyper). TTFB is when the response headers arrive.
+/// One GET of `path` over HTTP/2 (hyper), timed from `t0` (scheduled `at` into the run). TTFB
+/// is when the response headers arrive.
 pub(crate) async fn h2_request<S>(
     t: &Target,
+    path: &str,
     tls: S,
-    t0: Instant,
-    at: Duration,
+    (t0, at): (Instant, Duration),
     connect: Duration,
     tls_done: Duration,
     resumed: bool,
@@ -25,7 +26,7 @@ where
     let (mut send, conn) =
         hyper::client::conn::http2::handshake(hyper_util::rt::TokioExecutor::new(), io).await.map_err(|_| "http2")?;
     tokio::spawn(conn);
-    let uri = format!("https://{}{}", t.host, t.path);
+    let uri = format!("https://{}{path}", t.host);
     let req = hyper::Request::get(uri).body(http_body_util::Empty::<bytes::Bytes>::new()).map_err(|_| "http2")?;
     let resp = send.send_request(req).await.map_err(|_| "http2")?;
     let ttfb = t0.elapsed();
@@ -37,7 +38,7 @@ where
     let mut subs = tokio::task::JoinSet::new();
     for i in 0..t.page {
         let mut send = send.clone();
-        let uri = format!("https://{}{}?sub={i}", t.host, t.path);
+        let uri = format!("https://{}{path}?sub={i}", t.host);
         subs.spawn(async move {
             let req =
                 hyper::Request::get(uri).body(http_body_util::Empty::<bytes::Bytes>::new()).map_err(|_| "http2")?;

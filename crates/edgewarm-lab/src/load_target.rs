@@ -28,6 +28,7 @@ pub(crate) struct Sample {
 pub(crate) struct Target {
     pub(crate) host: String,
     pub(crate) addr: OriginAddr,
+    /// The path, or a template of paths: `{i}` in it is each request's index ([`Self::path`]).
     pub(crate) path: String,
     pub(crate) tls: Arc<rustls::ClientConfig>,
     pub(crate) tfo: bool,
@@ -39,4 +40,31 @@ pub(crate) struct Target {
     pub(crate) page: usize,
     /// `--alpn h3`: the QUIC client and where it connects.
     pub(crate) h3: Option<(crate::load_h3::H3Client, SocketAddr)>,
+}
+
+impl Target {
+    /// Request `i`'s path ([`indexed`]).
+    pub(crate) fn path(&self, i: usize) -> std::borrow::Cow<'_, str> {
+        indexed(&self.path, i)
+    }
+}
+
+/// `template` with `{i}` replaced by `i`, so that a run can ask for a new object with every
+/// request (the two-tier lab's cold objects); without `{i}`, the same path every time.
+fn indexed(template: &str, i: usize) -> std::borrow::Cow<'_, str> {
+    if template.contains("{i}") {
+        template.replace("{i}", &i.to_string()).into()
+    } else {
+        template.into()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn an_index_in_the_path_names_each_request_s_object() {
+        assert_eq!(super::indexed("/obj/{i}", 7), "/obj/7");
+        assert_eq!(super::indexed("/a/{i}/b-{i}", 12), "/a/12/b-12");
+        assert_eq!(super::indexed("/same", 3), "/same");
+    }
 }
