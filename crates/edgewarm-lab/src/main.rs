@@ -184,11 +184,17 @@ async fn origin(opts: edgewarm_lab::origin::OriginOpts) -> ExitCode {
         Ok(l) => l,
         Err(code) => return code,
     };
-    edgewarm_lab::origin::serve(listener, tls, &opts, async {
+    let served = edgewarm_lab::origin::serve(listener, tls, &opts, async {
         let _ = tokio::signal::ctrl_c().await;
     })
     .await;
-    ExitCode::SUCCESS
+    match served {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("edgewarm-lab origin: {e}");
+            ExitCode::from(EXIT_USAGE)
+        }
+    }
 }
 
 async fn forward(opts: ForwardOpts) -> ExitCode {

@@ -1,6 +1,8 @@
 //! The lab's HTTPS origin: rustls (TLS 1.2 and 1.3) with hyper serving HTTP/1.1 and HTTP/2,
 //! a configurable response size and think time. Also `edgewarm-lab origin` for the lab's
-//! origin namespace.
+//! origin namespace. For the two-tier lab it can also serve cleartext (HTTP/1.1 and h2c), mark
+//! its responses cacheable (`--cache-control`) and log every request it answers
+//! (`--access-log`): the count of what reached the origin.
 
 use std::future::Future;
 use std::sync::Arc;
@@ -19,11 +21,22 @@ pub struct OriginOpts {
     #[arg(long)]
     pub listen: std::net::SocketAddr,
     /// Certificate chain (PEM).
-    #[arg(long)]
-    pub cert: std::path::PathBuf,
+    #[arg(long, required_unless_present = "cleartext")]
+    pub cert: Option<std::path::PathBuf>,
     /// Private key (PEM).
+    #[arg(long, required_unless_present = "cleartext")]
+    pub key: Option<std::path::PathBuf>,
+    /// Serve without TLS: HTTP/1.1, and HTTP/2 with prior knowledge (h2c), as an app server
+    /// behind a proxy on the same network does.
+    #[arg(long, conflicts_with_all = ["cert", "key"])]
+    pub cleartext: bool,
+    /// `Cache-Control` on every response that is not one of the browser lab's pages, e.g.
+    /// `public, max-age=600` (the two-tier lab's objects); none by default.
     #[arg(long)]
-    pub key: std::path::PathBuf,
+    pub cache_control: Option<String>,
+    /// Append a line per request (`METHOD PATH`) to this file, before the response is sent.
+    #[arg(long)]
+    pub access_log: Option<std::path::PathBuf>,
     /// Response body size in bytes.
     #[arg(long, default_value_t = 1024)]
     pub body: usize,
@@ -36,78 +49,133 @@ pub struct OriginOpts {
     pub idle_close: Option<Duration>,
 }
 
-/// The rustls config: the given certificate, ALPN h2 and http/1.1, TLS 1.2 and 1.3.
-pub fn tls_config(opts: &OriginOpts) -> Result<Arc<rustls::ServerConfig>, String> {
-    let cf = edgewarm::tls::pem::read(&opts.cert)?;
-    let kf = edgewarm::tls::pem::read(&opts.key)?;
+/// The rustls config: the given certificate, ALPN h2 and http/1.1, TLS 1.2 and 1.3; `None`
+/// with `--cleartext`.
+pub fn tls_config(opts: &OriginOpts) -> Result<Option<Arc<rustls::ServerConfig>>, String> {
+    let (Some(cert), Some(key)) = (&opts.cert, &opts.key) else {
+        return if opts.cleartext { Ok(None) } else { Err("--cert and --key are needed without --cleartext".into()) };
+    };
+    let cf = edgewarm::tls::pem::read(cert)?;
+    let kf = edgewarm::tls::pem::read(key)?;
     let mut c = rustls::ServerConfig::builder_with_provider(edgewarm::tls::provider())
         .with_safe_default_protocol_versions()
         .map_err(|e| e.to_string())?
         .with_no_client_auth()
-        .with_single_cert(edgewarm::tls::pem::certs(&cf, &opts.cert)?, edgewarm::tls::pem::key(&kf, &opts.key)?)
+        .with_single_cert(edgewarm::tls::pem::certs(&cf, cert)?, edgewarm::tls::pem::key(&kf, key)?)
         .map_err(|e| e.to_string())?;
     c.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
-    Ok(Arc::new(c))
+    Ok(Some(Arc::new(c)))
 }
 
-/// Serve until `shutdown`. Each connection in its own task.
+/// What every connection's requests are answered with.
+struct Answers {
+    body: Bytes,
+    think: Duration,
+    cache_control: Option<hyper::header::HeaderValue>,
+    log: Option<std::sync::Mutex<std::fs::File>>,
+}
+
+/// Serve until `shutdown` (TLS with `tls`, else cleartext). Each connection in its own task.
 pub async fn serve(
     listener: TcpListener,
-    tls: Arc<rustls::ServerConfig>,
+    tls: Option<Arc<rustls::ServerConfig>>,
     opts: &OriginOpts,
     shutdown: impl Future<Output = ()>,
-) {
-    let acceptor = TlsAcceptor::from(tls);
-    let body = Bytes::from(vec![b'x'; opts.body]);
-    let think = opts.think;
+) -> std::io::Result<()> {
+    let acceptor = tls.map(TlsAcceptor::from);
+    let cache_control = match &opts.cache_control {
+        Some(v) => Some(hyper::header::HeaderValue::from_str(v).map_err(std::io::Error::other)?),
+        None => None,
+    };
+    let log = match &opts.access_log {
+        Some(path) => Some(std::sync::Mutex::new(std::fs::File::options().create(true).append(true).open(path)?)),
+        None => None,
+    };
+    let answers = Arc::new(Answers { body: Bytes::from(vec![b'x'; opts.body]), think: opts.think, cache_control, log });
     tokio::pin!(shutdown);
     loop {
         let (tcp, _) = tokio::select! {
             r = listener.accept() => match r { Ok(ok) => ok, Err(_) => continue },
-            () = &mut shutdown => return,
+            () = &mut shutdown => return Ok(()),
         };
         let _ = edgewarm::transport::sockopt::set_nodelay(&tcp);
-        let (acceptor, body, idle_close) = (acceptor.clone(), body.clone(), opts.idle_close);
+        let (acceptor, answers, idle_close) = (acceptor.clone(), answers.clone(), opts.idle_close);
         tokio::spawn(async move {
-            let Ok(tls) = acceptor.accept(tcp).await else { return };
-            let activity = Arc::new(Activity::default());
-            let tls = Tracked { inner: tls, activity: activity.clone() };
-            let service = service_fn(move |req: hyper::Request<hyper::body::Incoming>| {
-                let body = body.clone();
-                async move {
-                    if !think.is_zero() {
-                        tokio::time::sleep(think).await;
-                    }
-                    Ok::<_, std::convert::Infallible>(respond(&req, body))
+            match acceptor {
+                Some(acceptor) => {
+                    let Ok(tls) = acceptor.accept(tcp).await else { return };
+                    serve_conn(tls, answers, idle_close).await;
                 }
-            });
-            let builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
-            let conn = builder.serve_connection(TokioIo::new(tls), service);
-            match idle_close {
-                // Dropping the connection future closes the socket.
-                Some(idle) => {
-                    tokio::select! {
-                        _ = conn => {}
-                        () = activity.idle_for(idle) => {}
-                    }
-                }
-                None => {
-                    let _ = conn.await;
-                }
+                None => serve_conn(tcp, answers, idle_close).await,
             }
         });
     }
 }
 
-/// A page of the browser lab's ([`crate::pages`]) if the path names one, else the fixed body.
-fn respond<B>(req: &hyper::Request<B>, body: Bytes) -> hyper::Response<Full<Bytes>> {
+/// One connection's requests (HTTP/1.1 or HTTP/2, whichever the client speaks), until it ends
+/// or, with `idle_close`, until it has been idle that long.
+async fn serve_conn<S>(io: S, answers: Arc<Answers>, idle_close: Option<Duration>)
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    let activity = Arc::new(Activity::default());
+    let io = Tracked { inner: io, activity: activity.clone() };
+    let service = service_fn(move |req: hyper::Request<hyper::body::Incoming>| {
+        let answers = answers.clone();
+        async move {
+            if !answers.think.is_zero() {
+                tokio::time::sleep(answers.think).await;
+            }
+            answers.record(&req);
+            Ok::<_, std::convert::Infallible>(respond(&req, &answers))
+        }
+    });
+    let builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
+    let conn = builder.serve_connection(TokioIo::new(io), service);
+    match idle_close {
+        // Dropping the connection future closes the socket.
+        Some(idle) => {
+            tokio::select! {
+                _ = conn => {}
+                () = activity.idle_for(idle) => {}
+            }
+        }
+        None => {
+            let _ = conn.await;
+        }
+    }
+}
+
+impl Answers {
+    /// One access-log line. Written (a blocking write of one short line: a lab origin answers a
+    /// few requests a second) before the response leaves, so whoever has the response finds
+    /// its request counted in the file.
+    fn record<B>(&self, req: &hyper::Request<B>) {
+        use std::io::Write as _;
+        let Some(log) = &self.log else { return };
+        let target = req.uri().path_and_query().map_or("/", |p| p.as_str());
+        let line = format!("{} {target}\n", req.method());
+        let mut file = log.lock().unwrap_or_else(|p| p.into_inner());
+        if let Err(e) = file.write_all(line.as_bytes()) {
+            tracing::warn!(error = %e, "cannot write the access log");
+        }
+    }
+}
+
+/// A page of the browser lab's ([`crate::pages`]) if the path names one, else the fixed body
+/// (with `--cache-control`'s header).
+fn respond<B>(req: &hyper::Request<B>, answers: &Answers) -> hyper::Response<Full<Bytes>> {
     let authority = req.uri().authority().map(|a| a.as_str());
     let host = authority
         .or_else(|| req.headers().get(hyper::header::HOST).and_then(|h| h.to_str().ok()))
         .filter(|h| h.bytes().all(|b| b.is_ascii_alphanumeric() || b".-:".contains(&b)))
         .unwrap_or("localhost");
     let Some(page) = crate::pages::lookup(req.uri().path(), host) else {
-        return hyper::Response::new(Full::new(body));
+        let mut response = hyper::Response::new(Full::new(answers.body.clone()));
+        if let Some(v) = &answers.cache_control {
+            response.headers_mut().insert(hyper::header::CACHE_CONTROL, v.clone());
+        }
+        return response;
     };
     let mut response = hyper::Response::new(Full::new(page.body));
     let headers = response.headers_mut();

@@ -16,8 +16,11 @@ async fn start(idle_close: Option<Duration>) -> (std::net::SocketAddr, tempfile:
     let addr = listener.local_addr().unwrap();
     let opts = OriginOpts {
         listen: addr,
-        cert: dir.path().join("cert.pem"),
-        key: dir.path().join("key.pem"),
+        cert: Some(dir.path().join("cert.pem")),
+        key: Some(dir.path().join("key.pem")),
+        cleartext: false,
+        cache_control: None,
+        access_log: None,
         body: 5000,
         think: Duration::ZERO,
         idle_close,
@@ -123,4 +126,49 @@ async fn load_generator_over_http3() {
     // connection may find none left: most, not all, must go as 0-RTT.
     assert!(report.early_data >= 15, "0-RTT taken on {} of 20", report.early_data);
     edge.stop().await;
+}
+
+/// The two-tier lab's origin: cleartext HTTP/1.1 and HTTP/2 with prior knowledge (h2c), its
+/// responses marked cacheable, every request logged before its response leaves.
+#[tokio::test]
+async fn a_cleartext_origin_logs_every_request_and_marks_it_cacheable() {
+    use http_body_util::BodyExt;
+    use tokio::io::AsyncWriteExt;
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("access.log");
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let opts = OriginOpts {
+        listen: addr,
+        cert: None,
+        key: None,
+        cleartext: true,
+        cache_control: Some("public, max-age=60".into()),
+        access_log: Some(log.clone()),
+        body: 10,
+        think: Duration::ZERO,
+        idle_close: None,
+    };
+    let tls = origin::tls_config(&opts).unwrap();
+    assert!(tls.is_none());
+    tokio::spawn(async move { origin::serve(listener, tls, &opts, std::future::pending()).await });
+
+    let mut tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+    tcp.write_all(b"GET /obj/1 HTTP/1.1\r\nHost: h.test\r\nConnection: close\r\n\r\n").await.unwrap();
+    let mut answer = String::new();
+    tcp.read_to_string(&mut answer).await.unwrap();
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    assert!(answer.to_ascii_lowercase().contains("cache-control: public, max-age=60"), "{answer}");
+
+    let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let io = hyper_util::rt::TokioIo::new(tcp);
+    let (mut send, conn) =
+        hyper::client::conn::http2::handshake(hyper_util::rt::TokioExecutor::new(), io).await.unwrap();
+    tokio::spawn(conn);
+    let req = hyper::Request::get("http://h.test/obj/2?sub=0").body(http_body_util::Empty::<bytes::Bytes>::new());
+    let resp = send.send_request(req.unwrap()).await.unwrap();
+    assert_eq!(resp.status(), 200);
+    assert_eq!(resp.headers()["cache-control"], "public, max-age=60");
+    assert_eq!(resp.into_body().collect().await.unwrap().to_bytes().len(), 10);
+    assert_eq!(std::fs::read_to_string(&log).unwrap(), "GET /obj/1\nGET /obj/2?sub=0\n");
 }
