@@ -2,7 +2,9 @@
 
 #[derive(Debug, thiserror::Error)]
 pub enum LabError {
-    #[error("unknown scenario {0:?}: default, ats-poc, far-origin, ramp, tfo, floor, lossy, pages or upgrade")]
+    #[error(
+        "unknown scenario {0:?}: default, ats-poc, far-origin, ramp, tfo, floor, lossy, pages, upgrade or two-tier"
+    )]
     Scenario(String),
     #[error("scenario file {0}")]
     ScenarioFile(String),
@@ -27,11 +29,15 @@ pub enum LabError {
     /// `cache-tests`: the suite could not be prepared or run.
     #[error("{0}")]
     Suite(String),
+    /// `two-tier`: a setting the lab cannot run (a protocol between the tiers that edgewarm
+    /// or the lab lacks), said before anything is built.
+    #[error("two-tier: {0}")]
+    Tiers(String),
 }
 
 impl LabError {
     /// Bad input from the user (scenario name or file, suite folder), as opposed to a failure while running.
     pub fn is_usage(&self) -> bool {
-        matches!(self, Self::Scenario(_) | Self::ScenarioFile(_) | Self::NoSuite(_))
+        matches!(self, Self::Scenario(_) | Self::ScenarioFile(_) | Self::NoSuite(_) | Self::Tiers(_))
     }
 }

@@ -98,7 +98,14 @@ pub(crate) fn proxy_binary(given: Option<&Path>) -> Result<String, LabError> {
 }
 
 pub(crate) async fn admin(topo: &Topology, path: &str) -> Option<String> {
-    let cmd = topo.command(&topo.edge, &["curl", "-sf", "--max-time", "2", &format!("http://127.0.0.1:9900{path}")]);
+    admin_in(&topo.edge, path).await
+}
+
+/// `GET path` on the admin listener (127.0.0.1:9900) of the edgewarm in namespace `ns`: its
+/// body if it answered 2xx.
+pub(crate) async fn admin_in(ns: &str, path: &str) -> Option<String> {
+    let url = format!("http://127.0.0.1:9900{path}");
+    let cmd = crate::netns::command(ns, &["curl", "-sf", "--max-time", "2", &url]);
     let out = Command::from(cmd).output().await.ok()?;
     out.status.success().then(|| String::from_utf8_lossy(&out.stdout).into_owned())
 }

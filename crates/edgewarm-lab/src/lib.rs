@@ -25,6 +25,9 @@
 //!   every mode ([`browse`]); [`pages_report`] and [`plot_pages`] report it.
 //! - [`upgrade_lab`]: `lab --scenario upgrade`, the first clients' TTFB before and after an
 //!   upgrade and after a restart.
+//! - [`two_tier`]: `lab --scenario two-tier`, edges whose origin is a shield (a second
+//!   edgewarm near the origin, both caching): what reaches the origin, and each visit's cost by
+//!   what the caches hold.
 //! - [`cache_tests`]: `edgewarm-lab cache-tests`, the HTTP cache test suite (http-tests'
 //!   cache-tests) run against edgewarm: [`cache_suite`] prepares the suite, [`cache_edge`]
 //!   starts edgewarm in front of its origin, [`cache_report`] tallies the results against the
@@ -60,4 +63,5 @@ pub mod report;
 pub(crate) mod report_impair;
 pub mod run;
 pub mod scenario;
+pub mod two_tier;
 pub mod upgrade_lab;

@@ -22,7 +22,9 @@ pub struct LabOpts {
     /// returning visits, at r 20/100/200 ms with R 100 ms and at r 16 ms with R 265 ms),
     /// upgrade (the first clients' TTFB before and after `run --upgrade` and after a restart),
     /// lossy (r 20 ms, R 150 ms: page loads of direct, prewarm and http at 40 new clients a
-    /// second for 20 s while link B loses 0, 0.5, 1 and 2 % of its packets).
+    /// second for 20 s while link B loses 0, 0.5, 1 and 2 % of its packets), two-tier (r 20 ms,
+    /// R 100 ms: caching edges whose origin is a caching shield 1 ms from the origin; cold, warm
+    /// shield and warm edge visits, and the origin's request count).
     #[arg(long, default_value = "default")]
     pub scenario: String,
     /// A scenario file (YAML; see docs/lab.md) instead of a named scenario.
@@ -52,7 +54,7 @@ pub struct LabOpts {
     #[arg(long = "big-r", value_parser = humantime::parse_duration)]
     pub big_r: Option<Duration>,
     /// New connections per mode (default 40); for `pages`, loads per page, mode and visit
-    /// (default 10); for `upgrade`, rounds (default 7).
+    /// (default 10); for `upgrade`, rounds (default 7); for `two-tier`, objects (default 40).
     #[arg(long)]
     pub requests: Option<usize>,
     /// `pages` only: the pages to load (login, news, app, split; default all).
@@ -103,6 +105,8 @@ pub struct LabOpts {
     /// into the same target folder), else `edgewarm` on PATH.
     #[arg(long, value_name = "PATH")]
     pub edgewarm: Option<PathBuf>,
+    #[command(flatten)]
+    pub tiers: crate::two_tier::opts::TierOpts,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -376,6 +380,8 @@ impl Scenario {
                 let ramp = Some(Ramp { from: 5.0, to: 150.0, secs: 30.0 });
                 return Some(Self { ramp, ..base(20.0, 100.0, false, vec![pq(Mode::Prewarm)]) });
             }
+            // Its visits are its own (`two_tier`), not modes.
+            "two-tier" => return Some(base(20.0, 100.0, false, Vec::new())),
             "lossy" => {
                 // Page loads at a fixed 40 new clients a second (the open-loop generator at a
                 // constant rate) while link B loses 0, 0.5, 1 and 2 % of its packets.
