@@ -54,9 +54,7 @@ pub(crate) async fn start_hosts(
         ],
     );
     let origin = spawn(origin_cmd, &dir.join(format!("origin{logs}.log")))?;
-    std::fs::write(dir.join("far-edge.yaml"), crate::files::far_edge_config(&d))?;
-    let far_cmd = topo.command(&topo.origin, &[proxy, "run", "--config", &format!("{d}/far-edge.yaml")]);
-    let far = spawn(far_cmd, &dir.join(format!("far-edge{logs}.log")))?;
+    let far = far_edge(topo, proxy, dir, logs)?;
     std::fs::write(dir.join("edge.yaml"), crate::files::edge_config(&d, page))?;
     let edge_cmd = topo.command(&topo.edge, &[proxy, "run", "--config", &format!("{d}/edge.yaml")]);
     let edge = spawn(edge_cmd, &dir.join(format!("edge{logs}.log")))?;
@@ -69,6 +67,15 @@ pub(crate) struct Hosts {
     _origin: Guard,
     _far: Guard,
     _edge: Guard,
+}
+
+/// The far edge beside the origin ([`crate::files::far_edge_config`]), in the origin
+/// namespace: the other end of the edge's HTTP/3 origin route.
+pub(crate) fn far_edge(topo: &Topology, proxy: &str, dir: &Path, logs: &str) -> Result<Guard, LabError> {
+    let d = dir.display().to_string();
+    std::fs::write(dir.join("far-edge.yaml"), crate::files::far_edge_config(&d))?;
+    let far_cmd = topo.command(&topo.origin, &[proxy, "run", "--config", &format!("{d}/far-edge.yaml")]);
+    spawn(far_cmd, &dir.join(format!("far-edge{logs}.log")))
 }
 
 pub(crate) fn spawn(cmd: std::process::Command, log: &Path) -> Result<Guard, LabError> {

@@ -68,6 +68,7 @@ pub async fn run(opts: &LabOpts) -> Result<UpgradeReport, LabError> {
     let key = format!("{d}/origin.key");
     origin_cmd.extend(origin_args.iter().copied().chain(["--key", &key]));
     let _origin = spawn(topo.command(&topo.origin, &origin_cmd), &dir.join("origin.log"))?;
+    let _far = crate::hosts::far_edge(&topo, &proxy, &dir, "")?;
     let edge = |n: usize, upgrade: bool| -> Result<(Guard, PathBuf), LabError> {
         let config = format!("{d}/edge.yaml");
         let mut args = vec![proxy.as_str(), "run", "--config", &config];

@@ -56,5 +56,5 @@ fn lab_impairment_errors_name_the_flag() {
     assert_eq!((s.impair.b.burst, s.impair.b.jitter_ms), (Some(3.0), 2.0));
     let lossy = edgewarm_lab::run::Scenario::named("lossy").unwrap();
     assert_eq!(lossy.parts(), [(150.0, 0.0), (150.0, 0.005), (150.0, 0.01), (150.0, 0.02)]);
-    assert_eq!((lossy.r_ms, lossy.page, lossy.modes.len()), (20.0, 10, 3));
+    assert_eq!((lossy.r_ms, lossy.page, lossy.modes.len()), (20.0, 10, 4));
 }
