@@ -4,7 +4,7 @@
 # shared read-only, so the test binary built here runs there as it is; EDGEWARM_REQUIRE_KTLS
 # makes a kernel without TLS a failure in there instead of a skip.
 #
-#   scripts/test-ktls.sh            # build, then run every test of tests/ktls.rs in the VM
+#   scripts/test-ktls.sh            # build (the workspace's tests), then run every test of tests/ktls.rs in the VM
 #   scripts/test-ktls.sh NAME       # only the tests whose name contains NAME
 #
 # Where QEMU cannot run, says why and exits 0: the tests then ran only their user-space checks
@@ -15,8 +15,12 @@ if ! why=$(scripts/vm.sh --check 2>&1); then
   echo "SKIP kernel TLS tests in a VM: ${why:-QEMU cannot run here}"
   exit 0
 fi
-# The same flags as scripts/test.sh's cargo test, so the binary it built is reused.
-bin=$(cargo test --workspace --all-features --test ktls --no-run --message-format=json 2>/dev/null |
+# The same cargo test as scripts/test.sh's, every test target of the workspace, so what it built
+# is reused. `--test ktls` alone would select a smaller unit graph: build-only dependencies
+# (proc-macro2, quote, syn) then get the build profile's debuginfo instead of the one they share
+# with edgewarm-lab's, and every crate behind a proc macro compiled again (~160 crates, 70 s on
+# CI).
+bin=$(cargo test --workspace --all-features --no-run --message-format=json 2>/dev/null |
   python3 -c 'import json, sys
 for line in sys.stdin:
     m = json.loads(line)
