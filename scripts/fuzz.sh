@@ -3,8 +3,9 @@
 # (fuzz/seeds/<target>: the ClientHello captures, also cut into 100- and 7-byte records, and
 # PROXY v1/v2 headers). Works on the stable toolchain: cargo-fuzz's -Z flags are allowed with
 # RUSTC_BOOTSTRAP=1, and `--sanitizer none` needs no nightly runtime (the parsers are safe
-# Rust: what the fuzzer hunts is panics, hangs and runaway allocation). Prints each target's
-# total executions. The working corpus goes to fuzz/corpus (not committed).
+# Rust: what the fuzzer hunts is panics, hangs and runaway allocation). The targets run at the
+# same time (libFuzzer uses one core; each target gets SECONDS). Prints each target's total
+# executions. The working corpus goes to fuzz/corpus (not committed).
 #
 #   scripts/fuzz.sh [SECONDS]
 set -euo pipefail
@@ -13,17 +14,31 @@ cd "$(dirname "$0")/../fuzz"
 command -v cargo-fuzz >/dev/null 2>&1 || cargo install cargo-fuzz --locked --quiet
 export RUSTC_BOOTSTRAP=1
 cargo fuzz build --sanitizer none -O
-for target in clienthello proxy_header; do
+targets=(clienthello proxy_header)
+declare -A pids logs
+# Each target in a process group of its own (job control), ended whole if this script stops early.
+set -m
+trap 'for p in "${pids[@]}"; do kill -- "-$p" 2>/dev/null || true; done' EXIT
+trap 'exit 130' INT TERM
+for target in "${targets[@]}"; do
   mkdir -p "corpus/$target"
-  log=$(mktemp)
+  logs[$target]=$(mktemp)
   # -rss_limit_mb: an input that makes the parser allocate without bound is a finding too.
-  if ! cargo fuzz run --sanitizer none -O "$target" "corpus/$target" "seeds/$target" -- \
-      -max_total_time="$seconds" -rss_limit_mb=1024 -timeout=5 -print_final_stats=1 >"$log" 2>&1; then
+  cargo fuzz run --sanitizer none -O "$target" "corpus/$target" "seeds/$target" -- \
+    -max_total_time="$seconds" -rss_limit_mb=1024 -timeout=5 -print_final_stats=1 >"${logs[$target]}" 2>&1 &
+  pids[$target]=$!
+done
+failed=0
+for target in "${targets[@]}"; do
+  log=${logs[$target]}
+  if ! wait "${pids[$target]}"; then
     tail -40 "$log"
     echo "fuzz: $target found a crash (artifacts in fuzz/artifacts/$target)" >&2
-    exit 1
+    failed=1
+  else
+    runs=$(grep -o 'Done [0-9]* runs in [0-9]* second' "$log" | tail -1)
+    echo "fuzz: $target: $runs(s), corpus $(ls "corpus/$target" | wc -l) inputs"
   fi
-  runs=$(grep -o 'Done [0-9]* runs in [0-9]* second' "$log" | tail -1)
-  echo "fuzz: $target: $runs(s), corpus $(ls "corpus/$target" | wc -l) inputs"
   rm -f "$log"
 done
+exit "$failed"
