@@ -105,7 +105,7 @@ impl Cached {
                 // The client's own validators stay here: the origin is asked for the whole
                 // object (storable, and shareable with the waiters), and the client's
                 // conditional is answered against it.
-                let Outgoing { build, body, up, timeout, affinity } = out;
+                let Outgoing { build, body, up, timeout, affinity, interim } = out;
                 let mut whole = || {
                     let mut h = build();
                     for name in [IF_NONE_MATCH, IF_MODIFIED_SINCE] {
@@ -113,7 +113,8 @@ impl Cached {
                     }
                     h
                 };
-                let response = self.inner.send(Outgoing { build: &mut whole, body, up, timeout, affinity }).await?;
+                let attempt = Outgoing { build: &mut whole, body, up, timeout, affinity, interim };
+                let response = self.inner.send(attempt).await?;
                 let (response, status) = keep::keep(&self.cache, response.response, &head, url, lead, "uri-miss", now);
                 Ok(self.cache.answer(serve::conditional(response, &head), CacheResult::Miss, &status))
             }

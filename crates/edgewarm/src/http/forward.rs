@@ -50,7 +50,7 @@ static X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
 static X_FORWARDED_PROTO: HeaderName = HeaderName::from_static("x-forwarded-proto");
 
 /// Remove hop-by-hop headers, including those the `Connection` header names.
-fn strip_hop_by_hop(headers: &mut HeaderMap) {
+pub(crate) fn strip_hop_by_hop(headers: &mut HeaderMap) {
     // Most messages carry none (HTTP/2 forbids them): one pass over the few names present
     // finds that out for less than a hashed lookup per hop-by-hop name.
     if !headers.keys().any(|k| HOP_BY_HOP.contains(k)) {

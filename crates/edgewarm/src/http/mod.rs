@@ -11,6 +11,8 @@
 //!   `upgrade`; the service holds an `Arc<dyn Origin>` and never learns which kind answers
 //!   (HTTP/2 streams, an HTTP/1.1 pool, over TLS or cleartext) or what wraps it. What a
 //!   request holds there travels inside the response body.
+//! - [`interim`]: informational heads (`103 Early Hints`) from a layer or the origin, sent to
+//!   an HTTP/2 or HTTP/3 client while its final response is awaited.
 //! - [`retry`]: when a request is sent again.
 //! - [`respond`]: every error the edge answers itself, the origin's included: status, metric
 //!   label, whose fault.
@@ -20,6 +22,7 @@ pub(crate) mod client;
 pub(crate) mod coalesce;
 pub(crate) mod early;
 pub(crate) mod forward;
+pub(crate) mod interim;
 pub(crate) mod respond;
 pub(crate) mod retry;
 pub(crate) mod service;

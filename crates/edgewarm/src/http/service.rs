@@ -24,6 +24,7 @@ use super::body::{BodyFault, Capped};
 use super::coalesce::Coalesce;
 use super::early::{self, EarlyData, Gate, EARLY_DATA};
 use super::forward::{self, ClientFacts};
+use super::interim::ToClient;
 use super::respond::ProxyError;
 use super::retry::{Next, Policy};
 use super::{Body, BoxError, ClientBody};
@@ -109,7 +110,9 @@ impl Service {
 
     /// One request, start to end. Its log line and metrics are written when its response
     /// body ends (or at once for an error answered here), so they carry real sizes and times.
-    pub(crate) async fn handle<B>(&self, req: Request<B>) -> Response<Body>
+    /// `interim`: where informational heads go while the response is awaited, from a driver
+    /// whose protocol carries them ([`super::interim`]).
+    pub(crate) async fn handle<B>(&self, req: Request<B>, interim: Option<&ToClient>) -> Response<Body>
     where
         B: ClientBody,
         B::Error: Into<BoxError>,
@@ -121,19 +124,19 @@ impl Service {
             c.sibling(&self.route, &self.conn.snapshot.routes, &req, live, make)
         });
         match sibling {
-            Some(sibling) => sibling.handle_here(req).await,
-            None => self.handle_here(req).await,
+            Some(sibling) => sibling.handle_here(req, interim).await,
+            None => self.handle_here(req, interim).await,
         }
     }
 
-    async fn handle_here<B>(&self, req: Request<B>) -> Response<Body>
+    async fn handle_here<B>(&self, req: Request<B>, interim: Option<&ToClient>) -> Response<Body>
     where
         B: ClientBody,
         B::Error: Into<BoxError>,
     {
         let started = Instant::now();
         let mut rlog = RequestLog::new(&req, self.conn.client, &self.route);
-        let mut response = match self.proxy(req, &mut rlog, started).await {
+        let mut response = match self.proxy(req, interim, &mut rlog, started).await {
             Ok(sent) => self.respond(sent, rlog, started),
             Err(e) => self.fail(rlog, started, &e),
         };
@@ -143,7 +146,13 @@ impl Service {
         response
     }
 
-    async fn proxy<B>(&self, req: Request<B>, rlog: &mut RequestLog, started: Instant) -> Result<Sent, ProxyError>
+    async fn proxy<B>(
+        &self,
+        req: Request<B>,
+        interim: Option<&ToClient>,
+        rlog: &mut RequestLog,
+        started: Instant,
+    ) -> Result<Sent, ProxyError>
     where
         B: ClientBody,
         B::Error: Into<BoxError>,
@@ -161,7 +170,7 @@ impl Service {
         }
         let req = req.map(|b| Capped::new(b, max_body));
         let fault = req.body().fault();
-        let result = self.forward(req, gate == Gate::Forward, rlog, started).await;
+        let result = self.forward(req, gate == Gate::Forward, interim, rlog, started).await;
         // A failure caused by the client's own body is the client's, not the origin's.
         result.map_err(|e| match fault.get() {
             Some(BodyFault::TooLarge) => ProxyError::BodyTooLarge(max_body),
@@ -205,6 +214,7 @@ impl Service {
         &self,
         req: Request<Capped<B>>,
         early: bool,
+        interim: Option<&ToClient>,
         rlog: &mut RequestLog,
         started: Instant,
     ) -> Result<Sent, ProxyError>
@@ -237,11 +247,14 @@ impl Service {
             head
         };
         let up = rlog.bytes_up.get_or_insert_with(Arc::default).clone();
+        // An HTTP/2 or HTTP/3 client's driver takes informational heads while it waits.
+        let interim = interim.map(|to| to.sink(&self.route_metrics));
         loop {
             policy.attempt();
             let timeout = self.conn.snapshot.timeouts.origin_response;
             let affinity = &self.conn.affinity;
-            let attempt = Outgoing { build: &mut build, body: out.for_attempt(), up: &up, timeout, affinity };
+            let body = out.for_attempt();
+            let attempt = Outgoing { build: &mut build, body, up: &up, timeout, affinity, interim: interim.as_ref() };
             match self.origin.send(attempt).await {
                 Ok(sent) => match policy.after_response(sent.response.status()) {
                     Next::AfterHandshake => {

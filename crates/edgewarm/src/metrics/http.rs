@@ -1,5 +1,6 @@
 //! `http` routes' metrics, registered under the `http` prefix: requests by status class,
-//! their duration, the errors the edge answered (by reason and whose fault), retries.
+//! their duration, the errors the edge answered (by reason and whose fault), retries, and the
+//! `103 Early Hints` sent to clients.
 
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
@@ -53,6 +54,20 @@ label_enum! {
         Http3 => "h3",
     }
 }
+label_enum! {
+    /// Where a `103 Early Hints` sent to a client came from.
+    HintSource {
+        // The edge's: the `Link` entries it learned from an earlier response for the URL.
+        Learned => "learned",
+        // The origin's own 103, passed on.
+        Origin => "origin",
+    }
+}
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RouteHintSource {
+    pub route: RouteName,
+    pub source: HintSource,
+}
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct RouteStatus {
     pub route: RouteName,
@@ -72,6 +87,7 @@ pub struct HttpMetrics {
     pub duration: HistogramFamily<RouteLabel>,
     pub errors: Family<RouteError, Counter>,
     pub retries: Family<RouteLabel, Counter>,
+    pub early_hints: Family<RouteHintSource, Counter>,
 }
 impl HttpMetrics {
     pub(super) fn new() -> Self {
@@ -80,6 +96,7 @@ impl HttpMetrics {
             duration: Family::new_with_constructor(latency_histogram),
             errors: Family::default(),
             retries: Family::default(),
+            early_hints: Family::default(),
         }
     }
 
@@ -88,6 +105,11 @@ impl HttpMetrics {
         r.register("request_duration_seconds", "Request to end of response", self.duration.clone());
         r.register("errors", "Requests answered by edgewarm with an error, by reason", self.errors.clone());
         r.register("retries", "Requests sent again because the origin refused the stream", self.retries.clone());
+        r.register(
+            "early_hints",
+            "103 Early Hints sent to clients (HTTP/2 and HTTP/3), by route and by where they came from",
+            self.early_hints.clone(),
+        );
     }
 
     /// One route's request handles, resolved once (per client connection) instead of per
@@ -104,6 +126,9 @@ impl HttpMetrics {
                 class(StatusClass::ServerError),
             ],
             duration: self.duration.get_or_create(&RouteLabel { route: route.clone() }).clone(),
+            early_hints: [HintSource::Learned, HintSource::Origin].map(|source| {
+                self.early_hints.get_or_create(&RouteHintSource { route: route.clone(), source }).clone()
+            }),
         }
     }
 
@@ -120,6 +145,8 @@ impl HttpMetrics {
 pub struct RouteHttpMetrics {
     by_class: [Counter; 5],
     duration: Histogram,
+    /// 103s sent, by [`HintSource`] (in its order).
+    early_hints: [Counter; 2],
 }
 impl RouteHttpMetrics {
     pub fn request(&self, status: u16, took: std::time::Duration) {
@@ -132,5 +159,10 @@ impl RouteHttpMetrics {
         };
         self.by_class[i].inc();
         self.duration.observe(took.as_secs_f64());
+    }
+
+    /// A `103 Early Hints` went to the client.
+    pub fn early_hint(&self, source: HintSource) {
+        self.early_hints[source as usize].inc();
     }
 }

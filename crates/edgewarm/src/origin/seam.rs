@@ -8,6 +8,10 @@
 //! took the request, the connection was lost with the request possibly acted on, or final.
 //! What a request holds at the origin travels inside the response body
 //! ([`super::body::OriginBody`]), so dropping the body releases it.
+//!
+//! The seam returns final responses only. An informational head (`103 Early Hints`) that a
+//! layer or the origin has for the client before then goes to [`Outgoing::interim`], which the
+//! client's driver sends on while it waits for the final response.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -23,7 +27,7 @@ use tokio_util::task::TaskTracker;
 
 use super::body::OriginBody;
 use super::BoxedBody;
-use crate::metrics::CacheResult;
+use crate::metrics::{CacheResult, HintSource};
 
 /// A future the seam returns: boxed, so the trait can be used as `dyn Origin`.
 pub(crate) type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
@@ -55,6 +59,19 @@ pub(crate) struct Outgoing<'a> {
     /// The client connection's placement hint: a multiplexed kind puts its requests on one
     /// origin connection while it has room (see `h2::place`), and notes which here.
     pub(crate) affinity: &'a AtomicU64,
+    /// Where an informational head for the client goes while the final response is awaited;
+    /// none where the client's protocol carries none (HTTP/1.1: browsers ignore a 103 there)
+    /// or no client waits (a background revalidation).
+    pub(crate) interim: Option<&'a Arc<dyn Interim>>,
+}
+
+/// The client's end for informational (1xx) heads of one request. Shared (`Arc`) so that a
+/// kind whose client library takes a callback with a lifetime of its own can hold it.
+pub(crate) trait Interim: Send + Sync {
+    /// Hand `head` (a 1xx, no body) to the client if it can still go before the final
+    /// response; otherwise, or beyond a few per request, it is dropped: a hint is never
+    /// worth holding the response for.
+    fn send(&self, head: Response<()>, source: HintSource);
 }
 
 /// A request body as the seam takes it.

@@ -48,7 +48,8 @@ where
                 let response = if is_upgrade(&req) {
                     Box::pin(service.handle_upgrade(req)).await
                 } else {
-                    service.handle(req).await
+                    // No 103 over HTTP/1.1: browsers ignore it there.
+                    service.handle(req, None).await
                 };
                 Ok::<_, Infallible>(response)
             })

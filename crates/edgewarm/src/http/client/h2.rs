@@ -15,7 +15,8 @@
 //! size, and the response body piped under the client's flow control: a chunk is handed to h2
 //! only when the stream has window for it, so a slow client slows the origin instead of
 //! growing our buffers. A client's RST_STREAM drops the stream's work (and so resets its origin
-//! stream).
+//! stream). A `103 Early Hints` for the request goes out as a HEADERS frame of its own before
+//! the response's (`SendResponse::send_informational`, h2 0.4.13 on).
 
 use std::future::poll_fn;
 use std::panic::AssertUnwindSafe;
@@ -36,6 +37,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::{content_length, finish_head, handler_panicked, stopping, Ended, MAX_CLIENT_STREAMS, MAX_HEADER_BYTES};
 use crate::h2_stream::Frames;
+use crate::http::interim::Interims;
 use crate::http::service::Service;
 use crate::http::Body;
 
@@ -108,20 +110,34 @@ where
     }
 }
 
-/// One stream: the request handled, its response sent (head, then body under flow control).
+/// One stream: the request handled, its response sent (head, then body under flow control);
+/// informational heads (`103 Early Hints`, [`Interims`]) go out while it is awaited.
 async fn stream(shared: Arc<Service>, req: Request<RecvStream>, mut respond: SendResponse<Bytes>) {
     let length = content_length(req.headers());
     let req = req.map(|recv| H2Body::new(recv, length));
+    let interims = Interims::new();
     let response = {
-        let handled = pin!(shared.handle(req));
-        tokio::select! {
-            biased;
-            response = handled => response,
-            // The client reset the stream: dropping the request's work resets its origin
-            // stream too.
-            _ = poll_fn(|cx| respond.poll_reset(cx)) => return,
+        let to_client = interims.to_client();
+        let mut handled = pin!(shared.handle(req, Some(&to_client)));
+        loop {
+            tokio::select! {
+                biased;
+                response = &mut handled => break response,
+                // The client reset the stream: dropping the request's work resets its origin
+                // stream too.
+                _ = poll_fn(|cx| respond.poll_reset(cx)) => return,
+                (head, source) = interims.next() => {
+                    // h2 queues the frame; the connection's task writes it when next driven.
+                    match respond.send_informational(head) {
+                        Ok(()) => interims.sent(source),
+                        Err(e) => tracing::debug!(error = %e, "HTTP/2 informational head not sent"),
+                    }
+                }
+            }
         }
     };
+    // Whatever is still queued would come after the response: dropped.
+    drop(interims);
     let (mut head, body) = response.into_parts();
     finish_head(&mut head, &body);
     let end = body.is_end_stream();

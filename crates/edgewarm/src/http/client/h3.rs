@@ -7,6 +7,10 @@
 //! Flow control is QUIC's: a response chunk is handed to quinn only once it has taken the last
 //! one, so a slow client slows the origin instead of growing our buffers; a request body is
 //! read from the stream as the upload to the origin asks for it.
+//!
+//! A `103 Early Hints` for a request goes out as a HEADERS frame before the response's: h3's
+//! server `RequestStream::send_response` (0.0.8) writes the frame for whatever status it is
+//! given and tracks no state, so it is called once per head, the final one last.
 
 use std::future::Future;
 use std::panic::AssertUnwindSafe;
@@ -25,6 +29,7 @@ use http_body_util::BodyExt;
 use tokio_util::sync::CancellationToken;
 
 use super::{content_length, finish_head, handler_panicked, stopping, Ended, MAX_HEADER_BYTES};
+use crate::http::interim::Interims;
 use crate::http::service::Service;
 use crate::http::Body;
 
@@ -200,7 +205,25 @@ async fn request(shared: Arc<Service>, resolver: Resolver, refused: bool) {
     let (mut send, recv) = stream.split();
     let length = content_length(req.headers());
     let req = req.map(|()| H3Body::new(recv, length));
-    let response = shared.handle(req).await;
+    let interims = Interims::new();
+    let response = {
+        let to_client = interims.to_client();
+        let mut handled = pin!(shared.handle(req, Some(&to_client)));
+        loop {
+            tokio::select! {
+                biased;
+                response = &mut handled => break response,
+                // h3's `send_response` writes one HEADERS frame and keeps no state, so a 103's
+                // head can go first and the final response's after it (RFC 9114 §4.1).
+                (head, source) = interims.next() => match send.send_response(head).await {
+                    Ok(()) => interims.sent(source),
+                    Err(e) => tracing::debug!(error = %e, "HTTP/3 informational head not sent"),
+                },
+            }
+        }
+    };
+    // Whatever is still queued would come after the response: dropped.
+    drop(interims);
     let (mut head, body) = response.into_parts();
     finish_head(&mut head, &body);
     if let Err(e) = send.send_response(Response::from_parts(head, ())).await {

@@ -1,6 +1,7 @@
 //! The HTTP/1.1 kind at the seam ([`Origin`]): a request takes a pooled keep-alive connection
 //! (origin-form target, `Host` header), which goes back to the pool when its response body
-//! has ended; an upgrade gets a connection of its own from the set's connector.
+//! has ended; an upgrade gets a connection of its own from the set's connector. The origin's
+//! `103 Early Hints` go to the client as they arrive (hyper's `ext::on_informational`).
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -9,6 +10,7 @@ use http::Request;
 use http_body_util::BodyExt;
 
 use super::{H1Error, H1Upstream};
+use crate::metrics::HintSource;
 use crate::origin::body::{OnEnd, OriginBody};
 use crate::origin::dial::Dial;
 use crate::origin::seam::{BoxFuture, Failure, Origin, OriginError, Outgoing, SendFailure, Sent, Upgrade, Upgraded};
@@ -37,7 +39,7 @@ impl Origin for Requests {
 }
 
 async fn send(upstream: &Arc<H1Upstream>, out: Outgoing<'_>) -> Result<Sent, SendFailure> {
-    let Outgoing { build, body, up, timeout, affinity: _ } = out;
+    let Outgoing { build, body, up, timeout, affinity: _, interim } = out;
     let (parts, ()) = build().into_parts();
     // Origin-form target and a Host header: what an HTTP/1.1 server expects.
     let authority = parts.uri.authority().map(|a| a.as_str().to_string()).unwrap_or_default();
@@ -58,6 +60,16 @@ async fn send(upstream: &Arc<H1Upstream>, out: Outgoing<'_>) -> Result<Sent, Sen
     *out.headers_mut() = parts.headers;
     if let Ok(host) = http::HeaderValue::from_str(&authority) {
         out.headers_mut().insert(http::header::HOST, host);
+    }
+    if let Some(interim) = interim.cloned() {
+        // The origin's `103 Early Hints` on to the client as they come (hyper reads 1xx heads
+        // before the final one and hands them to this).
+        hyper::ext::on_informational(&mut out, move |head| {
+            let mut informational = http::Response::new(());
+            *informational.status_mut() = head.status();
+            *informational.headers_mut() = head.headers().clone();
+            interim.send(informational, HintSource::Origin);
+        });
     }
     match tokio::time::timeout(timeout, upstream.send(out)).await {
         Err(_) => Err(SendFailure::fatal(OriginError::Timeout)),

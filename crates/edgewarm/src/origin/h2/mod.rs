@@ -10,6 +10,7 @@
 //!   a new connection runs.
 //! - [`conn`]: one connection: its driver task, PINGs (liveness and the link's RTT), and its
 //!   retirement (GOAWAY, error, missed PING, `max_age`).
+//! - [`informational`]: the origin's `103 Early Hints` passed to the client as they come.
 //!
 //! Why the `h2` crate and not hyper's client: hyper's `SendRequest::poll_ready` is ready
 //! whenever the connection is open, queueing requests past the origin's
@@ -19,6 +20,7 @@
 //! another connection (up to `max_connections`) when all are full.
 
 pub(crate) mod conn;
+mod informational;
 mod place;
 pub(crate) mod room;
 mod send;

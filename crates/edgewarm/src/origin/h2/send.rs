@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use http::Response;
 
-use super::{websocket, Upstream};
+use super::{informational, websocket, Upstream};
 use crate::h2_stream::{self, Frames};
 use crate::origin::body::{OriginBody, Upload};
 use crate::origin::seam::{
@@ -47,7 +47,7 @@ impl Origin for Requests {
 }
 
 async fn send(upstream: &Arc<Upstream>, out: Outgoing<'_>) -> Result<Sent, SendFailure> {
-    let Outgoing { build, body, up, timeout, affinity } = out;
+    let Outgoing { build, body, up, timeout, affinity, interim } = out;
     let end_of_stream = matches!(body, OutBody::Empty);
     let sent = upstream
         .send(build, end_of_stream, affinity)
@@ -61,7 +61,8 @@ async fn send(upstream: &Arc<Upstream>, out: Outgoing<'_>) -> Result<Sent, SendF
             Some(Upload(tokio::spawn(h2_stream::send(body, tx, counter)).abort_handle()))
         }
     };
-    let response = match tokio::time::timeout(timeout, sent.response).await {
+    let response = informational::final_response(sent.response, interim);
+    let response = match tokio::time::timeout(timeout, response).await {
         Err(_) => return Err(SendFailure::fatal(OriginError::Timeout)),
         Ok(Err(e)) => {
             let kind = if never_processed(&e) {
