@@ -21,6 +21,8 @@
 //!   registry.
 //! - [`cache`]: the edge cache, a decorator on that seam (`routes[].cache`): what a far
 //!   origin already sent is served from the edge.
+//! - [`hints`]: `103 Early Hints` learned per page (`routes[].early_hints`), another decorator
+//!   on the seam: a page's preloads reach the browser while the page is fetched.
 //! - [`relay`]: move bytes both ways (splice(2), userspace fallback, or between TLS sessions),
 //!   half-close, idle timeout. With `ktls`, both TLS sessions move to the kernel
 //!   ([`tls::ktls`]) and are spliced like plain sockets.
@@ -47,6 +49,7 @@ pub mod cache;
 pub mod config;
 pub mod error;
 pub(crate) mod h2_stream;
+pub(crate) mod hints;
 pub(crate) mod http;
 pub(crate) mod listener;
 pub mod metrics;

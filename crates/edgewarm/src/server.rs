@@ -23,6 +23,7 @@ use tokio_util::task::TaskTracker;
 use crate::admin::AdminState;
 use crate::cache::Caches;
 use crate::config::{Config, ConfigError, ListenerConfig};
+use crate::hints::Hints;
 use crate::listener::quic::relay::QuicProcess;
 use crate::listener::{self, Context};
 use crate::metrics::{Metrics, ResultLabel};
@@ -173,6 +174,8 @@ pub struct Server {
     origins: Arc<Origins>,
     /// The routes' caches: kept across reloads, like the origin connections.
     caches: Arc<Caches>,
+    /// The routes' learned early hints: kept across reloads too.
+    hints: Hints,
     snapshot: watch::Sender<Arc<Snapshot>>,
     /// What the listeners and their connections see.
     listeners: Arc<Context>,
@@ -208,7 +211,8 @@ impl Server {
         let snapshot = Arc::new(Snapshot::new(config, &resumption, resolver.clone())?);
         let origins = Arc::new(Origins::new(metrics.clone(), workers.placement()));
         let caches = Arc::new(Caches::new(metrics.cache.clone()));
-        snapshot.attach_origins(&origins, &caches);
+        let hints = Hints::default();
+        snapshot.attach_origins(&origins, &caches, &hints);
         let (snapshot, receiver) = watch::channel(snapshot);
         let listeners = Arc::new(Context {
             metrics: metrics.clone(),
@@ -223,6 +227,7 @@ impl Server {
             metrics,
             origins,
             caches,
+            hints,
             snapshot,
             listeners,
             resumption,
@@ -295,7 +300,7 @@ impl Server {
         *bound = config.clone();
         self.resolver.set_ttl(config.dns.cache_ttl);
         // Pools first: a connection that sees the new snapshot must find its pools.
-        snapshot.attach_origins(&self.origins, &self.caches);
+        snapshot.attach_origins(&self.origins, &self.caches, &self.hints);
         self.snapshot.send_replace(Arc::new(snapshot));
         Ok(())
     }

@@ -10,6 +10,8 @@ use std::sync::Arc;
 use crate::cache::layer::Cached;
 use crate::cache::Caches;
 use crate::config::{Config, ConfigError, RelayMode, Timeouts, UpstreamProtocol};
+use crate::hints::layer::Hinted;
+use crate::hints::Hints;
 use crate::metrics::RouteName;
 use crate::origin::cleartext::{self, Cleartext};
 use crate::origin::connect::{Connect, TlsConnect};
@@ -53,7 +55,7 @@ impl Snapshot {
     /// Start, update or retire the server's standing origin connections to match this
     /// snapshot's routes, and give each route its own. Runs before the snapshot is published,
     /// so a connection that sees this snapshot finds its route's connections in place.
-    pub(crate) fn attach_origins(&self, origins: &Origins, caches: &Caches) {
+    pub(crate) fn attach_origins(&self, origins: &Origins, caches: &Caches, hints: &Hints) {
         let mut wanted = Vec::new();
         // Each route's sets, by the id the registry gives them, to attach once they run.
         let mut prewarm = Vec::new();
@@ -81,11 +83,11 @@ impl Snapshot {
             let pool = |id: &registry::Id| started.get(id)?.clone().into_any().downcast::<TlsPool>().ok();
             route.attach_pools(ids.into_iter().filter_map(|(alpn, id)| Some((alpn, pool(&id)?))).collect());
         }
-        let mut cached = HashSet::new();
+        let (mut cached, mut hinted) = (HashSet::new(), HashSet::new());
         for (name, route, id) in http {
             if let Some(origin) = started.get(&id).and_then(|set| set.clone().origin()) {
-                // A route's cache wraps its origin (a decorator on the seam; the service does
-                // not know).
+                // A route's cache wraps its origin, and its early hints wrap both (decorators on
+                // the seam; the service does not know): hints go out before the cache is asked.
                 let origin: Arc<dyn Origin> = match &route.config.cache {
                     Some(config) => {
                         cached.insert(name.clone());
@@ -93,10 +95,18 @@ impl Snapshot {
                     }
                     None => origin,
                 };
+                let origin: Arc<dyn Origin> = match &route.config.early_hints {
+                    Some(config) => {
+                        hinted.insert(name.clone());
+                        Arc::new(Hinted { inner: origin, hints: hints.route(name, config) })
+                    }
+                    None => origin,
+                };
                 route.attach(origin);
             }
         }
         caches.retain(&cached);
+        hints.retain(&hinted);
     }
 
     /// The registration of the request kinds: which set an `http` route's `upstream` section

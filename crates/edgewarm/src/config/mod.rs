@@ -9,6 +9,7 @@
 mod addr;
 mod cache;
 mod duration;
+mod hints;
 mod route;
 mod size;
 mod validate;
@@ -21,6 +22,7 @@ use serde::Deserialize;
 
 pub use addr::OriginAddr;
 pub use cache::CacheConfig;
+pub use hints::EarlyHintsConfig;
 pub use route::{
     ActionConfig, EarlyData, ForwardHeader, ForwardHeaders, HttpConfig, Ktls, PrewarmConfig, ProxyVersion, RouteConfig,
     TerminateConfig, TunnelConfig, UpstreamConfig, UpstreamProtocol,

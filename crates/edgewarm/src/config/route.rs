@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
-use super::{duration, size, CacheConfig, OriginTls, PoolConfig, TlsVersion};
+use super::{duration, size, CacheConfig, EarlyHintsConfig, OriginTls, PoolConfig, TlsVersion};
 
 #[derive(Debug, Clone, Deserialize)]
 #[serde(from = "RouteFile")]
@@ -141,6 +141,9 @@ pub struct HttpConfig {
     pub forward_headers: ForwardHeaders,
     /// The edge cache in front of the origin (`cache: {}`); none by default.
     pub cache: Option<CacheConfig>,
+    /// `103 Early Hints` learned per URL (`early_hints: {}`); without it, only the origin's own
+    /// 103s are passed on.
+    pub early_hints: Option<EarlyHintsConfig>,
 }
 
 /// One forwarding header an `http` route can add (`routes[].forward_headers`).
@@ -313,6 +316,8 @@ struct RouteFile {
     #[serde(default)]
     cache: Option<CacheConfig>,
     #[serde(default)]
+    early_hints: Option<EarlyHintsConfig>,
+    #[serde(default)]
     early_data: Option<EarlyData>,
     #[serde(default, deserialize_with = "size::deserialize_opt")]
     max_early_data_size: Option<u64>,
@@ -337,7 +342,7 @@ impl From<RouteFile> for RouteConfig {
         // and what an operator who set it on another action is told. A new route key is one
         // row here (and its field): the first row set that the action does not take is the
         // error.
-        let keys: [(&'static str, bool, &[Action], &'static str); 17] = [
+        let keys: [(&'static str, bool, &[Action], &'static str); 18] = [
             ("origin", r.origin.is_some(), &[Tunnel, Prewarm, Http], "action reject takes no origin"),
             ("origin_tcp_fastopen", r.origin_tcp_fastopen, &[Tunnel], fastopen_why),
             ("cert", r.cert.is_some(), TERMINATING, TERMINATING_ONLY),
@@ -354,6 +359,7 @@ impl From<RouteFile> for RouteConfig {
             ("max_request_body", r.max_request_body.is_some(), &[Http], REQUESTS),
             ("forward_headers", r.forward_headers.is_some(), &[Http], REQUESTS),
             ("cache", r.cache.is_some(), &[Http], REQUESTS),
+            ("early_hints", r.early_hints.is_some(), &[Http], REQUESTS),
             (
                 "origin_proxy_protocol",
                 r.origin_proxy_protocol.is_some(),
@@ -408,6 +414,7 @@ impl From<RouteFile> for RouteConfig {
                     max_request_body: r.max_request_body,
                     forward_headers: r.forward_headers.as_deref().map(ForwardHeaders::from).unwrap_or_default(),
                     cache: r.cache.clone(),
+                    early_hints: r.early_hints.clone(),
                 };
                 ActionConfig::Http(Box::new(http))
             }

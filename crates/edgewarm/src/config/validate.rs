@@ -150,6 +150,9 @@ impl Config {
                     if let Some(c) = &h.cache {
                         c.validate(&key)?;
                     }
+                    if let Some(e) = &h.early_hints {
+                        e.validate(&key)?;
+                    }
                 }
                 _ => {}
             }

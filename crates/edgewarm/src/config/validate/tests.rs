@@ -140,6 +140,26 @@ fn cache_sizes_are_named() {
 }
 
 #[test]
+fn early_hints_settings_are_named() {
+    let http = "action: http\n    cert: c.pem\n    key: k.pem\n    early_hints:";
+    let e = err(&GOOD.replace("action: tunnel", &format!("{http} {{max_link_bytes: 32KiB}}")));
+    assert_eq!(e, "routes[0].early_hints.max_link_bytes: must be 1 byte to 16KiB");
+    let e = err(&GOOD.replace("action: tunnel", &format!("{http} {{max_size: 1KiB}}")));
+    assert!(e.starts_with("routes[0].early_hints.max_link_bytes: is larger than early_hints.max_size"), "{e}");
+    let e = err(&GOOD.replace("action: tunnel", &format!("{http} {{learn: yes please}}")));
+    assert!(e.contains("early_hints.learn"), "{e}");
+    let e = err(&GOOD.replace("action: tunnel", "action: tunnel\n    early_hints: {}"));
+    assert_eq!(e, "routes[0].early_hints: only for action http: other actions do not see requests");
+    let config = Config::parse(&GOOD.replace("action: tunnel", &format!("{http} {{}}"))).unwrap();
+    let ActionConfig::Http(h) = &config.routes[0].action else { panic!("an http route") };
+    assert_eq!(
+        h.early_hints,
+        Some(crate::config::EarlyHintsConfig::default()),
+        "`{{}}` learns, passes the origin's on"
+    );
+}
+
+#[test]
 fn cleartext_upstream_refuses_origin_tls() {
     let http = "action: http\n    cert: c.pem\n    key: k.pem\n    upstream: {tls: false}";
     let e = err(&GOOD.replace("action: tunnel", &format!("{http}\n    origin_tls: {{verify: true}}")));
