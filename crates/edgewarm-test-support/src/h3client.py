@@ -4,6 +4,7 @@
 
 REQUEST is METHOD:PATH or METHOD:PATH:N (a body of N pattern bytes: byte i is i % 251, the
 test origin's pattern). Options:
+    --header K=V     send header K: V with every REQUEST after this option
     --ticket-out F   save the session ticket the server sends (for a later resumption)
     --ticket-in F    resume with the ticket saved in F
     --early          send the first request in 0-RTT data (with --ticket-in)
@@ -19,7 +20,8 @@ test origin's pattern). Options:
                      server closes it; prints the close's error code and when it came
     --garbage        send datagrams that cannot be QUIC: 5 bytes, a long header claiming a
                      200-byte connection ID, a 300-byte version 1 Initial
-Prints one JSON object: the responses (stream ID, status, headers, body length, SHA-256 and its
+Prints one JSON object: the responses (stream ID, informational heads (1xx) received before the
+final one, in order, status, headers, body length, SHA-256 and its
 first 4 KiB as text, the codes of a STOP_SENDING and a RESET_STREAM the server sent on the
 request's stream), what the handshake did (resumed, early data accepted), and the stream IDs of
 the GOAWAY frames the server sent (aioquic reads them but does not say).
@@ -99,8 +101,11 @@ class Client(QuicConnectionProtocol):
             if st is None:
                 continue
             if isinstance(ev, HeadersReceived):
-                if st["headers"] is None:
-                    st["headers"] = {k.decode(): v.decode() for k, v in ev.headers}
+                head = {k.decode(): v.decode() for k, v in ev.headers}
+                if st["headers"] is None and head.get(":status", "").startswith("1"):
+                    st["informational"].append(head)
+                elif st["headers"] is None:
+                    st["headers"] = head
             elif isinstance(ev, DataReceived):
                 st["sha"].update(ev.data)
                 st["length"] += len(ev.data)
@@ -109,13 +114,14 @@ class Client(QuicConnectionProtocol):
             if getattr(ev, "stream_ended", False) and not st["done"].done():
                 st["done"].set_result(None)
 
-    async def request(self, method, path, authority, size):
+    async def request(self, method, path, authority, size, extra=()):
         sid = self._quic.get_next_available_stream_id()
         headers = [(b":method", method.encode()), (b":scheme", b"https"), (b":authority", authority.encode()),
                    (b":path", path.encode()), (b"user-agent", b"edgewarm-test-aioquic")]
+        headers += [(k.encode(), v.encode()) for k, v in extra]
         if size is not None:
             headers.append((b"content-length", str(size).encode()))
-        st = {"headers": None, "sha": hashlib.sha256(), "length": 0, "text": b"", "stop_sending": None,
+        st = {"headers": None, "informational": [], "sha": hashlib.sha256(), "length": 0, "text": b"", "stop_sending": None,
               "reset": None, "done": asyncio.get_running_loop().create_future()}
         self.streams[sid] = st
         # The head leaves with the body's first chunk, as a browser's does.
@@ -137,7 +143,8 @@ class Client(QuicConnectionProtocol):
         # the 2-core machine (under a parallel test run, less), so 120 s was too close.
         await asyncio.wait_for(st["done"], 600)
         h = st["headers"] or {}
-        return {"stream": sid, "status": int(h.get(":status", "0")), "headers": h, "length": st["length"],
+        return {"stream": sid, "informational": st["informational"], "status": int(h.get(":status", "0")),
+                "headers": h, "length": st["length"],
                 "sha256": st["sha"].hexdigest(), "text": st["text"][:4096].decode("latin-1"),
                 "stop_sending": st["stop_sending"], "reset": st["reset"]}
 
@@ -153,9 +160,12 @@ def configuration(args, tickets):
 
 def parse(argv):
     args = {"host": argv[0], "port": int(argv[1]), "sni": argv[2], "ca": argv[3], "requests": [], "clients": 1}
+    headers = []
     it = iter(argv[4:])
     for a in it:
-        if a == "--ticket-out":
+        if a == "--header":
+            headers = headers + [tuple(next(it).split("=", 1))]
+        elif a == "--ticket-out":
             args["ticket_out"] = next(it)
         elif a == "--ticket-in":
             args["ticket_in"] = next(it)
@@ -179,7 +189,7 @@ def parse(argv):
             args["hold"] = float(next(it))
         else:
             parts = a.split(":")
-            args["requests"].append((parts[0], parts[1], int(parts[2]) if len(parts) > 2 else None))
+            args["requests"].append((parts[0], parts[1], int(parts[2]) if len(parts) > 2 else None, headers))
     return args
 
 
@@ -191,8 +201,8 @@ async def one(args):
                        session_ticket_handler=tickets.append, wait_connected=not args.get("early")) as p:
         if args.get("after_goaway"):
             await asyncio.wait_for(p.goaway_seen.wait(), 30)
-        for method, path, size in args["requests"]:
-            out["responses"].append(await p.request(method, path, args["sni"], size))
+        for method, path, size, headers in args["requests"]:
+            out["responses"].append(await p.request(method, path, args["sni"], size, headers))
         if args.get("send_goaway"):
             # aioquic has no call for it: the frame (type 7, length, push ID 0) on our control stream.
             p._quic.send_stream_data(p.h3._local_control_stream_id, bytes([0x07, 0x01, 0x00]))
@@ -228,7 +238,7 @@ def capture(args):
     quic = QuicConnection(configuration=cfg)
     quic.connect((args["host"], args["port"]), now=time.time())
     h3 = H3Connection(quic)
-    method, path, _ = args["requests"][0]
+    method, path, _, _ = args["requests"][0]
     sid = quic.get_next_available_stream_id()
     h3.send_headers(sid, [(b":method", method.encode()), (b":scheme", b"https"),
                           (b":authority", args["sni"].encode()), (b":path", path.encode())], end_stream=True)

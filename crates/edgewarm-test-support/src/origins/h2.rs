@@ -45,15 +45,17 @@ pub struct H2Opts {
     /// The first connection is closed with GOAWAY ENHANCE_YOUR_CALM this long after it opened
     /// (what gRPC servers send as `too_many_pings`).
     pub calm_first_after: Option<Duration>,
-    /// `/gate` answers once this is notified (a request held in flight for as long as a test
-    /// needs; each notification lets one through).
+    /// Paths starting `/gate` answer once this is notified (a request held in flight for as long
+    /// as a test needs; each notification lets one through).
     pub gate: Option<Arc<tokio::sync::Notify>>,
 }
 
 /// An HTTP/2 origin over TLS (ALPN h2), driven with the `h2` crate so tests control GOAWAY and
-/// stream limits. Paths: `/echo` answers with the request body; `/page` is an HTML page with
-/// sub-resources (for browsers); `/slow` never answers;
-/// `/delay` answers after 500 ms; `/gate` when the test lets it ([`H2Opts::gate`]); `/sink` answers the SHA-256 of the request body and
+/// stream limits. Paths: `/echo` answers with the request body; `/page` (any path ending so) is
+/// an HTML page with sub-resources (for browsers) and their preloads in `Link` ([`PAGE_LINKS`]);
+/// one ending in `/hinted` gets the origin's own `103 Early Hints` ([`ORIGIN_HINT`]) at once;
+/// `/slow` never answers; `/delay` answers after 500 ms; `/gate…` when the test lets it
+/// ([`H2Opts::gate`]); `/sink` answers the SHA-256 of the request body and
 /// `/source/N` sends N pattern bytes (both streamed, for transfers of any size); any other path
 /// answers `hello <path>`. Each response carries `x-origin-conn` (which connection).
 pub async fn h2_origin(certs: &Certs, opts: H2Opts) -> (SocketAddr, Arc<H2Stats>) {
@@ -119,8 +121,13 @@ where
             let _ = respond.send_response(http::Response::builder().status(425).body(()).unwrap(), true);
             continue;
         }
-        let gate = opts.gate.clone().filter(|_| req.uri().path() == "/gate");
+        let gate = opts.gate.clone().filter(|_| req.uri().path().starts_with("/gate"));
         tokio::spawn(async move {
+            let mut respond = respond;
+            if req.uri().path().ends_with("/hinted") {
+                let early = http::Response::builder().status(103).header("link", ORIGIN_HINT).body(()).unwrap();
+                let _ = respond.send_informational(early);
+            }
             if let Some(gate) = gate {
                 gate.notified().await;
             }
@@ -158,18 +165,19 @@ async fn h2_answer(
         let _ = recv.flow_control().release_capacity(chunk.len());
         body.extend_from_slice(&chunk);
     }
+    let page = path.ends_with("/page");
     let reply = match path.as_str() {
         "/echo" => body,
-        "/page" => PAGE.as_bytes().to_vec(),
+        _ if page => PAGE.as_bytes().to_vec(),
         _ => format!("hello {path}").into_bytes(),
     };
-    let kind = if path == "/page" { "text/html" } else { "text/plain" };
-    let response = http::Response::builder()
-        .status(200)
-        .header("x-origin-conn", conn.to_string())
-        .header("content-type", kind)
-        .body(())
-        .unwrap();
+    let kind = if page { "text/html" } else { "text/plain" };
+    let mut response =
+        http::Response::builder().status(200).header("x-origin-conn", conn.to_string()).header("content-type", kind);
+    if page {
+        response = PAGE_LINKS.iter().fold(response, |r, link| r.header("link", *link));
+    }
+    let response = response.body(()).unwrap();
     let Ok(mut tx) = respond.send_response(response, reply.is_empty()) else { return };
     let mut reply = bytes::Bytes::from(reply);
     while !reply.is_empty() {
@@ -181,6 +189,15 @@ async fn h2_answer(
         }
     }
 }
+
+/// The `Link` fields `/page` answers with: its stylesheet and script to preload (what a
+/// `103 Early Hints` carries), and one that is no hint.
+pub const PAGE_LINKS: [&str; 2] =
+    ["</res/a.css>; rel=preload; as=style, </next>; rel=next", "</res/b.js>; rel=preload; as=script"];
+/// `PAGE_LINKS`' hints, as an edge that learned them sends them.
+pub const PAGE_HINTS: &str = "</res/a.css>; rel=preload; as=style, </res/b.js>; rel=preload; as=script";
+/// What the origin's own `103 Early Hints` (paths ending in `/hinted`) carries.
+pub const ORIGIN_HINT: &str = "</res/e.css>; rel=preload; as=style";
 
 /// `/page`: HTML with four sub-resources; once loaded, it writes the protocol the browser used
 /// for the page and for each sub-resource (Navigation and Resource Timing's `nextHopProtocol`)

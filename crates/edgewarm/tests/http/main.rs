@@ -75,6 +75,7 @@ mod clients;
 mod h1_origins;
 mod h3;
 mod h3_origin;
+mod hints;
 mod requests;
 mod standing;
 mod upgrades;
