@@ -16,6 +16,7 @@ use http_body_util::BodyExt;
 
 use super::conn::{Conn, Slot};
 use super::H3Upstream;
+use crate::metrics::HintSource;
 use crate::origin::body::{OriginBody, Upload};
 use crate::origin::seam::{
     BoxFuture, Failure, Origin, OriginError, OutBody, Outgoing, SendFailure, Sent, Upgrade, Upgraded,
@@ -50,7 +51,7 @@ impl Origin for Requests {
 }
 
 async fn send(set: &Arc<H3Upstream>, out: Outgoing<'_>) -> Result<Sent, SendFailure> {
-    let Outgoing { build, body, up, timeout, affinity: _ } = out;
+    let Outgoing { build, body, up, timeout, affinity: _, interim } = out;
     let request = build();
     // Only what may be replayed rides a connection still in 0-RTT (RFC 8470 §4: a safe
     // method, no body); the origin may see it twice if an attacker replays the packets.
@@ -75,9 +76,13 @@ async fn send(set: &Arc<H3Upstream>, out: Outgoing<'_>) -> Result<Sent, SendFail
             Err(_) => return Err(SendFailure::fatal(OriginError::Timeout)),
             Ok(result) => result.map_err(|e| failure(&e, &conn, false))?,
         };
-        // An interim response (100 Continue, 103 Early Hints) precedes the final one.
+        // An interim response (100 Continue, 103 Early Hints) precedes the final one; the
+        // client's end decides what of it goes on.
         if !response.status().is_informational() {
             break response;
+        }
+        if let Some(interim) = interim {
+            interim.send(response, HintSource::Origin);
         }
     };
     let (mut parts, ()) = response.into_parts();
