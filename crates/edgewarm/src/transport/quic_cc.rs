@@ -2,7 +2,7 @@
 //! listener's connections to clients (`listeners[].quic_congestion`) and the HTTP/3 origin
 //! kind's (`upstream.congestion` with `protocol: h3`). quinn runs it in user space, so the
 //! kernel's list does not apply; the names are checked at load
-//! ([`crate::config::QUIC_CONGESTION`]).
+//! (`QUIC_CONGESTION` in the configuration's route module).
 //!
 //! Why it is a setting: under random loss on a long link a loss-based controller (cubic, reno)
 //! shrinks its window at every loss, and at 1–2 % loss its throughput falls to a fraction of
