@@ -3,6 +3,8 @@
 //! one request service ([`crate::http::service`]) to the route's origin. HTTP/3 connections
 //! come here from the QUIC listener with TLS already done ([`serve_quic`]).
 
+use std::future::{poll_fn, Future};
+use std::pin::pin;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
@@ -18,6 +20,7 @@ use crate::http::service::{Conn, Service};
 use crate::metrics::ClientProtocol;
 use crate::peek::Hello;
 use crate::route::HttpRoute;
+use crate::transport::batch::TurnCount;
 use crate::transport::idle::IdleTimeout;
 use crate::transport::Batched;
 
@@ -44,8 +47,16 @@ pub(crate) async fn serve(
     // reading a response) is closed, releasing every origin stream it held.
     let tls = IdleTimeout::new(tls, ctx.snapshot.timeouts.idle);
     let ended = if h2 {
-        // HTTP/2 writes are gathered (many streams' responses leave in one write).
-        client::h2::serve(Batched::new(tls), service.clone(), ctx.stop, &retired, ctx.cut).await
+        // HTTP/2 writes are gathered: the responses of every stream ready in one poll of this
+        // task leave in one write (transport::batch).
+        let turns = TurnCount::default();
+        let io = Batched::with_turns(tls, turns.clone());
+        let mut serving = pin!(client::h2::serve(io, service.clone(), ctx.stop, &retired, ctx.cut));
+        poll_fn(|cx| {
+            turns.tick();
+            serving.as_mut().poll(cx)
+        })
+        .await
     } else {
         let header_timeout = ctx.snapshot.timeouts.client_hello;
         client::h1::serve(tls, service.clone(), header_timeout, ctx.stop, &retired, ctx.cut).await

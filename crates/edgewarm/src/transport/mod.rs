@@ -1,7 +1,7 @@
 //! Sockets and streams below TLS: what every action and the pool build on.
 //!
-//! - [`batch`]: a stream whose writes wait one scheduler turn, so HTTP/2 frames queued by
-//!   many tasks leave in one write.
+//! - [`batch`]: a stream whose writes wait one scheduler turn (or its task's next poll) and
+//!   are gathered, so HTTP/2 frames queued by many streams leave in one write.
 //! - [`sockopt`]: every setsockopt and raw syscall; the only module allowed `unsafe`.
 //! - [`resolve`]: origin name resolution off the worker threads, single-flight, cached.
 //! - [`dial`]: connect to an origin (every address, one deadline, optional Fast Open).

@@ -101,6 +101,19 @@ where
                 // contained it; this keeps that).
                 Some(Ok((req, respond))) => {
                     streams.push(AssertUnwindSafe(stream(shared.clone(), req, respond)).catch_unwind());
+                    // Every request already read is taken before any of them runs. Taken one
+                    // at a time, each would run (a cache hit completes at once) and be written
+                    // by the next accept's drive of the connection: one write per response.
+                    loop {
+                        match poll_fn(|cx| Poll::Ready(conn.poll_accept(cx))).await {
+                            Poll::Ready(Some(Ok((req, respond)))) => {
+                                streams.push(AssertUnwindSafe(stream(shared.clone(), req, respond)).catch_unwind());
+                            }
+                            Poll::Ready(Some(Err(e))) => return Ended::Failed(e.to_string()),
+                            Poll::Ready(None) => return Ended::Done,
+                            Poll::Pending => break,
+                        }
+                    }
                 }
                 Some(Err(e)) => return Ended::Failed(e.to_string()),
                 // Closed (by the client, or after GOAWAY once every stream was done).
