@@ -6,7 +6,7 @@
 //! - [`delaybox`]: the emulated links: TUN pairs with a user-space delay per direction;
 //!   [`impair`]: their optional loss (random or bursty) and jitter.
 //! - [`origin`]: the lab's HTTPS origin (`edgewarm-lab origin`); [`pages`]: the synthetic
-//!   pages it serves to the browser lab.
+//!   pages it serves to the browser lab, [`pages_cache`]: their cacheable releases.
 //! - [`load`]: the load generator (`edgewarm-lab load`): every request a new connection;
 //!   [`load_h2`] and [`load_h3`] its HTTP/2 (hyper) and HTTP/3 (quinn) requests,
 //!   [`load_report`] what it reports, [`load_target`] what they share (where requests go, what
@@ -54,6 +54,7 @@ pub mod model;
 pub mod netns;
 pub mod origin;
 pub mod pages;
+pub mod pages_cache;
 pub mod pages_lab;
 pub mod pages_report;
 pub mod peers;

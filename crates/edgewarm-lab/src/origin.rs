@@ -2,7 +2,9 @@
 //! a configurable response size and think time. Also `edgewarm-lab origin` for the lab's
 //! origin namespace. For the two-tier lab it can also serve cleartext (HTTP/1.1 and h2c), mark
 //! its responses cacheable (`--cache-control`) and log every request it answers
-//! (`--access-log`): the count of what reached the origin.
+//! (`--access-log`): the count of what reached the origin. The browser lab's released pages
+//! carry the cache headers [`crate::pages_cache`] gives them, and their HTML is answered 304
+//! for its own `ETag`.
 
 use std::future::Future;
 use std::sync::Arc;
@@ -43,6 +45,10 @@ pub struct OriginOpts {
     /// Time spent "thinking" before each response.
     #[arg(long, value_parser = humantime::parse_duration, default_value = "0s")]
     pub think: Duration,
+    /// More thinking before a browser-lab page's HTML only (a path ending in `/`), as a page
+    /// built per request takes while its static assets do not: the time a 103 can use.
+    #[arg(long, value_parser = humantime::parse_duration, default_value = "0s")]
+    pub html_think: Duration,
     /// Close a connection after this long without a byte either way (like an origin's
     /// keep-alive timeout; pre-warmed pools must retire connections before it).
     #[arg(long, value_parser = humantime::parse_duration)]
@@ -71,6 +77,7 @@ pub fn tls_config(opts: &OriginOpts) -> Result<Option<Arc<rustls::ServerConfig>>
 struct Answers {
     body: Bytes,
     think: Duration,
+    html_think: Duration,
     cache_control: Option<hyper::header::HeaderValue>,
     log: Option<std::sync::Mutex<std::fs::File>>,
 }
@@ -91,7 +98,13 @@ pub async fn serve(
         Some(path) => Some(std::sync::Mutex::new(std::fs::File::options().create(true).append(true).open(path)?)),
         None => None,
     };
-    let answers = Arc::new(Answers { body: Bytes::from(vec![b'x'; opts.body]), think: opts.think, cache_control, log });
+    let answers = Arc::new(Answers {
+        body: Bytes::from(vec![b'x'; opts.body]),
+        think: opts.think,
+        html_think: opts.html_think,
+        cache_control,
+        log,
+    });
     tokio::pin!(shutdown);
     loop {
         let (tcp, _) = tokio::select! {
@@ -123,8 +136,11 @@ where
     let service = service_fn(move |req: hyper::Request<hyper::body::Incoming>| {
         let answers = answers.clone();
         async move {
-            if !answers.think.is_zero() {
-                tokio::time::sleep(answers.think).await;
+            let path = req.uri().path();
+            let think =
+                answers.think + if path.len() > 1 && path.ends_with('/') { answers.html_think } else { Duration::ZERO };
+            if !think.is_zero() {
+                tokio::time::sleep(think).await;
             }
             answers.record(&req);
             Ok::<_, std::convert::Infallible>(respond(&req, &answers))
@@ -177,10 +193,24 @@ fn respond<B>(req: &hyper::Request<B>, answers: &Answers) -> hyper::Response<Ful
         }
         return response;
     };
-    let mut response = hyper::Response::new(Full::new(page.body));
+    use hyper::header::{HeaderValue, CACHE_CONTROL, ETAG, IF_NONE_MATCH, LINK};
+    let marks = crate::pages_cache::marks(req.uri().path(), page.content_type, &page.body);
+    let etag = marks.as_ref().and_then(|m| m.etag.clone()).and_then(|e| HeaderValue::try_from(e).ok());
+    // A cache revalidating the HTML it holds: unchanged, so headers only.
+    let unchanged = etag.as_ref().is_some_and(|e| req.headers().get_all(IF_NONE_MATCH).iter().any(|v| v == e));
+    let mut response = hyper::Response::new(Full::new(if unchanged { Bytes::new() } else { page.body }));
+    if unchanged {
+        *response.status_mut() = hyper::StatusCode::NOT_MODIFIED;
+    }
     let headers = response.headers_mut();
-    headers.insert(hyper::header::CONTENT_TYPE, hyper::header::HeaderValue::from_static(page.content_type));
-    headers.insert(hyper::header::CACHE_CONTROL, hyper::header::HeaderValue::from_static("no-store"));
+    headers.insert(hyper::header::CONTENT_TYPE, HeaderValue::from_static(page.content_type));
+    headers.insert(CACHE_CONTROL, HeaderValue::from_static(marks.as_ref().map_or("no-store", |m| m.cache_control)));
+    if let Some(etag) = etag {
+        headers.insert(ETAG, etag);
+    }
+    if let Some(link) = marks.and_then(|m| m.link).and_then(|l| HeaderValue::try_from(l).ok()) {
+        headers.insert(LINK, link);
+    }
     headers.insert("timing-allow-origin", hyper::header::HeaderValue::from_static("*"));
     // Fonts and API calls from the second host name are cross-origin.
     headers.insert(hyper::header::ACCESS_CONTROL_ALLOW_ORIGIN, hyper::header::HeaderValue::from_static("*"));

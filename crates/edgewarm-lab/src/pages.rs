@@ -13,7 +13,8 @@
 //! driver knows when the page has settled (the app's API calls finish after the load event).
 //! Every response is `no-store` (a returning visit must fetch again: the lab measures
 //! connections, not caches) and carries `Timing-Allow-Origin: *`, so Resource Timing has the
-//! details of the second host's resources too.
+//! details of the second host's resources too. The same pages under a release prefix,
+//! `/r<K>/<page>/`, are the site as a cache sees it ([`crate::pages_cache`]).
 
 use bytes::Bytes;
 
@@ -27,14 +28,16 @@ pub struct Resource {
 }
 
 /// The resource at `path`, for a request to `host` (`name[:port]`; the split page names
-/// `static.<host>`).
+/// `static.<host>`). A release prefix (`/r3/login/…`) serves the same page, its HTML naming
+/// its assets under that prefix.
 pub fn lookup(path: &str, host: &str) -> Option<Resource> {
+    let (prefix, path) = crate::pages_cache::release(path).unwrap_or(("", path));
     let (page, rest) = path.strip_prefix('/')?.split_once('/')?;
     if !PAGES.contains(&page) {
         return None;
     }
     if rest.is_empty() {
-        return Some(Resource { content_type: "text/html; charset=utf-8", body: html(page, host).into() });
+        return Some(Resource { content_type: "text/html; charset=utf-8", body: html(page, host, prefix).into() });
     }
     if page == "app" && rest.starts_with("api/") {
         return Some(Resource { content_type: "application/json", body: padded_json(rest, 2_000) });
@@ -71,11 +74,12 @@ fn size_of(page: &str, name: &str) -> Option<usize> {
     Some(kb * 1000)
 }
 
-/// The page's HTML: its sub-resources in document order, and how many it loads in all.
-fn html(page: &str, host: &str) -> String {
+/// The page's HTML: its sub-resources in document order, and how many it loads in all; the
+/// assets under `prefix` (a release's, or none).
+fn html(page: &str, host: &str, prefix: &str) -> String {
     let base = match page {
-        "split" => format!("https://static.{host}/split/"),
-        _ => format!("/{page}/"),
+        "split" => format!("https://static.{host}{prefix}/split/"),
+        _ => format!("{prefix}/{page}/"),
     };
     let mut head = String::new();
     let mut body = String::new();

@@ -23,6 +23,7 @@ async fn start(idle_close: Option<Duration>) -> (std::net::SocketAddr, tempfile:
         access_log: None,
         body: 5000,
         think: Duration::ZERO,
+        html_think: Duration::ZERO,
         idle_close,
     };
     let tls = origin::tls_config(&opts).unwrap();
@@ -147,6 +148,7 @@ async fn a_cleartext_origin_logs_every_request_and_marks_it_cacheable() {
         access_log: Some(log.clone()),
         body: 10,
         think: Duration::ZERO,
+        html_think: Duration::ZERO,
         idle_close: None,
     };
     let tls = origin::tls_config(&opts).unwrap();
