@@ -11,8 +11,20 @@ use crate::netns::{EDGE_A, ORIGIN};
 
 /// The names clients ask for: the origin's (direct and through tunnels), then the edge's. The
 /// browser lab's split page puts its assets on `static.` names.
-const ORIGIN_NAMES: [&str; 4] = ["origin.test", "a.test", "t.test", "static.a.test"];
-const EDGE_NAMES: [&str; 7] = ["b.test", "h.test", "z.test", "p.test", "q.test", "static.b.test", "static.z.test"];
+const ORIGIN_NAMES: [&str; 6] = ["origin.test", "a.test", "t.test", "static.a.test", "c.origin.test", "n.origin.test"];
+const EDGE_NAMES: [&str; 11] = [
+    "b.test",
+    "h.test",
+    "z.test",
+    "p.test",
+    "q.test",
+    "static.b.test",
+    "static.z.test",
+    "c.test",
+    "static.c.test",
+    "n.test",
+    "static.n.test",
+];
 
 /// Where the far edge (an edgewarm beside the origin, in its namespace) serves HTTP/3 to the
 /// edge's `q.test` route ([`far_edge_config`]).
@@ -47,7 +59,8 @@ pub(crate) fn edge_config(d: &str, page: bool) -> String {
              \x20 - sni: static.b.test\n    action: prewarm\n    origin: \"{ORIGIN}:443\"\n    cert: {d}/edge.pem\n    key: {d}/edge.key\n\
              \x20   origin_tls: {{sni: static.a.test, ca: {d}/ca.pem}}\n{alpn}    pool: {{min: 1, max_idle: 30s, period: 500ms}}\n\
              \x20 - sni: static.z.test\n    action: http\n    origin: \"{ORIGIN}:443\"\n    cert: {d}/edge.pem\n    key: {d}/edge.key\n\
-             \x20   origin_tls: {{sni: t.test, ca: {d}/ca.pem}}\n    early_data: safe\n"
+             \x20   origin_tls: {{sni: t.test, ca: {d}/ca.pem}}\n    early_data: safe\n{}",
+            cache_routes(d)
         )
     } else {
         String::new()
@@ -68,6 +81,29 @@ pub(crate) fn edge_config(d: &str, page: bool) -> String {
          \x20   origin_tls: {{sni: t.test, ca: {d}/ca.pem}}\n    pool: {{min: 4, max_idle: 30s, period: 500ms}}\n    early_data: opaque\n\
          {statics}\x20 - {{sni: \"*\", action: reject}}\n"
     )
+}
+
+/// The browser lab's cached site: `c.test` with the edge cache and learned Early Hints,
+/// `n.test` with the cache only, each with its `static.` twin. Each verifies the origin under
+/// a name of its own, so its origin connections are its own, not the `http` mode's.
+fn cache_routes(d: &str) -> String {
+    let route = |name: &str, origin_sni: &str, hints: bool| {
+        let hints = if hints { "    early_hints: {}\n" } else { "" };
+        format!(
+            "\x20 - sni: {name}\n    action: http\n    origin: \"{ORIGIN}:443\"\n    cert: {d}/edge.pem\n    key: {d}/edge.key\n\
+             \x20   origin_tls: {{sni: {origin_sni}, ca: {d}/ca.pem}}\n    cache: {{}}\n{hints}"
+        )
+    };
+    ["c", "n"]
+        .iter()
+        .flat_map(|k| {
+            let hints = *k == "c";
+            [
+                route(&format!("{k}.test"), &format!("{k}.origin.test"), hints),
+                route(&format!("static.{k}.test"), &format!("{k}.origin.test"), hints),
+            ]
+        })
+        .collect()
 }
 
 /// The far edge: an edgewarm beside the origin (0 ms from it, in its namespace) with an
@@ -112,4 +148,17 @@ pub(crate) fn write_pki(dir: &Path, certs: &[(&str, &[&str])]) -> Result<(), Lab
         std::fs::write(dir.join(format!("{file}.bundle.pem")), cert.pem() + &key.serialize_pem())?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    /// The page workloads' configuration is one edgewarm accepts, its cached site included.
+    #[test]
+    fn the_page_configuration_parses_with_its_cached_site() {
+        let text = super::edge_config("/run/x", true);
+        edgewarm::config::Config::parse(&text).unwrap_or_else(|e| panic!("{e}\n{text}"));
+        assert_eq!(text.matches("    cache: {}\n").count(), 4, "{text}");
+        assert_eq!(text.matches("    early_hints: {}\n").count(), 2, "{text}");
+        edgewarm::config::Config::parse(&super::edge_config("/run/x", false)).unwrap();
+    }
 }

@@ -28,9 +28,9 @@ impl Drop for Guard {
     }
 }
 
-/// The lab origin and edgewarm (`page`: the prewarm route offers h2 too), each in its
-/// namespace, and the far edge beside the origin, once edgewarm's pools are warm. Killed when
-/// the guards drop.
+/// The lab origin (`origin_args` added to its command line) and edgewarm (`page`: the prewarm
+/// route offers h2 too, and the browser lab's routes are there), each in its namespace, and the
+/// far edge beside the origin, once edgewarm's pools are warm. Killed when the guards drop.
 pub(crate) async fn start_hosts(
     topo: &Topology,
     exe: &str,
@@ -38,21 +38,13 @@ pub(crate) async fn start_hosts(
     dir: &Path,
     logs: &str,
     page: bool,
+    origin_args: &[String],
 ) -> Result<Hosts, LabError> {
     let d = dir.display().to_string();
-    let origin_cmd = topo.command(
-        &topo.origin,
-        &[
-            exe,
-            "origin",
-            "--listen",
-            &format!("{ORIGIN}:443"),
-            "--cert",
-            &format!("{d}/origin.pem"),
-            "--key",
-            &format!("{d}/origin.key"),
-        ],
-    );
+    let (listen, cert, key) = (format!("{ORIGIN}:443"), format!("{d}/origin.pem"), format!("{d}/origin.key"));
+    let mut args = vec![exe, "origin", "--listen", &listen, "--cert", &cert, "--key", &key];
+    args.extend(origin_args.iter().map(String::as_str));
+    let origin_cmd = topo.command(&topo.origin, &args);
     let origin = spawn(origin_cmd, &dir.join(format!("origin{logs}.log")))?;
     let far = far_edge(topo, proxy, dir, logs)?;
     std::fs::write(dir.join("edge.yaml"), crate::files::edge_config(&d, page))?;

@@ -35,6 +35,11 @@ pub enum Mode {
     /// An `http` route whose origin connections are HTTP/3 (`upstream.protocol: h3`) to an
     /// edgewarm beside the origin: the long link carries QUIC, the client speaks HTTP/2.
     HttpH3Origin,
+    /// The browser lab's cached site: an `http` route with the edge cache and learned Early
+    /// Hints (`cache: {}`, `early_hints: {}`), the pages' cacheable releases.
+    Cache,
+    /// The same without `early_hints`: what the 103 is worth.
+    CacheNoHints,
 }
 
 impl Mode {
@@ -47,6 +52,8 @@ impl Mode {
             Self::Http => "http",
             Self::H3 => "h3",
             Self::HttpH3Origin => "http, h3 origin",
+            Self::Cache => "cache",
+            Self::CacheNoHints => "cache-no-hints",
         }
     }
 }
@@ -58,7 +65,8 @@ pub fn round_trips(mode: Mode, tls12: bool, client_tfo: bool, zero_rtt: bool) ->
         Mode::Direct | Mode::Tunnel => (2 + tls, 2 + tls),
         Mode::TunnelTfo => (2 + tls, 1 + tls),
         // (The far edge beside the origin adds no round trip on R: it sits 0 ms from it.)
-        Mode::Prewarm | Mode::Http | Mode::HttpH3Origin => (2 + tls, 1),
+        // The cached site's HTML is revalidated with the origin on every visit (`no-cache`).
+        Mode::Prewarm | Mode::Http | Mode::HttpH3Origin | Mode::Cache | Mode::CacheNoHints => (2 + tls, 1),
         // QUIC: one round trip of handshake (transport and TLS 1.3 together) to the edge, then
         // the request; no TCP, so nothing for Fast Open to save. 0-RTT saves the handshake's.
         Mode::H3 => return (2 - u32::from(zero_rtt), 1),

@@ -4,8 +4,11 @@
 //!
 //! Names per mode: direct asks the origin for `a.test`; tunnel asks the edge for `a.test` (a
 //! tunnel route); prewarm `b.test`; http and h3 `z.test` (an `http` route with `early_data:
-//! safe`, so a returning HTTP/3 visit can send its request in 0-RTT). Each has a `static.` twin
-//! for the split page, routed the same way. Chromium is told where each name is
+//! safe`, so a returning HTTP/3 visit can send its request in 0-RTT); cache `c.test` and
+//! cache-no-hints `n.test` (`http` routes with the edge cache, the first with learned Early
+//! Hints), which load the pages' cacheable releases ([`crate::pages_cache`]), a release per load
+//! pair, and add a warm-edge visit. Each has a `static.` twin for the split page, routed the
+//! same way. Chromium is told where each name is
 //! (`--host-resolver-rules`) and which certificates to trust (their key hashes).
 
 use std::net::Ipv4Addr;
@@ -28,7 +31,10 @@ const GRID: [Setting; 4] = [
     Setting { r_ms: 16.0, big_r_ms: 265.0 },
 ];
 
-const MODES: [Mode; 5] = [Mode::Direct, Mode::Tunnel, Mode::Prewarm, Mode::Http, Mode::H3];
+/// What `--modes` can name; the default is the first five (cache and cache-no-hints measure a
+/// different site: cacheable releases, see docs/lab.md).
+const MODES: [Mode; 7] =
+    [Mode::Direct, Mode::Tunnel, Mode::Prewarm, Mode::Http, Mode::H3, Mode::Cache, Mode::CacheNoHints];
 
 /// What a run measures.
 pub struct Plan {
@@ -56,7 +62,7 @@ pub fn plan(opts: &LabOpts) -> Result<Plan, LabError> {
             .collect::<Result<_, _>>()?,
     };
     let modes = match opts.modes.as_slice() {
-        [] => MODES.to_vec(),
+        [] => MODES[..5].to_vec(),
         given => given
             .iter()
             .map(|m| MODES.into_iter().find(|k| k.label() == m).ok_or_else(|| bad("modes", m)))
@@ -74,6 +80,22 @@ fn route(mode: Mode) -> (&'static str, Ipv4Addr, bool) {
         Mode::Http => ("z.test", EDGE_A, false),
         Mode::H3 => ("z.test", EDGE_A, true),
         Mode::HttpH3Origin => ("q.test", EDGE_A, false),
+        Mode::Cache => ("c.test", EDGE_A, false),
+        Mode::CacheNoHints => ("n.test", EDGE_A, false),
+    }
+}
+
+/// Whether a mode loads the cached site: releases, the browser's cache on, a warm-edge visit.
+fn cached(mode: Mode) -> bool {
+    matches!(mode, Mode::Cache | Mode::CacheNoHints)
+}
+
+/// The visits a mode's cells report, in order.
+pub(crate) fn visits(mode: Mode) -> &'static [&'static str] {
+    if cached(mode) {
+        &["first", "returning", "warm-edge"]
+    } else {
+        &["first", "returning"]
     }
 }
 
@@ -102,7 +124,13 @@ pub async fn run(opts: &LabOpts) -> Result<PagesReport, LabError> {
         let secs = |ms: f64| Duration::from_secs_f64(ms / 1e3);
         let topo = Topology::create(secs(setting.r_ms), secs(setting.big_r_ms), None)?;
         let logs = format!("-{i}");
-        let _hosts = crate::hosts::start_hosts(&topo, &exe, &proxy, &dir, &logs, true).await?;
+        // Every request the origin answers, per setting: what the edge cache kept from it.
+        let mut origin_args =
+            vec!["--access-log".to_owned(), dir.join(format!("origin{logs}.access")).display().to_string()];
+        if let Some(think) = opts.html_think {
+            origin_args.extend(["--html-think".to_owned(), format!("{}ms", think.as_millis())]);
+        }
+        let _hosts = crate::hosts::start_hosts(&topo, &exe, &proxy, &dir, &logs, true, &origin_args).await?;
         for page in &pages {
             for &mode in &modes {
                 bar.set_message(format!(
@@ -120,7 +148,7 @@ pub async fn run(opts: &LabOpts) -> Result<PagesReport, LabError> {
                         (Vec::new(), Some(e.to_string()))
                     }
                 };
-                for visit in ["first", "returning"] {
+                for &visit in visits(mode) {
                     let of_visit: Vec<Load> = measured.iter().filter(|l| l.visit == visit).cloned().collect();
                     let mut cell = PageResult::new(setting, page, mode, visit, of_visit);
                     cell.error.clone_from(&error);
@@ -146,7 +174,8 @@ fn require_chromium(path: &std::path::Path) -> Result<(), LabError> {
     Err(LabError::Missing { what: "chromium", path: path.display().to_string(), why })
 }
 
-/// `edgewarm-lab browse` in the client namespace: `loads` first and returning visits.
+/// `edgewarm-lab browse` in the client namespace: `loads` first and returning visits (and
+/// warm-edge ones on the cached site).
 async fn browse(
     topo: &Topology,
     exe: &str,
@@ -156,12 +185,18 @@ async fn browse(
     loads: usize,
 ) -> Result<Vec<Load>, LabError> {
     let (host, ip, quic) = route(mode);
-    let url = format!("https://{host}/{page}/");
+    // The cached site: release `r<pair>` of the page (`browse` fills in the pair), so each
+    // pair's first visit finds the edge cold (each setting starts a new edge, each mode has a
+    // route and a cache of its own).
+    let url = if cached(mode) { format!("https://{host}/r{{n}}/{page}/") } else { format!("https://{host}/{page}/") };
     // One pair more, discarded: the browser's first navigation after it starts, and the
     // standing origin connections' first burst (their windows still at the initial size),
     // are not what a visitor of a serving edge meets.
     let n = (loads + 1).to_string();
     let mut args: Vec<String> = vec![exe.into(), "browse".into(), url, "--loads".into(), n];
+    if cached(mode) {
+        args.extend(["--warm-edge".into(), "--browser-cache".into()]);
+    }
     for name in [host.to_owned(), format!("static.{host}")] {
         args.extend(["--resolve".into(), format!("{name}={ip}")]);
         if quic {
@@ -175,7 +210,7 @@ async fn browse(
     let fail = |detail: String| LabError::Load { mode: format!("{} ({page})", mode.label()), detail };
     // `browse` gives up on a page after a minute; this bounds the browser's start and a stuck
     // DevTools session too (the child is killed when the wait is dropped).
-    let limit = Duration::from_secs(60 + 2 * 60 * (loads as u64 + 1));
+    let limit = Duration::from_secs(60 + 3 * 60 * (loads as u64 + 1));
     let run = Command::from(topo.command(&topo.client, &args)).kill_on_drop(true).output();
     let Ok(out) = tokio::time::timeout(limit, run).await else {
         // `browse` is killed with the wait; its browser is its child, in the client namespace.
@@ -187,7 +222,7 @@ async fn browse(
         return Err(fail(String::from_utf8_lossy(&out.stderr).trim().to_owned()));
     }
     let mut loads: Vec<Load> = serde_json::from_slice(&out.stdout).map_err(|e| fail(e.to_string()))?;
-    loads.drain(..loads.len().min(2));
+    loads.drain(..loads.len().min(visits(mode).len()));
     if let Some(bad) = loads.iter().find(|l| l.failed > 0) {
         return Err(fail(format!("{} of the page's resources failed on a {} visit", bad.failed, bad.visit)));
     }

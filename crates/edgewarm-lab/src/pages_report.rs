@@ -50,6 +50,11 @@ pub struct PageResult {
     pub connections: f64,
     /// Every `nextHopProtocol` seen (document and resources).
     pub protocols: Vec<String>,
+    /// Loads whose document got a 103 Early Hints before its response.
+    pub early_hints: usize,
+    /// Resources fetched because a 103 preloaded them (`initiatorType` `early-hints`), per load
+    /// (median).
+    pub early_hinted: f64,
     /// Why the cell has no loads (the browser failed, or a resource did).
     pub error: Option<String>,
     /// Every load of the cell as the browser reported it (resource timings included): in
@@ -84,6 +89,14 @@ impl PageResult {
             ttfb_formula: model::formula(model::round_trips(mode, false, false, zero_rtt)),
             connections: Spread::of(loads.iter().map(|l| l.connections as f64).collect()).p50,
             protocols,
+            early_hints: loads.iter().filter(|l| l.early_hints_ms > 0.0).count(),
+            early_hinted: Spread::of(
+                loads
+                    .iter()
+                    .map(|l| l.resources.iter().filter(|r| r.initiator == "early-hints").count() as f64)
+                    .collect(),
+            )
+            .p50,
             error: None,
             samples: loads,
         }
@@ -120,11 +133,13 @@ impl PagesReport {
         out
     }
 
-    /// The same page and visit loaded directly.
+    /// The same page and visit loaded directly. A new visitor who meets no edge is a first
+    /// visitor, so a warm-edge visit is held against direct's first visits.
     fn direct(&self, of: &PageResult) -> Option<&PageResult> {
+        let visit = if of.visit == "warm-edge" { "first" } else { of.visit.as_str() };
         self.results
             .iter()
-            .find(|d| d.mode == Mode::Direct && d.page == of.page && d.visit == of.visit && d.setting() == of.setting())
+            .find(|d| d.mode == Mode::Direct && d.page == of.page && d.visit == visit && d.setting() == of.setting())
     }
 
     /// A table per setting, like the TFO study's: page, mode, visit, PLT and TTFB, against
@@ -133,19 +148,22 @@ impl PagesReport {
         let mut out = format!(
             "# Browser lab: Chromium page loads, {} per page, mode and visit\n\n\
              First visit: a fresh browser context. Returning: the same context after its connections \
-             are closed and its cache cleared (session tickets and 0-RTT state kept). TTFB: the \
-             document's, from the navigation's start; min: the round-trip model's.\n",
+             are closed and its cache cleared (session tickets and 0-RTT state kept). Warm-edge \
+             (cache modes): a new context after that pair, so an empty browser cache and an edge \
+             cache an earlier visitor filled; held against direct's first visits. TTFB: the \
+             document's, from the navigation's start; min: the round-trip model's. 103s: loads \
+             whose document got Early Hints (resources the 103 preloaded, median).\n",
             self.loads_per_cell
         );
         for s in self.settings() {
             out += &format!(
-                "\n## r = {} ms, R = {} ms\n\n| page | mode | visit | PLT p50 | PLT p90 | vs direct | improvement | TTFB p50 | min | TTFB/min | conns | protocols |\n|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---|\n",
+                "\n## r = {} ms, R = {} ms\n\n| page | mode | visit | PLT p50 | PLT p90 | vs direct | improvement | TTFB p50 | min | TTFB/min | conns | 103s | protocols |\n|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|\n",
                 s.r_ms, s.big_r_ms
             );
             for r in self.results.iter().filter(|r| r.setting() == s) {
                 if let Some(e) = &r.error {
                     out += &format!(
-                        "| {} | {} | {} | failed: {} |||||||||\n",
+                        "| {} | {} | {} | failed: {} ||||||||||\n",
                         r.page,
                         r.mode.label(),
                         r.visit,
@@ -161,7 +179,7 @@ impl PagesReport {
                     _ => ("-".into(), "-".into()),
                 };
                 out += &format!(
-                    "| {} | {} | {} | {:.0} | {:.0} | {ratio} | {gain} | {:.1} | {:.0} ({}) | {:.3} | {} | {} |\n",
+                    "| {} | {} | {} | {:.0} | {:.0} | {ratio} | {gain} | {:.1} | {:.0} ({}) | {:.3} | {} | {} ({}) | {} |\n",
                     r.page,
                     r.mode.label(),
                     r.visit,
@@ -172,6 +190,8 @@ impl PagesReport {
                     r.ttfb_formula,
                     r.ttfb_ms.p50 / r.ttfb_min_ms,
                     r.connections,
+                    r.early_hints,
+                    r.early_hinted,
                     r.protocols.join(" ")
                 );
             }

@@ -122,7 +122,7 @@ async fn run_part(part: Part<'_>) -> Result<(Vec<ModeResult>, Vec<PoolSample>, u
     let topo = Topology::create_impaired(scenario.r(), big_r, scenario.bandwidth.as_deref(), impair)?;
     let d = dir.display().to_string();
     bar.set_message("waiting for edgewarm and its pools");
-    let _hosts = start_hosts(&topo, &exe, proxy, dir, &logs, scenario.page > 0).await?;
+    let _hosts = start_hosts(&topo, &exe, proxy, dir, &logs, scenario.page > 0, &[]).await?;
     bar.inc(2);
 
     // What to measure: the scenario's modes, then each other proxy like a tunnel.
@@ -139,6 +139,8 @@ async fn run_part(part: Part<'_>) -> Result<(Vec<ModeResult>, Vec<PoolSample>, u
                 (Mode::Http | Mode::H3, false) => ("h.test", EDGE_A),
                 (Mode::Http | Mode::H3, true) => ("z.test", EDGE_A),
                 (Mode::HttpH3Origin, _) => ("q.test", EDGE_A),
+                // The browser lab's own modes: no scenario name parses to them.
+                (Mode::Cache | Mode::CacheNoHints, _) => ("c.test", EDGE_A),
             };
             (run, run.label(), name, SocketAddrV4::new(ip, 443), None)
         })

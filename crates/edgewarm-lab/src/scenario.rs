@@ -62,9 +62,14 @@ pub struct LabOpts {
     pub pages: Vec<String>,
     /// The modes to measure instead of the scenario's (scenario file names: direct, tunnel,
     /// prewarm, http, h3, 0rtt_http, …); for `pages`, to load the pages through (direct,
-    /// tunnel, prewarm, http, h3; default all).
+    /// tunnel, prewarm, http, h3: the default; cache, cache-no-hints: the cached site with a
+    /// warm-edge visit, see docs/lab.md).
     #[arg(long, value_delimiter = ',')]
     pub modes: Vec<String>,
+    /// `pages` only: the origin thinks this long more before each page's HTML (its assets are
+    /// not delayed): the time a 103 Early Hints can use, e.g. 300ms.
+    #[arg(long, value_parser = humantime::parse_duration)]
+    pub html_think: Option<Duration>,
     /// Page workload: each new connection fetches a page, then this many sub-resources at
     /// once over HTTP/2; the report adds the page time against its minimum (one more r+R).
     /// Default: the scenario's (10 for lossy, else 0: one request).
