@@ -55,6 +55,37 @@ fn check_names_an_unusable_upgrade_socket() {
     assert!(check(&config).status.success());
 }
 
+/// `cache.disk`: a relative path, a zero size and a directory two routes share are refused by
+/// `check`, naming the key, exit 64.
+#[test]
+fn check_names_a_bad_cache_disk_tier() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("edge.yaml");
+    let route = |sni: &str, disk: &str| {
+        format!(
+            "  - {{sni: {sni}, action: http, origin: \"127.0.0.1:9\", cert: c.pem, key: k.pem, \
+             upstream: {{tls: false}}, cache: {{disk: {disk}}}}}\n"
+        )
+    };
+    let base = "listeners: [{listen: \"127.0.0.1:0\"}]\nroutes:\n";
+    let cases = [
+        (route("a.test", "{path: cache, max_size: 1GiB}"), "routes[0].cache.disk.path"),
+        (route("a.test", "{path: /tmp/ew-disk, max_size: 0}"), "routes[0].cache.disk.max_size"),
+        (
+            route("a.test", "{path: /tmp/ew-disk, max_size: 1GiB}")
+                + &route("b.test", "{path: /tmp/ew-disk, max_size: 1GiB}"),
+            "routes[1].cache.disk.path",
+        ),
+    ];
+    for (routes, key) in cases {
+        std::fs::write(&config, format!("{base}{routes}")).unwrap();
+        let out = check(&config);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(64), "{key}: {err}");
+        assert!(err.contains(key), "{key}: {err}");
+    }
+}
+
 /// `upstream.tls: false` (a cleartext origin) beside `origin_tls`: `check` names the key and
 /// exits 64; without `origin_tls` it is accepted.
 #[test]

@@ -2,6 +2,7 @@
 //! turns it on with these defaults. What is keyed and what is never stored is in
 //! docs/config.md ("The edge cache").
 
+use std::path::PathBuf;
 use std::time::Duration;
 
 use serde::{Deserialize, Deserializer};
@@ -37,6 +38,20 @@ pub struct CacheConfig {
     /// waiting behind another request for it (Varnish's hit-for-miss; 2 minutes).
     #[serde(default = "default_remember_uncacheable", with = "duration")]
     pub remember_uncacheable: Duration,
+    /// A disk tier under the memory tier, kept across restarts (off unless written).
+    #[serde(default)]
+    pub disk: Option<DiskConfig>,
+}
+
+/// `routes[].cache.disk`: where the disk tier keeps its files, and how much it may hold.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DiskConfig {
+    /// A directory of this route's alone (created if missing).
+    pub path: PathBuf,
+    /// Bytes of files (headers and bodies) the tier may hold.
+    #[serde(deserialize_with = "bytes")]
+    pub max_size: u64,
 }
 
 impl Default for CacheConfig {
@@ -48,6 +63,7 @@ impl Default for CacheConfig {
             stale_if_error: Duration::ZERO,
             store_set_cookie: false,
             remember_uncacheable: default_remember_uncacheable(),
+            disk: None,
         }
     }
 }
@@ -81,6 +97,14 @@ impl CacheConfig {
                 key("cache.max_object_size"),
                 "is larger than cache.max_size: no object that size could ever be stored",
             ));
+        }
+        if let Some(disk) = &self.disk {
+            if !disk.path.is_absolute() {
+                return Err(ConfigError::invalid(key("cache.disk.path"), "must be an absolute path"));
+            }
+            if disk.max_size == 0 {
+                return Err(ConfigError::invalid(key("cache.disk.max_size"), "must be greater than zero"));
+            }
         }
         Ok(())
     }

@@ -21,7 +21,7 @@ use std::time::Duration;
 use serde::Deserialize;
 
 pub use addr::OriginAddr;
-pub use cache::CacheConfig;
+pub use cache::{CacheConfig, DiskConfig};
 pub use hints::EarlyHintsConfig;
 pub use route::{
     ActionConfig, EarlyData, ForwardHeader, ForwardHeaders, HttpConfig, Ktls, PrewarmConfig, ProxyVersion, RouteConfig,

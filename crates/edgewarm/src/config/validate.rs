@@ -92,6 +92,9 @@ impl Config {
             return Err(ConfigError::invalid("routes", "at least one route is required"));
         }
         let mut seen = HashSet::new();
+        // Each disk tier owns its directory: its index is loaded from the files there, and two
+        // routes' evictions and purges would remove each other's entries.
+        let mut disk_paths = HashSet::new();
         for (i, r) in self.routes.iter().enumerate() {
             let key = |field: &str| format!("routes[{i}].{field}");
             let pattern = sni_pattern(&r.sni).map_err(|m| ConfigError::invalid(key("sni"), m))?;
@@ -149,6 +152,14 @@ impl Config {
                     }
                     if let Some(c) = &h.cache {
                         c.validate(&key)?;
+                        if let Some(d) = &c.disk {
+                            if !disk_paths.insert(d.path.clone()) {
+                                return Err(ConfigError::invalid(
+                                    key("cache.disk.path"),
+                                    format!("{} is another route's disk tier", d.path.display()),
+                                ));
+                            }
+                        }
                     }
                     if let Some(e) = &h.early_hints {
                         e.validate(&key)?;

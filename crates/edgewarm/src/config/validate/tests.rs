@@ -140,6 +140,28 @@ fn cache_sizes_are_named() {
 }
 
 #[test]
+fn cache_disk_settings_are_named() {
+    let http = "action: http\n    cert: c.pem\n    key: k.pem\n    cache:";
+    let e = err(&GOOD.replace("action: tunnel", &format!("{http} {{disk: {{path: cache, max_size: 1GiB}}}}")));
+    assert_eq!(e, "routes[0].cache.disk.path: must be an absolute path");
+    let e = err(&GOOD.replace("action: tunnel", &format!("{http} {{disk: {{path: /var/cache/ew, max_size: 0}}}}")));
+    assert_eq!(e, "routes[0].cache.disk.max_size: must be greater than zero");
+    let e = err(&GOOD.replace("action: tunnel", &format!("{http} {{disk: {{path: /var/cache/ew}}}}")));
+    assert!(e.contains("max_size"), "{e}");
+    // Two routes, one directory (spelt with and without a trailing slash).
+    let two =
+        GOOD.replace("action: tunnel", &format!("{http} {{disk: {{path: /var/cache/ew, max_size: 1GiB}}}}")).replace(
+            "  - sni: \"*\"\n    action: reject",
+            &format!(
+            "  - sni: b.example.com\n    origin: o:80\n    {http} {{disk: {{path: /var/cache/ew/, max_size: 1GiB}}}}"
+        ),
+        );
+    assert_eq!(err(&two), "routes[1].cache.disk.path: /var/cache/ew/ is another route's disk tier");
+    let ok = GOOD.replace("action: tunnel", &format!("{http} {{disk: {{path: /var/cache/ew, max_size: 10GiB}}}}"));
+    Config::parse(&ok).and_then(|c| c.validate()).unwrap();
+}
+
+#[test]
 fn early_hints_settings_are_named() {
     let http = "action: http\n    cert: c.pem\n    key: k.pem\n    early_hints:";
     let e = err(&GOOD.replace("action: tunnel", &format!("{http} {{max_link_bytes: 32KiB}}")));
