@@ -53,12 +53,17 @@ impl Cached {
         let url = key::url(&head);
         let key = store.key(&url, &mut head);
         let head_only = head.method() == Method::HEAD;
-        if let Some(entry) = store.get(&key) {
+        // A memory miss looks on the disk tier (if any) before it is a miss.
+        let (found, tier) = match store.get(&key) {
+            Some(entry) => (Some(entry), CacheResult::Hit),
+            None => (store.get_disk(&key).await, CacheResult::HitDisk),
+        };
+        if let Some(entry) = found {
             // The common hit, judged without building the policy's answer: no request
             // directives, and still fresh (the key already matched host and variant).
             let h = head.headers();
             if !h.contains_key(CACHE_CONTROL) && !h.contains_key(PRAGMA) && now < entry.stale_at {
-                return Ok(self.hit(&entry, &head, now));
+                return Ok(self.hit(&entry, &head, now, tier));
             }
             // HEAD is answered from a stored GET: it is judged as the GET it stands for.
             let as_get;
@@ -71,7 +76,7 @@ impl Cached {
                 &head
             };
             match entry.policy.before_request(probe, now) {
-                BeforeRequest::Fresh(_) => return Ok(self.hit(&entry, &head, now)),
+                BeforeRequest::Fresh(_) => return Ok(self.hit(&entry, &head, now, tier)),
                 BeforeRequest::Stale { request, matches: true } => {
                     let job = Stale { cache: &self.cache, inner: &self.inner, key, entry, head: &head };
                     return job.run(request, out.timeout, out.up, out.affinity).await;
@@ -137,10 +142,10 @@ impl Cached {
         }
     }
 
-    /// A fresh stored response, served.
-    fn hit(&self, entry: &Arc<Entry>, head: &Request<()>, now: SystemTime) -> Sent {
+    /// A fresh stored response, served (`tier`: from memory or from disk).
+    fn hit(&self, entry: &Arc<Entry>, head: &Request<()>, now: SystemTime, tier: CacheResult) -> Sent {
         let status = Status { ttl: Some(keep::ttl(entry, now)), ..Status::default() };
-        self.cache.answer(serve::response(entry, head, now), CacheResult::Hit, &status)
+        self.cache.answer(serve::response(entry, head, now), tier, &status)
     }
 
     /// Not GET or HEAD: passed on; a successful unsafe method invalidates what is stored for

@@ -10,6 +10,8 @@
 //!   says (RFC 9213's `CDN-Cache-Control`, case, `Age`, `Expires`).
 //! - [`keep`]: a fetched response read into the store while it goes out.
 //! - [`store`]: the memory tier (`moka`, weighed in bytes), hit-for-miss memory.
+//! - [`disk`]: the optional disk tier under it, kept across restarts; [`record`]: its file
+//!   format.
 //! - [`serve`]: a client's response from a stored one (Age, 304, HEAD, one byte range).
 //! - [`status`]: `Cache-Status` (RFC 9211).
 //! - [`routes`]: every route's cache, kept across reloads; purge and occupancy for the admin
@@ -17,10 +19,12 @@
 
 pub(crate) mod decide;
 pub(crate) mod directives;
+pub(crate) mod disk;
 pub(crate) mod fill;
 pub(crate) mod keep;
 pub(crate) mod key;
 pub(crate) mod layer;
+pub(crate) mod record;
 pub(crate) mod routes;
 pub(crate) mod serve;
 pub(crate) mod stale;

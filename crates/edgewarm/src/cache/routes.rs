@@ -11,12 +11,13 @@ use serde::Serialize;
 
 use http::{Method, Request, Response};
 
+use super::disk::{Disk, DiskMetrics, Tier};
 use super::fill::{Fill, FillBody, FillHead, Fills};
 use super::key::Key;
 use super::status::Status;
-use super::store::Store;
-use crate::config::CacheConfig;
-use crate::metrics::{CacheMetrics, CacheResult, RouteLabel, RouteName};
+use super::store::{Lower, Store};
+use crate::config::{CacheConfig, DiskConfig};
+use crate::metrics::{CacheMetrics, CacheResult, DiskLabels, DiskRead, RouteLabel, RouteName};
 use crate::origin::body::OriginBody;
 use crate::origin::seam::Sent;
 
@@ -85,6 +86,17 @@ pub struct Occupancy {
     pub entries: u64,
     pub bytes: u64,
     pub max_size: u64,
+    /// The disk tier's files and their bytes (absent without one).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub disk: Option<DiskOccupancy>,
+}
+
+/// A disk tier's occupancy, for `/cache`.
+#[derive(Debug, Serialize)]
+pub struct DiskOccupancy {
+    pub entries: u64,
+    pub bytes: u64,
+    pub max_size: u64,
 }
 
 /// The server's caches, by route.
@@ -113,15 +125,38 @@ impl Caches {
         let label = RouteLabel { route: route.clone() };
         let evicted = self.metrics.evictions.get_or_create(&label).clone();
         let bytes = self.metrics.stored_bytes.get_or_create(&label).clone();
+        let disk = config.disk.as_ref().and_then(|d| self.open_disk(route, d));
         let cache = Arc::new(RouteCache {
             route: route.clone(),
-            store: Arc::new(Store::new(config.clone(), evicted, bytes)),
+            store: Arc::new(Store::new(config.clone(), evicted, bytes, disk)),
             fills: Arc::default(),
             revalidating: Mutex::default(),
             counters: self.metrics.for_route(route),
         });
         routes.insert(route.clone(), (config.clone(), cache.clone()));
         cache
+    }
+
+    /// `route`'s disk tier, its index loaded from the directory; without one (logged) when the
+    /// directory cannot be made or read: the memory tier still serves.
+    fn open_disk(&self, route: &RouteName, config: &DiskConfig) -> Option<Arc<dyn Lower>> {
+        let m = &self.metrics;
+        let read = |result| m.disk_reads.get_or_create(&DiskLabels { route: route.clone(), result }).clone();
+        let label = RouteLabel { route: route.clone() };
+        let metrics = DiskMetrics {
+            hit: read(DiskRead::Hit),
+            miss: read(DiskRead::Miss),
+            corrupt: read(DiskRead::Corrupt),
+            bytes: m.disk_bytes.get_or_create(&label).clone(),
+            written: m.disk_written_bytes.get_or_create(&label).clone(),
+        };
+        match Disk::open(config, route.clone(), metrics) {
+            Ok(disk) => Some(Arc::new(Tier(Arc::new(disk)))),
+            Err(e) => {
+                tracing::error!(%route, dir = %config.path.display(), error = %e, "cache disk tier not opened: memory only");
+                None
+            }
+        }
     }
 
     /// Drop the caches of routes not in `keep` (no longer configured, or without `cache`).
@@ -141,7 +176,7 @@ impl Caches {
                     store.purge(|u| u == url, |_| false)
                 }
                 Purge::Prefix(prefix) => store.purge(|u| u.starts_with(prefix.as_str()), |_| false),
-                Purge::Tag(tag) => store.purge(|_| false, |e| e.tags.iter().any(|t| **t == **tag)),
+                Purge::Tag(tag) => store.purge(|_| false, |tags| tags.iter().any(|t| **t == **tag)),
             };
         }
         n
@@ -153,7 +188,11 @@ impl Caches {
             .iter()
             .map(|(name, (config, cache))| {
                 let (entries, bytes) = cache.store.occupancy();
-                Occupancy { route: name.to_string(), entries, bytes, max_size: config.max_size }
+                let disk = cache.store.disk.as_ref().zip(config.disk.as_ref()).map(|(d, c)| {
+                    let (entries, bytes) = d.occupancy();
+                    DiskOccupancy { entries, bytes, max_size: c.max_size }
+                });
+                Occupancy { route: name.to_string(), entries, bytes, max_size: config.max_size, disk }
             })
             .collect();
         out.sort_by(|a, b| a.route.cmp(&b.route));

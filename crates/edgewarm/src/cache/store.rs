@@ -95,6 +95,26 @@ impl Entry {
     }
 }
 
+/// A tier under the memory tier (the disk tier, [`super::disk`]): told of every entry stored,
+/// asked on a memory miss, purged with it. A trait so that the memory tier does not depend on
+/// how the tier under it keeps entries.
+pub(crate) trait Lower: Send + Sync {
+    /// Keep `entry` under `key` (in the background: it must not hold up the request).
+    fn put(&self, key: Key, vary: Vec<HeaderName>, entry: Arc<Entry>);
+    /// The entry under `key`, if held.
+    fn get<'a>(
+        &'a self,
+        key: &'a Key,
+    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = Option<Entry>> + Send + 'a>>;
+    /// Remove every entry whose URL `matches` or whose tags `tagged` accepts; returns how many
+    /// of them are not among `also` (removed from memory, so counted already).
+    fn purge(&self, matches: &dyn Fn(&str) -> bool, tagged: &dyn Fn(&[Box<str>]) -> bool, also: &[Arc<Key>]) -> u64;
+    /// The `Vary` names of the URLs it held when opened (once).
+    fn take_found_vary(&self) -> Vec<(Arc<str>, Vec<HeaderName>)>;
+    /// Entries and bytes held.
+    fn occupancy(&self) -> (u64, u64);
+}
+
 /// One route's stored responses.
 pub(crate) struct Store {
     pub(crate) config: CacheConfig,
@@ -102,12 +122,15 @@ pub(crate) struct Store {
     vary: Cache<Arc<str>, Arc<[HeaderName]>>,
     uncacheable: Cache<Arc<str>, Refusal>,
     bytes: Gauge,
+    /// The disk tier under this one, if configured.
+    pub(crate) disk: Option<Arc<dyn Lower>>,
 }
 
 impl Store {
     /// An empty store; `evicted` counts entries pushed out for room (or refused admission),
-    /// `bytes` follows what it holds.
-    pub(crate) fn new(config: CacheConfig, evicted: Counter, bytes: Gauge) -> Self {
+    /// `bytes` follows what it holds. With a disk tier, the `Vary` names of the URLs it holds
+    /// are known at once, so their variants are found on disk after a restart.
+    pub(crate) fn new(config: CacheConfig, evicted: Counter, bytes: Gauge, disk: Option<Arc<dyn Lower>>) -> Self {
         let held = bytes.clone();
         let entries = Cache::builder()
             .max_capacity(config.max_size)
@@ -121,7 +144,10 @@ impl Store {
             .build();
         let vary = Cache::builder().max_capacity(100_000).time_to_idle(Duration::from_secs(24 * 3600)).build();
         let uncacheable = Cache::builder().max_capacity(100_000).time_to_live(config.remember_uncacheable).build();
-        Self { config, entries, vary, uncacheable, bytes }
+        for (url, names) in disk.iter().flat_map(|d| d.take_found_vary()) {
+            vary.insert(url, names.into());
+        }
+        Self { config, entries, vary, uncacheable, bytes, disk }
     }
 
     /// The key a request's response would be stored under, as far as this URL's `Vary` is
@@ -142,6 +168,17 @@ impl Store {
         self.entries.get(key)
     }
 
+    /// A memory miss looked up on the disk tier; a hit is promoted to memory (where the
+    /// memory tier's admission decides whether it stays) and is not written back.
+    pub(crate) async fn get_disk(&self, key: &Key) -> Option<Arc<Entry>> {
+        let entry = Arc::new(self.disk.as_ref()?.get(key).await?);
+        if entry.size <= self.config.max_object_size {
+            self.bytes.inc_by(i64::from(entry.weight()));
+            self.entries.insert(key.clone(), entry.clone());
+        }
+        Some(entry)
+    }
+
     /// Store `entry` for a request whose response varies on `names`; returns its key.
     pub(crate) fn insert(&self, url: Arc<str>, names: Vec<HeaderName>, head: &Request<()>, mut entry: Entry) -> Key {
         entry.request_bytes = header_bytes(head.headers());
@@ -151,10 +188,14 @@ impl Store {
         if names.is_empty() {
             self.vary.invalidate(&url);
         } else {
-            self.vary.insert(url, names.into());
+            self.vary.insert(url, names.as_slice().into());
         }
         self.bytes.inc_by(i64::from(entry.weight()));
-        self.entries.insert(key.clone(), Arc::new(entry));
+        let entry = Arc::new(entry);
+        if let Some(disk) = &self.disk {
+            disk.put(key.clone(), names, entry.clone());
+        }
+        self.entries.insert(key.clone(), entry);
         key
     }
 
@@ -172,16 +213,19 @@ impl Store {
         self.uncacheable.invalidate(url);
     }
 
-    /// Remove every variant of every URL `matches` accepts, or whose entry `tagged` accepts;
-    /// returns how many. Immediate: the next request for any of them is a miss.
-    pub(crate) fn purge(&self, matches: impl Fn(&str) -> bool, tagged: impl Fn(&Entry) -> bool) -> u64 {
+    /// Remove every variant of every URL `matches` accepts, or whose `Cache-Tag`s `tagged`
+    /// accepts, from memory and disk; returns how many (an entry in both tiers counts once).
+    /// Immediate: the next request for any of them is a miss. The disk tier's index keeps each
+    /// file's URL and tags, so a prefix or tag purge reaches entries that are only on disk.
+    pub(crate) fn purge(&self, matches: impl Fn(&str) -> bool, tagged: impl Fn(&[Box<str>]) -> bool) -> u64 {
         let doomed: Vec<Arc<Key>> =
-            self.entries.iter().filter(|(k, e)| matches(&k.url) || tagged(e)).map(|(k, _)| k).collect();
+            self.entries.iter().filter(|(k, e)| matches(&k.url) || tagged(&e.tags)).map(|(k, _)| k).collect();
         for key in &doomed {
             self.entries.invalidate(&**key);
             self.uncacheable.invalidate(&key.url);
         }
-        doomed.len() as u64
+        let on_disk = self.disk.as_ref().map_or(0, |d| d.purge(&matches, &tagged, &doomed));
+        doomed.len() as u64 + on_disk
     }
 
     /// Entries and weighed bytes held now.

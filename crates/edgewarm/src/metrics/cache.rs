@@ -14,6 +14,8 @@ label_enum! {
     CacheResult {
         // Served fresh from storage.
         Hit => "hit",
+        // Served fresh from the disk tier (not in memory).
+        HitDisk => "hit_disk",
         // Served stale: while one request revalidates it, or because the origin failed.
         Stale => "stale",
         // Stale, confirmed by the origin (304), served from storage.
@@ -28,6 +30,24 @@ label_enum! {
     }
 }
 
+label_enum! {
+    /// What a look on the disk tier found (a memory miss).
+    DiskRead {
+        // An entry for the key, read whole.
+        Hit => "hit",
+        // No entry for the key.
+        Miss => "miss",
+        // A file that could not be read back (damaged, truncated, another key): removed, a miss.
+        Corrupt => "corrupt",
+    }
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct DiskLabels {
+    pub route: RouteName,
+    pub result: DiskRead,
+}
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct CacheLabels {
     pub route: RouteName,
@@ -39,6 +59,9 @@ pub struct CacheMetrics {
     pub requests: Family<CacheLabels, Counter>,
     pub stored_bytes: Family<RouteLabel, Gauge>,
     pub evictions: Family<RouteLabel, Counter>,
+    pub disk_reads: Family<DiskLabels, Counter>,
+    pub disk_bytes: Family<RouteLabel, Gauge>,
+    pub disk_written_bytes: Family<RouteLabel, Counter>,
 }
 
 impl CacheMetrics {
@@ -50,12 +73,23 @@ impl CacheMetrics {
             self.stored_bytes.clone(),
         );
         registry.register("evictions", "Entries evicted to make room, by route", self.evictions.clone());
+        registry.register(
+            "disk_reads",
+            "Looks on the disk tier after a memory miss, by result",
+            self.disk_reads.clone(),
+        );
+        registry.register("disk_bytes", "Bytes of files the disk tier holds, by route", self.disk_bytes.clone());
+        registry.register(
+            "disk_written_bytes",
+            "Bytes written to the disk tier, by route",
+            self.disk_written_bytes.clone(),
+        );
     }
 
     /// One route's counter for each result, looked up once.
     pub fn for_route(&self, route: &RouteName) -> Vec<(CacheResult, Counter)> {
         use CacheResult::*;
-        [Hit, Stale, Revalidated, Miss, Collapsed, Bypass]
+        [Hit, HitDisk, Stale, Revalidated, Miss, Collapsed, Bypass]
             .into_iter()
             .map(|result| (result, self.requests.get_or_create(&CacheLabels { route: route.clone(), result }).clone()))
             .collect()
