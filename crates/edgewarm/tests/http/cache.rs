@@ -19,7 +19,12 @@ async fn cached_edge(cache: &str) -> (Pki, Edge, Arc<OriginLog>) {
 }
 
 /// One request on a new connection: (status, header lookup, body).
-async fn get(fx: &Pki, edge: &Edge, path: &str, headers: &[(&str, &str)]) -> (http::response::Parts, String) {
+pub(super) async fn get(
+    fx: &Pki,
+    edge: &Edge,
+    path: &str,
+    headers: &[(&str, &str)],
+) -> (http::response::Parts, String) {
     request(fx, edge, "GET", path, headers, true).await
 }
 
@@ -36,7 +41,7 @@ async fn request(
     (head, String::from_utf8(body).unwrap())
 }
 
-fn header<'a>(head: &'a http::response::Parts, name: &str) -> &'a str {
+pub(super) fn header<'a>(head: &'a http::response::Parts, name: &str) -> &'a str {
     head.headers.get(name).map_or("", |v| v.to_str().unwrap())
 }
 
@@ -61,7 +66,7 @@ async fn get_many(
 }
 
 /// POST to the admin listener; returns (status, body).
-async fn admin_post(admin: SocketAddr, path: &str) -> (u16, String) {
+pub(super) async fn admin_post(admin: SocketAddr, path: &str) -> (u16, String) {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let mut s = tokio::net::TcpStream::connect(admin).await.unwrap();
     let req = format!("POST {path} HTTP/1.1\r\nHost: admin\r\nContent-Length: 0\r\nConnection: close\r\n\r\n");
