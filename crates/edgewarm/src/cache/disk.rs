@@ -133,7 +133,8 @@ impl Disk {
             metrics,
             found_vary: Mutex::new(found_vary),
         };
-        disk.make_room(&mut disk.lock());
+        let gone = disk.make_room(&mut disk.lock());
+        disk.unlink(&gone);
         Ok(disk)
     }
 
@@ -163,11 +164,12 @@ impl Disk {
         let path = self.path(id);
         let read = tokio::task::spawn_blocking(move || record::read(&path)).await;
         match read {
-            Ok(Ok((stored, _, entry))) if stored == *key => {
+            // Still indexed: a purge that came while the file was being read wins.
+            Ok(Ok((stored, _, entry))) if stored == *key && self.lock().files.contains_key(&id) => {
                 self.metrics.hit.inc();
                 Some(entry)
             }
-            // Another variant under the same hash prefix: not ours to serve, nor to remove.
+            // Another key under the same hash prefix (not ours to serve, nor to remove), or purged.
             Ok(Ok(_)) => {
                 self.metrics.miss.inc();
                 None
@@ -215,12 +217,17 @@ impl Disk {
         if let Some(old) = index.files.insert(id, meta) {
             index.bytes -= old.len;
         }
-        self.make_room(&mut index);
+        let gone = self.make_room(&mut index);
+        drop(index);
+        self.unlink(&gone);
     }
 
     /// Over budget: down to 90 % of it (so that eviction runs once per many writes), the
-    /// entries that can no longer be served first, then the least recently used.
-    fn make_room(&self, index: &mut Index) {
+    /// entries that can no longer be served first, then the least recently used. Returns the
+    /// ids to [`Disk::unlink`] once the lock is released.
+    #[must_use]
+    fn make_room(&self, index: &mut Index) -> Vec<u128> {
+        let mut gone = Vec::new();
         if index.bytes > self.max_size {
             let now = SystemTime::now();
             let mut order: Vec<(bool, u64, u128)> =
@@ -233,25 +240,39 @@ impl Disk {
                 }
                 if let Some(m) = index.files.remove(&id) {
                     index.bytes -= m.len;
-                    let _ = std::fs::remove_file(self.path(id));
+                    gone.push(id);
                 }
             }
         }
         self.metrics.bytes.set(i64::try_from(index.bytes).unwrap_or(i64::MAX));
+        gone
     }
 
-    /// Remove every file `doomed` accepts (by id and URL), and cancel matching writes under
-    /// way; returns the ids of the files removed.
+    /// Delete the files of ids already out of the index, one short lock each rather than one
+    /// long one (readers take the lock on the runtime's threads): a file written again for
+    /// the same id meanwhile is in the index again, and stays.
+    fn unlink(&self, ids: &[u128]) {
+        for id in ids {
+            let index = self.lock();
+            if !index.files.contains_key(id) {
+                let _ = std::fs::remove_file(self.path(*id));
+            }
+        }
+    }
+
+    /// Remove every file `doomed` accepts (by id and URL); returns the ids of the files
+    /// removed. Out of the index (unreachable) at once, then deleted.
     fn remove(&self, doomed: impl Fn(u128, &Meta) -> bool) -> Vec<u128> {
         let mut index = self.lock();
         let ids: Vec<u128> = index.files.iter().filter(|(id, m)| doomed(**id, m)).map(|(id, _)| *id).collect();
         for id in &ids {
             if let Some(m) = index.files.remove(id) {
                 index.bytes -= m.len;
-                let _ = std::fs::remove_file(self.path(*id));
             }
         }
         self.metrics.bytes.set(i64::try_from(index.bytes).unwrap_or(i64::MAX));
+        drop(index);
+        self.unlink(&ids);
         ids
     }
 }
@@ -306,3 +327,6 @@ impl Lower for Tier {
         (index.files.len() as u64, index.bytes)
     }
 }
+
+#[cfg(test)]
+mod tests;
