@@ -68,7 +68,7 @@ pub(crate) async fn serve(
 /// ([`crate::listener::quic`]): TLS is quinn's, so only the driver is left to pick. `handshake`
 /// is the handshake still running when requests may arrive in 0-RTT data.
 pub(crate) async fn serve_quic(
-    quic: quinn::Connection,
+    quic: impl client::quic::QuicConn,
     handshake: Option<Arc<dyn EarlyData>>,
     route: &Arc<HttpRoute>,
     ctx: &ConnCtx<'_>,

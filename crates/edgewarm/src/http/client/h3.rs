@@ -1,4 +1,5 @@
-//! HTTP/3 clients (RFC 9114) on `h3` over a QUIC connection from quinn: as for HTTP/2
+//! HTTP/3 clients (RFC 9114) on `h3` over a QUIC connection (quinn's, or the listener's own
+//! driver's: [`super::quic`]): as for HTTP/2
 //! ([`super::h2`]), every request stream of a connection runs inside that connection's own
 //! task, and each is handed to the one request service. The QUIC handshake, 0-RTT and the UDP
 //! socket are the listener's ([`crate::listener::quic`]); this driver sees a connection whose
@@ -28,6 +29,7 @@ use http_body::{Frame, SizeHint};
 use http_body_util::BodyExt;
 use tokio_util::sync::CancellationToken;
 
+use super::quic::QuicConn;
 use super::{content_length, finish_head, handler_panicked, stopping, Ended, MAX_HEADER_BYTES};
 use crate::http::interim::Interims;
 use crate::http::service::Service;
@@ -38,15 +40,15 @@ const H3_NO_ERROR: u32 = 0x100;
 /// H3_REQUEST_REJECTED: a request refused unprocessed, which the client may send again.
 const H3_REQUEST_REJECTED: u32 = 0x10b;
 
-type Resolver = RequestResolver<h3_quinn::Connection, Bytes>;
-type SendHalf = RequestStream<h3_quinn::SendStream<Bytes>, Bytes>;
-type RecvHalf = RequestStream<h3_quinn::RecvStream, Bytes>;
+type Resolver<Q> = RequestResolver<<Q as QuicConn>::H3, Bytes>;
+type SendHalf<Q> = RequestStream<<Q as QuicConn>::Send, Bytes>;
+type RecvHalf<Q> = RequestStream<<Q as QuicConn>::Recv, Bytes>;
 
 /// Serve one HTTP/3 connection until it ends. `stop` (shutdown, or a reload retiring the
 /// route's origin connections) sends GOAWAY and lets the requests in flight finish; `cut` then
 /// closes whatever is left.
-pub(crate) async fn serve(
-    quic: quinn::Connection,
+pub(crate) async fn serve<Q: QuicConn>(
+    quic: Q,
     shared: Arc<Service>,
     stop: &CancellationToken,
     retired: &CancellationToken,
@@ -56,7 +58,7 @@ pub(crate) async fn serve(
     let mut builder = h3::server::builder();
     // h3's default is no limit at all.
     builder.max_field_section_size(MAX_HEADER_BYTES as u64);
-    let build = builder.build::<_, Bytes>(h3_quinn::Connection::new(quic.clone()));
+    let build = builder.build::<_, Bytes>(quic.h3());
     // Even after a stop: the client may have sent its first request already; it gets GOAWAY
     // below and its request is answered.
     let mut conn = tokio::select! {
@@ -65,7 +67,7 @@ pub(crate) async fn serve(
             Err(e) => return ended(&quic, e.to_string()),
         },
         () = &mut cut_wait => {
-            quic.close(H3_NO_ERROR.into(), b"");
+            quic.close(H3_NO_ERROR);
             return Ended::Cut;
         }
     };
@@ -81,7 +83,7 @@ pub(crate) async fn serve(
         tokio::select! {
             biased;
             () = &mut cut_wait, if closing => {
-                quic.close(H3_NO_ERROR.into(), b"");
+                quic.close(H3_NO_ERROR);
                 return Ended::Cut;
             }
             () = &mut stop_wait, if !closing => {
@@ -95,7 +97,7 @@ pub(crate) async fn serve(
                 // not find it processed here too.
                 refuse_next = true;
                 if conn.shutdown(1).await.is_err() {
-                    quic.close(H3_NO_ERROR.into(), b"");
+                    quic.close(H3_NO_ERROR);
                     return Ended::Done;
                 }
             }
@@ -104,18 +106,16 @@ pub(crate) async fn serve(
             // GOAWAY announced: refused here as it comes, straight from quinn. h3's accept is
             // not polled any more: on a client's GOAWAY it would send one of its own, naming the
             // last request answered as unprocessed.
-            straggler = quic.accept_bi(), if closing && streams.is_empty() => match straggler {
-                Ok((mut send, mut recv)) => {
-                    let _ = send.reset(H3_REQUEST_REJECTED.into());
-                    let _ = recv.stop(H3_REQUEST_REJECTED.into());
+            straggler = quic.refuse_next(H3_REQUEST_REJECTED), if closing && streams.is_empty() => {
+                if let Err(e) = straggler {
+                    return ended(&quic, e);
                 }
-                Err(e) => return ended(&quic, e.to_string()),
-            },
+            }
             next = conn.accept(), if !(closing && streams.is_empty()) => match next {
                 // A panic is caught per stream, as for HTTP/2: it must not end the connection.
                 Ok(Some(resolver)) => {
                     let refused = std::mem::take(&mut refuse_next);
-                    streams.push(AssertUnwindSafe(request(shared.clone(), resolver, refused)).catch_unwind());
+                    streams.push(AssertUnwindSafe(request::<Q>(shared.clone(), resolver, refused)).catch_unwind());
                 }
                 // The client's GOAWAY, its requests answered.
                 Ok(None) => return close_when_delivered(&quic, cut_wait.as_mut()).await,
@@ -125,7 +125,7 @@ pub(crate) async fn serve(
             // otherwise wait for the client's own GOAWAY, which not every client sends).
             () = tokio::time::sleep(quiet), if closing && streams.is_empty() => {
                 if delivered(&quic, &mut sent_then) {
-                    quic.close(H3_NO_ERROR.into(), b"");
+                    quic.close(H3_NO_ERROR);
                     return Ended::Done;
                 }
             }
@@ -140,15 +140,14 @@ pub(crate) async fn serve(
 /// RTT, four RTT variations and the peer's ACK delay), a timeout that doubles with each probe
 /// unanswered. A second beyond three RTTs covers a few of those doublings on any path a client
 /// could still be served on; a loss declared meanwhile restarts the wait.
-fn quiet_period(quic: &quinn::Connection) -> Duration {
+fn quiet_period(quic: &impl QuicConn) -> Duration {
     quic.rtt() * 3 + Duration::from_secs(1)
 }
 
 /// Whether the connection has sent nothing, and declared nothing lost, since the last check
 /// (`then`, updated).
-fn delivered(quic: &quinn::Connection, then: &mut Option<(u64, u64)>) -> bool {
-    let stats = quic.stats();
-    let now = (stats.udp_tx.datagrams, stats.path.lost_packets);
+fn delivered(quic: &impl QuicConn, then: &mut Option<(u64, u64)>) -> bool {
+    let now = quic.sent_and_lost();
     let quiet = *then == Some(now);
     *then = Some(now);
     quiet
@@ -156,11 +155,11 @@ fn delivered(quic: &quinn::Connection, then: &mut Option<(u64, u64)>) -> bool {
 
 /// Close a connection whose requests are all answered once what it sent has arrived
 /// ([`quiet_period`]), or the client closes, or the cut.
-async fn close_when_delivered(quic: &quinn::Connection, mut cut: Pin<&mut impl Future<Output = ()>>) -> Ended {
+async fn close_when_delivered(quic: &impl QuicConn, mut cut: Pin<&mut impl Future<Output = ()>>) -> Ended {
     let mut sent_then = None;
     loop {
         tokio::select! {
-            _ = quic.closed() => return Ended::Done,
+            () = quic.closed() => return Ended::Done,
             () = &mut cut => break,
             () = tokio::time::sleep(quiet_period(quic)) => {
                 if delivered(quic, &mut sent_then) {
@@ -169,23 +168,23 @@ async fn close_when_delivered(quic: &quinn::Connection, mut cut: Pin<&mut impl F
             }
         }
     }
-    quic.close(H3_NO_ERROR.into(), b"");
+    quic.close(H3_NO_ERROR);
     Ended::Done
 }
 
 /// How a connection whose h3 layer failed ended: a close by the client (any code: aioquic
 /// closes with 0, browsers with H3_NO_ERROR) or the idle timeout is a normal end.
-fn ended(quic: &quinn::Connection, error: String) -> Ended {
-    match quic.close_reason() {
-        Some(quinn::ConnectionError::ApplicationClosed(_) | quinn::ConnectionError::TimedOut) => Ended::Done,
-        Some(quinn::ConnectionError::LocallyClosed) => Ended::Done,
-        _ => Ended::Failed(error),
+fn ended(quic: &impl QuicConn, error: String) -> Ended {
+    if quic.ended_normally() {
+        Ended::Done
+    } else {
+        Ended::Failed(error)
     }
 }
 
 /// One request stream: its head read, the request handled, the response sent (head, then the
 /// body as quinn takes it). `refused`: reset with H3_REQUEST_REJECTED instead, unprocessed.
-async fn request(shared: Arc<Service>, resolver: Resolver, refused: bool) {
+async fn request<Q: QuicConn>(shared: Arc<Service>, resolver: Resolver<Q>, refused: bool) {
     let (req, mut stream) = match resolver.resolve_request().await {
         Ok(r) => r,
         Err(e) => {
@@ -204,7 +203,7 @@ async fn request(shared: Arc<Service>, resolver: Resolver, refused: bool) {
     }
     let (mut send, recv) = stream.split();
     let length = content_length(req.headers());
-    let req = req.map(|()| H3Body::new(recv, length));
+    let req = req.map(|()| H3Body::<Q>::new(recv, length));
     let interims = Interims::new();
     let response = {
         let to_client = interims.to_client();
@@ -230,12 +229,12 @@ async fn request(shared: Arc<Service>, resolver: Resolver, refused: bool) {
         tracing::debug!(error = %e, "HTTP/3 response head not sent");
         return;
     }
-    pipe(body, send).await;
+    pipe::<Q>(body, send).await;
 }
 
 /// Copy a response body to the client's stream; `send_data` returns once quinn has taken the
 /// chunk (its stream window), so at most one chunk waits here.
-async fn pipe(mut body: Body, mut send: SendHalf) {
+async fn pipe<Q: QuicConn>(mut body: Body, mut send: SendHalf<Q>) {
     loop {
         match body.frame().await {
             None => {
@@ -270,8 +269,8 @@ async fn pipe(mut body: Body, mut send: SendHalf) {
 }
 
 /// A client's request body on HTTP/3: DATA frames as they arrive, then the trailers if any.
-pub(crate) struct H3Body {
-    recv: RecvHalf,
+pub(crate) struct H3Body<Q: QuicConn> {
+    recv: RecvHalf<Q>,
     /// A frame read ahead by [`H3Body::settle`], given out first.
     peeked: Option<Result<Frame<Bytes>, h3::error::StreamError>>,
     data_done: bool,
@@ -280,8 +279,8 @@ pub(crate) struct H3Body {
     length: Option<u64>,
 }
 
-impl H3Body {
-    fn new(recv: RecvHalf, length: Option<u64>) -> Self {
+impl<Q: QuicConn> H3Body<Q> {
+    fn new(recv: RecvHalf<Q>, length: Option<u64>) -> Self {
         let mut body = Self { recv, peeked: None, data_done: false, done: false, length };
         body.settle();
         body
@@ -329,7 +328,7 @@ impl H3Body {
     }
 }
 
-impl http_body::Body for H3Body {
+impl<Q: QuicConn> http_body::Body for H3Body<Q> {
     type Data = Bytes;
     type Error = h3::error::StreamError;
 

@@ -7,6 +7,7 @@
 pub(crate) mod h1;
 pub(crate) mod h2;
 pub(crate) mod h3;
+pub(crate) mod quic;
 
 use http::{header, HeaderMap, HeaderValue};
 use http_body::Body as _;
