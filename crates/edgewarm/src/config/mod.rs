@@ -190,9 +190,24 @@ pub struct ListenerConfig {
     /// (quinn's, in user space); default cubic.
     #[serde(default)]
     pub quic_congestion: Option<String>,
+    /// What drives the listener's QUIC connections: `quinn` (default: quinn's endpoint and
+    /// connection tasks) or `own` (each worker steps its connections in place from one loop on
+    /// quinn-proto; no 0-RTT (its requests wait for the handshake), no Retry, no relay across
+    /// upgrades yet).
+    #[serde(default)]
+    pub quic_driver: QuicDriver,
     /// How long a browser may remember that HTTP/3 is here (`Alt-Svc: h3=":PORT"; ma=...`).
     #[serde(default = "default_alt_svc_max_age", with = "duration")]
     pub alt_svc_max_age: Duration,
+}
+
+/// `listeners[].quic_driver`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum QuicDriver {
+    #[default]
+    Quinn,
+    Own,
 }
 
 fn default_alt_svc_max_age() -> Duration {
