@@ -12,6 +12,7 @@
 //! datagrams to it ([`relay`]).
 
 mod cid;
+pub(crate) mod driver;
 pub(crate) mod relay;
 mod socket;
 mod tls;
@@ -26,7 +27,7 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use super::Context;
 use crate::accesslog::AccessLog;
-use crate::config::{EarlyData as EarlyDataConfig, ListenerConfig};
+use crate::config::{EarlyData as EarlyDataConfig, ListenerConfig, QuicDriver};
 use crate::error::CloseReason;
 use crate::http::early::{EarlyData, QuicHandshake};
 use crate::metrics::{
@@ -98,8 +99,17 @@ pub(crate) fn serve(
         let (server, shared, cx2, keys) = (server.clone(), shared.clone(), cx.clone(), keys.clone());
         let to_old = to_old.next();
         let run = async move {
-            match endpoint(socket, i, (pair, to_old), &keys, server, &cx2) {
-                Ok(endpoint) => accept_loop(endpoint, shared, cx2).await,
+            let parts = endpoint_parts(socket, i, (pair, to_old), &keys, &cx2);
+            let endpoint = parts.and_then(|(socket, config)| match shared.config.quic_driver {
+                QuicDriver::Quinn => {
+                    let runtime = Arc::new(quinn::TokioRuntime);
+                    let endpoint = quinn::Endpoint::new_with_abstract_socket(config, Some(server), socket, runtime)?;
+                    Ok(Box::pin(accept_loop(endpoint, shared, cx2)) as Loop)
+                }
+                QuicDriver::Own => Ok(Box::pin(driver::run(socket, config, server, shared, cx2)) as Loop),
+            });
+            match endpoint {
+                Ok(run) => run.await,
                 Err(e) => tracing::error!(error = %e, "cannot serve HTTP/3 on a worker"),
             }
         };
@@ -116,18 +126,17 @@ pub(crate) fn serve(
     Ok(loops)
 }
 
-/// The endpoint for the UDP socket at `index` in its listener's group, in the runtime that calls
-/// it (quinn spawns its driver there). Its connection IDs name the socket ([`cid`]), so their
-/// packets come back to it from any client address. Undecodable datagrams are counted on the way
-/// in ([`socket`]).
-fn endpoint(
+/// The socket and endpoint configuration for the UDP socket at `index` in its listener's group,
+/// in the runtime that calls it (the endpoint's driver runs there). Its connection IDs name the
+/// socket ([`cid`]), so their packets come back to it from any client address. Undecodable
+/// datagrams are counted on the way in ([`socket`]).
+fn endpoint_parts(
     socket: std::net::UdpSocket,
     index: usize,
     (pair, to_old): (crate::upgrade::RelayPair, Option<std::os::fd::OwnedFd>),
     keys: &crate::upgrade::QuicKeys,
-    server: quinn::ServerConfig,
     cx: &Context,
-) -> std::io::Result<quinn::Endpoint> {
+) -> std::io::Result<(Arc<dyn quinn::AsyncUdpSocket>, quinn::EndpointConfig)> {
     let listener = socket.local_addr()?.to_string();
     let socket = quinn::Runtime::wrap_udp_socket(&quinn::TokioRuntime, socket)?;
     // Past 255 sockets a byte cannot name one: those connections' packets go by the hash, and
@@ -150,14 +159,15 @@ fn endpoint(
         handed_over: cx.quic.handed_over.clone(),
         to_old,
     };
-    let socket = Arc::new(socket::Counted::new(socket, &cx.metrics.quic, &listener, relay));
+    let socket: Arc<dyn quinn::AsyncUdpSocket> =
+        Arc::new(socket::Counted::new(socket, &cx.metrics.quic, &listener, relay));
     let reset = aws_lc_rs::hmac::Key::new(aws_lc_rs::hmac::HMAC_SHA256, &keys.reset);
     let mut config = quinn::EndpointConfig::new(Arc::new(reset));
     if let Some(index) = index {
         let (key, earlier) = (keys.cid, keys.earlier.clone());
         config.cid_generator(move || Box::new(cid::SocketCids::new(index, key, &earlier)));
     }
-    quinn::Endpoint::new_with_abstract_socket(config, Some(server), socket, Arc::new(quinn::TokioRuntime))
+    Ok((socket, config))
 }
 
 /// The `route` label of the HTTP/3 session store's replay counter (one store per listener).

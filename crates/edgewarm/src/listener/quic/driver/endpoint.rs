@@ -1,0 +1,280 @@
+//! A worker's QUIC loop: one task that receives a batch of datagrams (GRO and recvmmsg through
+//! quinn-udp), hands each to quinn-proto, steps every connection the batch or a handle touched
+//! in place, and sends what they produced (GSO). No task per connection, no channel per
+//! datagram; a stream's handler is woken only by an event for its stream.
+
+use std::future::Future;
+use std::io::IoSliceMut;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Instant;
+
+use bytes::BytesMut;
+use quinn::udp::{RecvMeta, Transmit};
+use quinn::{AsyncUdpSocket, UdpPoller};
+use quinn_proto::{ConnectionHandle, DatagramEvent, EcnCodepoint, Incoming};
+
+use super::state::{Shared, State};
+
+/// Datagram buffers a receive call fills at most (each may hold a GRO batch).
+const BATCH: usize = quinn::udp::BATCH_SIZE;
+/// Receive calls in one turn before letting the worker's other tasks run.
+const RECV_TURNS: usize = 16;
+
+/// What the loop asks of its owner for a new connection attempt.
+pub(super) trait Accept: Send + Unpin + 'static {
+    /// Whether to take the attempt at all (the listener's connection limit).
+    fn admit(&mut self, incoming: &Incoming) -> bool;
+    /// A connection was accepted: start serving it.
+    fn accepted(&mut self, shared: &Arc<Shared>, ch: ConnectionHandle, generation: u64);
+}
+
+/// The loop, as a future that runs until its stop resolves and its connections are all gone.
+pub(super) struct Driver<A> {
+    shared: Arc<Shared>,
+    socket: Arc<dyn AsyncUdpSocket>,
+    poller: Pin<Box<dyn UdpPoller>>,
+    timer: Pin<Box<tokio::time::Sleep>>,
+    recv: Box<[u8]>,
+    send: Vec<u8>,
+    /// A datagram the socket would not take yet, sent before anything else.
+    blocked: Option<(quinn_proto::Transmit, Vec<u8>)>,
+    accept: A,
+    stop: Pin<Box<dyn Future<Output = ()> + Send>>,
+    stopping: bool,
+}
+
+impl<A: Accept> Driver<A> {
+    pub(super) fn new(
+        shared: Arc<Shared>,
+        socket: Arc<dyn AsyncUdpSocket>,
+        accept: A,
+        stop: Pin<Box<dyn Future<Output = ()> + Send>>,
+    ) -> Self {
+        let chunk = 64 * 1024 * socket.max_receive_segments().max(1);
+        Self {
+            poller: socket.clone().create_io_poller(),
+            shared,
+            socket,
+            timer: Box::pin(tokio::time::sleep_until(tokio::time::Instant::now())),
+            recv: vec![0; chunk * BATCH].into_boxed_slice(),
+            send: Vec::with_capacity(64 * 1024),
+            blocked: None,
+            accept,
+            stop,
+            stopping: false,
+        }
+    }
+
+    fn receive(&mut self, cx: &mut Context<'_>, st: &mut State, now: Instant) {
+        let mut storage = std::mem::take(&mut self.recv);
+        let chunk = storage.len() / BATCH;
+        for _ in 0..RECV_TURNS {
+            let mut meta = [RecvMeta::default(); BATCH];
+            let mut bufs: Vec<IoSliceMut<'_>> = storage.chunks_mut(chunk).map(IoSliceMut::new).collect();
+            let n = match self.socket.poll_recv(cx, &mut bufs, &mut meta) {
+                Poll::Ready(Ok(n)) => n,
+                // ICMP errors and the like: nothing to receive from them.
+                Poll::Ready(Err(e)) => {
+                    tracing::debug!(error = %e, "QUIC receive failed");
+                    continue;
+                }
+                Poll::Pending => {
+                    drop(bufs);
+                    self.recv = storage;
+                    return;
+                }
+            };
+            for (meta, buf) in meta.iter().zip(bufs.iter()).take(n) {
+                // A GRO batch: datagrams of `stride` bytes, the last one maybe shorter.
+                for datagram in buf[..meta.len].chunks(meta.stride.max(1)) {
+                    self.datagram(st, now, meta, datagram);
+                }
+            }
+        }
+        self.recv = storage;
+        // Receive calls left: the rest next turn, after the worker's other tasks.
+        cx.waker().wake_by_ref();
+    }
+
+    fn datagram(&mut self, st: &mut State, now: Instant, meta: &RecvMeta, data: &[u8]) {
+        let ecn = meta.ecn.map(|e| match e {
+            quinn::udp::EcnCodepoint::Ect0 => EcnCodepoint::Ect0,
+            quinn::udp::EcnCodepoint::Ect1 => EcnCodepoint::Ect1,
+            quinn::udp::EcnCodepoint::Ce => EcnCodepoint::Ce,
+        });
+        let mut response = Vec::new();
+        match st.endpoint.handle(now, meta.addr, meta.dst_ip, ecn, BytesMut::from(data), &mut response) {
+            Some(DatagramEvent::ConnectionEvent(ch, event)) => {
+                if let Some(slot) = st.conns.get_mut(&ch) {
+                    slot.conn.handle_event(event);
+                    st.mark(ch);
+                }
+            }
+            Some(DatagramEvent::NewConnection(incoming)) => self.incoming(st, now, incoming),
+            Some(DatagramEvent::Response(transmit)) => {
+                self.transmit(transmit, &response);
+            }
+            None => {}
+        }
+    }
+
+    fn incoming(&mut self, st: &mut State, now: Instant, incoming: Incoming) {
+        let mut response = Vec::new();
+        if self.stopping || !self.accept.admit(&incoming) {
+            let transmit = st.endpoint.refuse(incoming, &mut response);
+            self.transmit(transmit, &response);
+            return;
+        }
+        match st.endpoint.accept(incoming, now, &mut response, None) {
+            Ok((ch, conn)) => {
+                let generation = st.insert(ch, conn);
+                self.accept.accepted(&self.shared, ch, generation);
+            }
+            Err(e) => {
+                if let Some(transmit) = e.response {
+                    self.transmit(transmit, &response);
+                }
+            }
+        }
+    }
+
+    /// Send one datagram (or GSO batch); one the socket will not take now waits for it.
+    fn transmit(&mut self, t: quinn_proto::Transmit, contents: &[u8]) -> bool {
+        if self.blocked.is_some() {
+            return false;
+        }
+        let udp = Transmit {
+            destination: t.destination,
+            ecn: t.ecn.map(|e| match e {
+                EcnCodepoint::Ect0 => quinn::udp::EcnCodepoint::Ect0,
+                EcnCodepoint::Ect1 => quinn::udp::EcnCodepoint::Ect1,
+                EcnCodepoint::Ce => quinn::udp::EcnCodepoint::Ce,
+            }),
+            contents: &contents[..t.size],
+            segment_size: t.segment_size,
+            src_ip: t.src_ip,
+        };
+        match self.socket.try_send(&udp) {
+            Ok(()) => true,
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                let kept = contents[..t.size].to_vec();
+                self.blocked = Some((t, kept));
+                false
+            }
+            // Lost like any datagram: QUIC's recovery sends it again.
+            Err(e) => {
+                tracing::debug!(error = %e, "QUIC send failed");
+                true
+            }
+        }
+    }
+
+    /// Step the dirty connections: endpoint bookkeeping, application events, datagrams out.
+    fn step(&mut self, st: &mut State, now: Instant) {
+        let segments = self.socket.max_transmit_segments();
+        let mut left = Vec::new();
+        while !st.dirty.is_empty() {
+            let dirty = std::mem::take(&mut st.dirty);
+            for ch in dirty {
+                let Some(mut slot) = st.conns.remove(&ch) else { continue };
+                slot.dirty = false;
+                let mut drained = false;
+                let mut sent_all = true;
+                for round in 0..2 {
+                    while let Some(event) = slot.conn.poll_endpoint_events() {
+                        drained |= event.is_drained();
+                        if let Some(back) = st.endpoint.handle_event(ch, event) {
+                            slot.conn.handle_event(back);
+                        }
+                    }
+                    slot.wake();
+                    if round == 1 {
+                        break;
+                    }
+                    while sent_all {
+                        self.send.clear();
+                        let Some(t) = slot.conn.poll_transmit(now, segments, &mut self.send) else { break };
+                        let contents = std::mem::take(&mut self.send);
+                        sent_all = self.transmit(t, &contents);
+                        self.send = contents;
+                    }
+                }
+                slot.timeout = slot.conn.poll_timeout();
+                if drained {
+                    slot.wakers.wake_all();
+                    continue;
+                }
+                if !sent_all {
+                    slot.dirty = true;
+                    left.push(ch);
+                }
+                st.conns.insert(ch, slot);
+            }
+        }
+        // Stepped again once the socket takes the blocked datagram (its poller wakes us).
+        st.dirty.extend(left);
+    }
+
+    /// Handle expired timers, and set the one for the next.
+    fn timers(&mut self, cx: &mut Context<'_>, st: &mut State, now: Instant) {
+        let mut next: Option<Instant> = None;
+        let mut expired = Vec::new();
+        for (ch, slot) in &mut st.conns {
+            match slot.timeout {
+                Some(t) if t <= now => {
+                    slot.conn.handle_timeout(now);
+                    expired.push(*ch);
+                }
+                Some(t) => next = Some(next.map_or(t, |n| n.min(t))),
+                None => {}
+            }
+        }
+        for ch in expired {
+            st.mark(ch);
+        }
+        if !st.dirty.is_empty() && self.blocked.is_none() {
+            cx.waker().wake_by_ref();
+        } else if let Some(next) = next {
+            self.timer.as_mut().reset(next.into());
+            if self.timer.as_mut().poll(cx).is_ready() {
+                cx.waker().wake_by_ref();
+            }
+        }
+    }
+}
+
+impl<A: Accept> Future for Driver<A> {
+    type Output = ();
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+        let this = self.get_mut();
+        let shared = this.shared.clone();
+        let mut st = shared.lock();
+        if !st.driver.as_ref().is_some_and(|w| w.will_wake(cx.waker())) {
+            st.driver = Some(cx.waker().clone());
+        }
+        if !this.stopping && this.stop.as_mut().poll(cx).is_ready() {
+            // No new connections; those open finish on their own (GOAWAY) or at the cut.
+            this.stopping = true;
+        }
+        if let Some((t, contents)) = this.blocked.take() {
+            match this.poller.as_mut().poll_writable(cx) {
+                Poll::Ready(_) => {
+                    this.transmit(t, &contents);
+                }
+                Poll::Pending => this.blocked = Some((t, contents)),
+            }
+        }
+        let now = Instant::now();
+        this.receive(cx, &mut st, now);
+        this.step(&mut st, now);
+        this.timers(cx, &mut st, now);
+        if this.stopping && st.conns.is_empty() {
+            st.driver = None;
+            return Poll::Ready(());
+        }
+        Poll::Pending
+    }
+}

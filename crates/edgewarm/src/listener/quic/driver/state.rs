@@ -1,0 +1,183 @@
+//! A worker's QUIC state, shared by its driver loop ([`super::endpoint`]) and the handles its
+//! connection tasks hold ([`super::conn`], [`super::stream`]): quinn-proto's endpoint, every
+//! connection on it, and who is waiting for what.
+//!
+//! One lock for all of a worker's connections: the worker is a single-threaded runtime, so the
+//! lock is never contended; it is there because tasks must be `Send`. A handle's operation steps
+//! its connection's state in place and marks the connection dirty, and the driver sends what
+//! that produced on its next turn: one wake-up of the driver for everything the handlers did
+//! in between, not one task hop per stream operation.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::task::Waker;
+use std::time::Instant;
+
+use quinn_proto::{ConnectionError, ConnectionHandle, Dir, Event, StreamEvent, StreamId};
+
+/// What a worker's driver and its connections' handles share.
+pub(crate) struct Shared {
+    state: Mutex<State>,
+}
+
+impl Shared {
+    pub(super) fn new(endpoint: quinn_proto::Endpoint) -> Arc<Self> {
+        Arc::new(Self {
+            state: Mutex::new(State {
+                endpoint,
+                conns: HashMap::new(),
+                dirty: Vec::new(),
+                driver: None,
+                generation: 0,
+            }),
+        })
+    }
+
+    pub(super) fn lock(&self) -> MutexGuard<'_, State> {
+        // A panic while holding the lock leaves quinn-proto's state as it was mid-step; the
+        // worker's other connections are better served from it than all dropped.
+        self.state.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+}
+
+pub(crate) struct State {
+    pub(super) endpoint: quinn_proto::Endpoint,
+    pub(super) conns: HashMap<ConnectionHandle, Slot>,
+    /// Connections touched by a handle since the driver last stepped them.
+    pub(super) dirty: Vec<ConnectionHandle>,
+    /// The driver's task, woken when `dirty` gains its first entry.
+    pub(super) driver: Option<Waker>,
+    /// Tells a connection from a later one that reuses its handle (quinn-proto reuses them).
+    generation: u64,
+}
+
+impl State {
+    pub(super) fn insert(&mut self, ch: ConnectionHandle, conn: quinn_proto::Connection) -> u64 {
+        self.generation += 1;
+        let slot = Slot {
+            conn,
+            generation: self.generation,
+            dirty: false,
+            timeout: None,
+            lost: None,
+            handshake_data: false,
+            connected: false,
+            wakers: Wakers::default(),
+        };
+        self.conns.insert(ch, slot);
+        self.mark(ch);
+        self.generation
+    }
+
+    /// The connection `ch` of `generation`, if it is still there, marked dirty for the driver
+    /// (whatever a handle does to it may have something to send).
+    pub(super) fn slot(&mut self, ch: ConnectionHandle, generation: u64) -> Option<&mut Slot> {
+        if self.conns.get(&ch)?.generation != generation {
+            return None;
+        }
+        self.mark(ch);
+        self.conns.get_mut(&ch)
+    }
+
+    pub(super) fn mark(&mut self, ch: ConnectionHandle) {
+        let Some(slot) = self.conns.get_mut(&ch) else { return };
+        if slot.dirty {
+            return;
+        }
+        slot.dirty = true;
+        if self.dirty.is_empty() {
+            if let Some(driver) = &self.driver {
+                driver.wake_by_ref();
+            }
+        }
+        self.dirty.push(ch);
+    }
+}
+
+/// One connection and its waiters.
+pub(crate) struct Slot {
+    pub(super) conn: quinn_proto::Connection,
+    generation: u64,
+    pub(super) dirty: bool,
+    /// When quinn-proto wants its timers handled next.
+    pub(super) timeout: Option<Instant>,
+    /// Why the connection ended, once it has.
+    pub(super) lost: Option<ConnectionError>,
+    /// The ClientHello is read: the server name is known.
+    pub(super) handshake_data: bool,
+    pub(super) connected: bool,
+    pub(super) wakers: Wakers,
+}
+
+/// Who waits for what on a connection; each woken by the event that can end its wait.
+#[derive(Default)]
+pub(crate) struct Wakers {
+    pub(super) read: HashMap<StreamId, Waker>,
+    pub(super) write: HashMap<StreamId, Waker>,
+    /// Accepting a stream the peer opened, by direction (`Dir as usize`).
+    pub(super) accept: [Option<Waker>; 2],
+    /// Opening a stream of ours, by direction.
+    pub(super) open: [Option<Waker>; 2],
+    /// The handshake's progress and the connection's end.
+    pub(super) conn: Vec<Waker>,
+}
+
+impl Wakers {
+    pub(super) fn wake_all(&mut self) {
+        self.read.drain().for_each(|(_, w)| w.wake());
+        self.write.drain().for_each(|(_, w)| w.wake());
+        self.accept.iter_mut().chain(self.open.iter_mut()).filter_map(Option::take).for_each(Waker::wake);
+        self.conn.drain(..).for_each(Waker::wake);
+    }
+
+    pub(super) fn wait_conn(&mut self, waker: &Waker) {
+        if !self.conn.iter().any(|w| w.will_wake(waker)) {
+            self.conn.push(waker.clone());
+        }
+    }
+}
+
+pub(super) fn dir_index(dir: Dir) -> usize {
+    match dir {
+        Dir::Bi => 0,
+        Dir::Uni => 1,
+    }
+}
+
+impl Slot {
+    /// Hand the connection's application events to whoever waits for them.
+    pub(super) fn wake(&mut self) {
+        while let Some(event) = self.conn.poll() {
+            let w = &mut self.wakers;
+            match event {
+                Event::HandshakeDataReady => {
+                    self.handshake_data = true;
+                    w.conn.drain(..).for_each(Waker::wake);
+                }
+                Event::Connected => {
+                    self.connected = true;
+                    w.conn.drain(..).for_each(Waker::wake);
+                }
+                Event::ConnectionLost { reason } => {
+                    self.lost.get_or_insert(reason);
+                    w.wake_all();
+                }
+                Event::Stream(StreamEvent::Opened { dir }) => {
+                    w.accept[dir_index(dir)].take().map(Waker::wake);
+                }
+                Event::Stream(StreamEvent::Available { dir }) => {
+                    w.open[dir_index(dir)].take().map(Waker::wake);
+                }
+                Event::Stream(StreamEvent::Readable { id }) => {
+                    w.read.remove(&id).map(Waker::wake);
+                }
+                Event::Stream(
+                    StreamEvent::Writable { id } | StreamEvent::Finished { id } | StreamEvent::Stopped { id, .. },
+                ) => {
+                    w.write.remove(&id).map(Waker::wake);
+                }
+                Event::DatagramReceived | Event::DatagramsUnblocked => {}
+            }
+        }
+    }
+}

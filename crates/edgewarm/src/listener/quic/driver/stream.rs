@@ -1,0 +1,271 @@
+//! h3's stream traits on a stream of a connection in the worker's loop. A read takes what
+//! quinn-proto has reassembled, a write copies into its send buffer; either waits only when
+//! the stream has nothing (or no room), and is woken by that stream's own event.
+
+use std::task::{Context, Poll};
+
+use bytes::{Buf, Bytes};
+use h3::quic::{StreamErrorIncoming, StreamId as H3StreamId, WriteBuf};
+use quinn_proto::{FinishError, ReadError, ReadableError, StreamId, VarInt, WriteError};
+
+use super::conn::{incoming, Conn};
+
+/// The largest piece read at once: a QUIC packet's worth is all a read usually finds.
+const READ_MAX: usize = 64 * 1024;
+
+fn h3_id(id: StreamId) -> H3StreamId {
+    H3StreamId::try_from(u64::from(id)).expect("a QUIC stream ID is a valid HTTP/3 one")
+}
+
+fn conn_error(conn: &Conn) -> StreamErrorIncoming {
+    let mut st = conn.shared.lock();
+    let lost = Conn::lost(st.slot(conn.ch, conn.generation)).unwrap_or(quinn_proto::ConnectionError::LocallyClosed);
+    StreamErrorIncoming::ConnectionErrorIncoming { connection_error: incoming(lost) }
+}
+
+fn code(code: u64) -> VarInt {
+    VarInt::from_u64(code).unwrap_or(VarInt::MAX)
+}
+
+/// The receiving half of a stream.
+pub(crate) struct RecvStream {
+    conn: Conn,
+    id: StreamId,
+    /// Read to its end, reset, or stopped: nothing to stop on drop.
+    done: bool,
+}
+
+impl RecvStream {
+    pub(super) fn new(conn: Conn, id: StreamId) -> Self {
+        Self { conn, id, done: false }
+    }
+}
+
+impl h3::quic::RecvStream for RecvStream {
+    type Buf = Bytes;
+
+    fn poll_data(&mut self, cx: &mut Context<'_>) -> Poll<Result<Option<Bytes>, StreamErrorIncoming>> {
+        let id = self.id;
+        let read = self.conn.with(|slot| {
+            if slot.lost.is_some() {
+                return None;
+            }
+            let mut stream = slot.conn.recv_stream(id);
+            let mut chunks = match stream.read(true) {
+                Ok(chunks) => chunks,
+                Err(ReadableError::ClosedStream) => return Some(Ok(None)),
+                Err(ReadableError::IllegalOrderedRead) => unreachable!("only ordered reads here"),
+            };
+            let result = chunks.next(READ_MAX);
+            // Tells the peer it may send more (MAX_STREAM_DATA) once enough was read.
+            let _ = chunks.finalize();
+            match result {
+                Ok(chunk) => Some(Ok(chunk.map(|c| c.bytes))),
+                Err(ReadError::Blocked) => {
+                    slot.wakers.read.insert(id, cx.waker().clone());
+                    Some(Err(None))
+                }
+                Err(ReadError::Reset(code)) => Some(Err(Some(code))),
+            }
+        });
+        match read.flatten() {
+            None => {
+                self.done = true;
+                Poll::Ready(Err(conn_error(&self.conn)))
+            }
+            Some(Ok(chunk)) => {
+                self.done |= chunk.is_none();
+                Poll::Ready(Ok(chunk))
+            }
+            Some(Err(None)) => Poll::Pending,
+            Some(Err(Some(code))) => {
+                self.done = true;
+                Poll::Ready(Err(StreamErrorIncoming::StreamTerminated { error_code: code.into_inner() }))
+            }
+        }
+    }
+
+    fn stop_sending(&mut self, error_code: u64) {
+        self.done = true;
+        let id = self.id;
+        self.conn.with(|slot| slot.conn.recv_stream(id).stop(code(error_code)));
+    }
+
+    fn recv_id(&self) -> H3StreamId {
+        h3_id(self.id)
+    }
+}
+
+impl Drop for RecvStream {
+    /// A stream dropped unread is stopped, or it would hold the peer's stream credit forever.
+    fn drop(&mut self) {
+        if !self.done {
+            h3::quic::RecvStream::stop_sending(self, 0);
+        }
+    }
+}
+
+/// The sending half of a stream.
+pub(crate) struct SendStream<B: Buf> {
+    conn: Conn,
+    id: StreamId,
+    /// What h3 handed over and quinn-proto has not taken yet.
+    pending: Option<WriteBuf<B>>,
+    /// Finished or reset: nothing to finish on drop.
+    done: bool,
+}
+
+impl<B: Buf> SendStream<B> {
+    pub(super) fn new(conn: Conn, id: StreamId) -> Self {
+        Self { conn, id, pending: None, done: false }
+    }
+
+    /// Hand quinn-proto what is pending, as far as the stream's window goes.
+    fn flush(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), StreamErrorIncoming>> {
+        let Some(buf) = self.pending.as_mut() else { return Poll::Ready(Ok(())) };
+        let id = self.id;
+        let written = self.conn.with(|slot| {
+            if slot.lost.is_some() {
+                return None;
+            }
+            while buf.has_remaining() {
+                match slot.conn.send_stream(id).write(buf.chunk()) {
+                    Ok(n) => buf.advance(n),
+                    Err(WriteError::Blocked) => {
+                        slot.wakers.write.insert(id, cx.waker().clone());
+                        return Some(Ok(false));
+                    }
+                    Err(WriteError::Stopped(code)) => return Some(Err(Some(code))),
+                    Err(WriteError::ClosedStream) => return Some(Err(None)),
+                }
+            }
+            Some(Ok(true))
+        });
+        match written.flatten() {
+            None => Poll::Ready(Err(conn_error(&self.conn))),
+            Some(Ok(true)) => {
+                self.pending = None;
+                Poll::Ready(Ok(()))
+            }
+            Some(Ok(false)) => Poll::Pending,
+            Some(Err(code)) => {
+                self.done = true;
+                let error_code = code.map_or(0, VarInt::into_inner);
+                Poll::Ready(Err(StreamErrorIncoming::StreamTerminated { error_code }))
+            }
+        }
+    }
+}
+
+impl<B: Buf> h3::quic::SendStream<B> for SendStream<B> {
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), StreamErrorIncoming>> {
+        self.flush(cx)
+    }
+
+    fn send_data<T: Into<WriteBuf<B>>>(&mut self, data: T) -> Result<(), StreamErrorIncoming> {
+        if self.pending.is_some() {
+            // h3 waits for `poll_ready` before each write; this would be its bug.
+            return Err(StreamErrorIncoming::Unknown("a write before the last one was taken".into()));
+        }
+        self.pending = Some(data.into());
+        // Most writes fit the window: taken now, before h3 asks again.
+        let mut cx = Context::from_waker(std::task::Waker::noop());
+        match self.flush(&mut cx) {
+            Poll::Ready(Err(e)) => Err(e),
+            _ => Ok(()),
+        }
+    }
+
+    fn poll_finish(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), StreamErrorIncoming>> {
+        std::task::ready!(self.flush(cx))?;
+        self.done = true;
+        let id = self.id;
+        match self.conn.with(|slot| slot.conn.send_stream(id).finish()) {
+            None => Poll::Ready(Err(conn_error(&self.conn))),
+            Some(Err(FinishError::Stopped(code))) => {
+                Poll::Ready(Err(StreamErrorIncoming::StreamTerminated { error_code: code.into_inner() }))
+            }
+            Some(Ok(()) | Err(FinishError::ClosedStream)) => Poll::Ready(Ok(())),
+        }
+    }
+
+    fn reset(&mut self, reset_code: u64) {
+        self.done = true;
+        self.pending = None;
+        let id = self.id;
+        self.conn.with(|slot| slot.conn.send_stream(id).reset(code(reset_code)));
+    }
+
+    fn send_id(&self) -> H3StreamId {
+        h3_id(self.id)
+    }
+}
+
+impl<B: Buf> Drop for SendStream<B> {
+    /// As quinn does: a stream dropped unfinished is finished with what it was given.
+    fn drop(&mut self) {
+        if !self.done {
+            let id = self.id;
+            self.conn.with(|slot| slot.conn.send_stream(id).finish());
+        }
+    }
+}
+
+/// Both halves of a request stream.
+pub(crate) struct BidiStream<B: Buf> {
+    send: SendStream<B>,
+    recv: RecvStream,
+}
+
+impl<B: Buf> BidiStream<B> {
+    pub(super) fn new(conn: Conn, id: StreamId) -> Self {
+        Self { send: SendStream::new(conn.clone(), id), recv: RecvStream::new(conn, id) }
+    }
+}
+
+impl<B: Buf> h3::quic::SendStream<B> for BidiStream<B> {
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), StreamErrorIncoming>> {
+        self.send.poll_ready(cx)
+    }
+
+    fn send_data<T: Into<WriteBuf<B>>>(&mut self, data: T) -> Result<(), StreamErrorIncoming> {
+        self.send.send_data(data)
+    }
+
+    fn poll_finish(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), StreamErrorIncoming>> {
+        self.send.poll_finish(cx)
+    }
+
+    fn reset(&mut self, reset_code: u64) {
+        self.send.reset(reset_code);
+    }
+
+    fn send_id(&self) -> H3StreamId {
+        self.send.send_id()
+    }
+}
+
+impl<B: Buf> h3::quic::RecvStream for BidiStream<B> {
+    type Buf = Bytes;
+
+    fn poll_data(&mut self, cx: &mut Context<'_>) -> Poll<Result<Option<Bytes>, StreamErrorIncoming>> {
+        self.recv.poll_data(cx)
+    }
+
+    fn stop_sending(&mut self, error_code: u64) {
+        self.recv.stop_sending(error_code);
+    }
+
+    fn recv_id(&self) -> H3StreamId {
+        self.recv.recv_id()
+    }
+}
+
+impl<B: Buf> h3::quic::BidiStream<B> for BidiStream<B> {
+    type SendStream = SendStream<B>;
+    type RecvStream = RecvStream;
+
+    fn split(self) -> (SendStream<B>, RecvStream) {
+        (self.send, self.recv)
+    }
+}
