@@ -9,6 +9,7 @@ test origin's pattern). Options:
     --ticket-in F    resume with the ticket saved in F
     --early          send the first request in 0-RTT data (with --ticket-in)
     --clients N      N connections at once, each sending every REQUEST
+    --parallel       send every REQUEST at once, each on its own stream (default: one by one)
     --capture F      write the datagrams of the first flight (Initial + 0-RTT) to F
     --replay F       send the datagrams saved in F as they are (a replayed first flight) and
                      wait 1 s for answers; prints how many datagrams came back
@@ -171,6 +172,8 @@ def parse(argv):
             args["ticket_in"] = next(it)
         elif a == "--early":
             args["early"] = True
+        elif a == "--parallel":
+            args["parallel"] = True
         elif a == "--clients":
             args["clients"] = int(next(it))
         elif a == "--capture":
@@ -201,7 +204,10 @@ async def one(args):
                        session_ticket_handler=tickets.append, wait_connected=not args.get("early")) as p:
         if args.get("after_goaway"):
             await asyncio.wait_for(p.goaway_seen.wait(), 30)
-        for method, path, size, headers in args["requests"]:
+        if args.get("parallel"):
+            out["responses"] = list(await asyncio.gather(
+                *(p.request(method, path, args["sni"], size, headers) for method, path, size, headers in args["requests"])))
+        for method, path, size, headers in [] if args.get("parallel") else args["requests"]:
             out["responses"].append(await p.request(method, path, args["sni"], size, headers))
         if args.get("send_goaway"):
             # aioquic has no call for it: the frame (type 7, length, push ID 0) on our control stream.

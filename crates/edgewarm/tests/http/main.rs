@@ -75,6 +75,7 @@ mod cleartext;
 mod clients;
 mod h1_origins;
 mod h3;
+mod h3_own;
 mod h3_origin;
 mod hints;
 mod requests;
