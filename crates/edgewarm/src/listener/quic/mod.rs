@@ -106,7 +106,13 @@ pub(crate) fn serve(
                     let endpoint = quinn::Endpoint::new_with_abstract_socket(config, Some(server), socket, runtime)?;
                     Ok(Box::pin(accept_loop(endpoint, shared, cx2)) as Loop)
                 }
-                QuicDriver::Own => Ok(Box::pin(driver::run(socket, config, server, shared, cx2)) as Loop),
+                QuicDriver::Own => {
+                    // The loop outlives the stop (its connections finish through it), so it is
+                    // drained with them; this worker's accept loop is done at the stop.
+                    let stop = cx2.stop.clone();
+                    tokio::spawn(cx2.tracker.track_future(driver::run(socket, config, server, shared, cx2.clone())));
+                    Ok(Box::pin(async move { stop.cancelled().await }) as Loop)
+                }
             });
             match endpoint {
                 Ok(run) => run.await,

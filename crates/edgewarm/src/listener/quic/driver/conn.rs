@@ -1,18 +1,17 @@
 //! A connection task's handle on its connection in the worker's loop: the handshake's progress,
-//! closing, statistics, and h3's `Connection` and `OpenStreams` traits.
+//! closing, statistics, and accepting and opening streams (for [`super::h3`]).
 
 use std::future::poll_fn;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::task::{Context, Poll};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
-use bytes::{Buf, Bytes};
+use bytes::Bytes;
 use h3::quic::{ConnectionErrorIncoming, StreamErrorIncoming};
 use quinn_proto::{ConnectionError, ConnectionHandle, ConnectionStats, Dir, VarInt};
 
 use super::state::{dir_index, Shared, Slot};
-use super::stream::{BidiStream, RecvStream, SendStream};
 
 /// A connection in a worker's loop. Clones name the same connection.
 #[derive(Clone)]
@@ -94,7 +93,11 @@ impl Conn {
     }
 
     /// Take the next stream of `dir` the peer opened.
-    fn poll_accept(&self, cx: &mut Context<'_>, dir: Dir) -> Poll<Result<quinn_proto::StreamId, ConnectionError>> {
+    pub(super) fn poll_accept(
+        &self,
+        cx: &mut Context<'_>,
+        dir: Dir,
+    ) -> Poll<Result<quinn_proto::StreamId, ConnectionError>> {
         let mut st = self.shared.lock();
         let mut slot = st.slot(self.ch, self.generation);
         if let Some(lost) = Self::lost(slot.as_deref_mut()) {
@@ -110,7 +113,11 @@ impl Conn {
         }
     }
 
-    fn poll_open(&self, cx: &mut Context<'_>, dir: Dir) -> Poll<Result<quinn_proto::StreamId, StreamErrorIncoming>> {
+    pub(super) fn poll_open(
+        &self,
+        cx: &mut Context<'_>,
+        dir: Dir,
+    ) -> Poll<Result<quinn_proto::StreamId, StreamErrorIncoming>> {
         let mut st = self.shared.lock();
         let mut slot = st.slot(self.ch, self.generation);
         if let Some(lost) = Self::lost(slot.as_deref_mut()) {
@@ -135,97 +142,5 @@ pub(super) fn incoming(e: ConnectionError) -> ConnectionErrorIncoming {
         }
         ConnectionError::TimedOut => ConnectionErrorIncoming::Timeout,
         e => ConnectionErrorIncoming::Undefined(Arc::new(e)),
-    }
-}
-
-impl crate::http::client::quic::QuicConn for Conn {
-    type Send = SendStream<Bytes>;
-    type Recv = RecvStream;
-    type Bidi = BidiStream<Bytes>;
-    type H3 = Self;
-
-    fn h3(&self) -> Self {
-        self.clone()
-    }
-
-    fn close(&self, code: u32) {
-        self.close_with(code);
-    }
-
-    fn rtt(&self) -> Duration {
-        self.with(|s| s.conn.rtt()).unwrap_or_default()
-    }
-
-    fn sent_and_lost(&self) -> (u64, u64) {
-        self.stats().map_or((0, 0), |s| (s.udp_tx.datagrams, s.path.lost_packets))
-    }
-
-    async fn closed(&self) {
-        poll_fn(|cx| {
-            let mut st = self.shared.lock();
-            match st.slot(self.ch, self.generation) {
-                Some(slot) if slot.lost.is_none() => {
-                    slot.wakers.wait_conn(cx.waker());
-                    Poll::Pending
-                }
-                _ => Poll::Ready(()),
-            }
-        })
-        .await;
-    }
-
-    async fn refuse_next(&self, code: u32) -> Result<(), String> {
-        let id = poll_fn(|cx| self.poll_accept(cx, Dir::Bi)).await.map_err(|e| e.to_string())?;
-        let code = VarInt::from_u32(code);
-        self.with(|s| {
-            let _ = s.conn.send_stream(id).reset(code);
-            let _ = s.conn.recv_stream(id).stop(code);
-        });
-        Ok(())
-    }
-
-    fn ended_normally(&self) -> bool {
-        let mut st = self.shared.lock();
-        matches!(
-            Self::lost(st.slot(self.ch, self.generation)),
-            Some(
-                ConnectionError::ApplicationClosed(_) | ConnectionError::TimedOut | ConnectionError::LocallyClosed
-            )
-        )
-    }
-}
-
-impl<B: Buf> h3::quic::Connection<B> for Conn {
-    type RecvStream = RecvStream;
-    type OpenStreams = Self;
-
-    fn poll_accept_recv(&mut self, cx: &mut Context<'_>) -> Poll<Result<RecvStream, ConnectionErrorIncoming>> {
-        self.poll_accept(cx, Dir::Uni).map(|r| r.map(|id| RecvStream::new(self.clone(), id)).map_err(incoming))
-    }
-
-    fn poll_accept_bidi(&mut self, cx: &mut Context<'_>) -> Poll<Result<BidiStream<B>, ConnectionErrorIncoming>> {
-        self.poll_accept(cx, Dir::Bi).map(|r| r.map(|id| BidiStream::new(self.clone(), id)).map_err(incoming))
-    }
-
-    fn opener(&self) -> Self {
-        self.clone()
-    }
-}
-
-impl<B: Buf> h3::quic::OpenStreams<B> for Conn {
-    type BidiStream = BidiStream<B>;
-    type SendStream = SendStream<B>;
-
-    fn poll_open_bidi(&mut self, cx: &mut Context<'_>) -> Poll<Result<BidiStream<B>, StreamErrorIncoming>> {
-        self.poll_open(cx, Dir::Bi).map(|r| r.map(|id| BidiStream::new(self.clone(), id)))
-    }
-
-    fn poll_open_send(&mut self, cx: &mut Context<'_>) -> Poll<Result<SendStream<B>, StreamErrorIncoming>> {
-        self.poll_open(cx, Dir::Uni).map(|r| r.map(|id| SendStream::new(self.clone(), id)))
-    }
-
-    fn close(&mut self, code: h3::error::Code, _reason: &[u8]) {
-        // h3's codes are all below 2^32 (0x100..=0x110 and the reserved grease values aside).
-        self.close_with(u32::try_from(code.value()).unwrap_or(0x102));
     }
 }

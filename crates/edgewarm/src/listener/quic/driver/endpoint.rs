@@ -51,8 +51,10 @@ impl<A: Accept> Driver<A> {
         socket: Arc<dyn AsyncUdpSocket>,
         accept: A,
         stop: Pin<Box<dyn Future<Output = ()> + Send>>,
+        max_datagram: usize,
     ) -> Self {
-        let chunk = 64 * 1024 * socket.max_receive_segments().max(1);
+        // Room for a GRO batch of the largest datagrams we let peers send, as quinn sizes it.
+        let chunk = max_datagram.min(64 * 1024) * socket.max_receive_segments().max(1);
         Self {
             poller: socket.clone().create_io_poller(),
             shared,
@@ -217,30 +219,27 @@ impl<A: Accept> Driver<A> {
         st.dirty.extend(left);
     }
 
-    /// Handle expired timers, and set the one for the next.
-    fn timers(&mut self, cx: &mut Context<'_>, st: &mut State, now: Instant) {
-        let mut next: Option<Instant> = None;
+    /// Handle the timers that have expired (their connections are stepped next).
+    fn expire(st: &mut State, now: Instant) {
         let mut expired = Vec::new();
         for (ch, slot) in &mut st.conns {
-            match slot.timeout {
-                Some(t) if t <= now => {
-                    slot.conn.handle_timeout(now);
-                    expired.push(*ch);
-                }
-                Some(t) => next = Some(next.map_or(t, |n| n.min(t))),
-                None => {}
+            if slot.timeout.is_some_and(|t| t <= now) {
+                slot.conn.handle_timeout(now);
+                expired.push(*ch);
             }
         }
         for ch in expired {
             st.mark(ch);
         }
-        if !st.dirty.is_empty() && self.blocked.is_none() {
+    }
+
+    /// Set the timer for the earliest connection timer. A scan of the worker's connections,
+    /// cheap beside the turn's datagrams at the connection counts a worker holds.
+    fn arm(&mut self, cx: &mut Context<'_>, st: &State) {
+        let Some(next) = st.conns.values().filter_map(|s| s.timeout).min() else { return };
+        self.timer.as_mut().reset(next.into());
+        if self.timer.as_mut().poll(cx).is_ready() {
             cx.waker().wake_by_ref();
-        } else if let Some(next) = next {
-            self.timer.as_mut().reset(next.into());
-            if self.timer.as_mut().poll(cx).is_ready() {
-                cx.waker().wake_by_ref();
-            }
         }
     }
 }
@@ -252,29 +251,32 @@ impl<A: Accept> Future for Driver<A> {
         let this = self.get_mut();
         let shared = this.shared.clone();
         let mut st = shared.lock();
-        if !st.driver.as_ref().is_some_and(|w| w.will_wake(cx.waker())) {
-            st.driver = Some(cx.waker().clone());
-        }
+        // Out while this turn runs: what it marks dirty it steps itself, without waking itself.
+        let waker = match st.driver.take() {
+            Some(w) if w.will_wake(cx.waker()) => w,
+            _ => cx.waker().clone(),
+        };
         if !this.stopping && this.stop.as_mut().poll(cx).is_ready() {
             // No new connections; those open finish on their own (GOAWAY) or at the cut.
             this.stopping = true;
         }
-        if let Some((t, contents)) = this.blocked.take() {
-            match this.poller.as_mut().poll_writable(cx) {
-                Poll::Ready(_) => {
-                    this.transmit(t, &contents);
-                }
-                Poll::Pending => this.blocked = Some((t, contents)),
+        // Until the socket takes it, or its poller is registered to wake us when it may.
+        while let Some((t, contents)) = this.blocked.take() {
+            if this.poller.as_mut().poll_writable(cx).is_pending() {
+                this.blocked = Some((t, contents));
+                break;
             }
+            this.transmit(t, &contents);
         }
         let now = Instant::now();
         this.receive(cx, &mut st, now);
+        Self::expire(&mut st, now);
         this.step(&mut st, now);
-        this.timers(cx, &mut st, now);
+        this.arm(cx, &st);
         if this.stopping && st.conns.is_empty() {
-            st.driver = None;
             return Poll::Ready(());
         }
+        st.driver = Some(waker);
         Poll::Pending
     }
 }

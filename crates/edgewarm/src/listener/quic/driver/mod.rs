@@ -1,7 +1,7 @@
 //! `listeners[].quic_driver: own`: each worker drives its UDP socket and every QUIC connection on
 //! it from one loop of its own on quinn-proto ([`endpoint`]), instead of quinn's endpoint task,
 //! connection tasks and the channels between them. h3 runs on it through h3's `quic` traits
-//! ([`conn`], [`stream`]); a connection's task is the same HTTP/3 driver as quinn's
+//! ([`conn`], [`stream`], [`h3`]); a connection's task is the same HTTP/3 driver as quinn's
 //! ([`crate::action::http::serve_quic`]).
 //!
 //! Not yet here (the `quinn` driver has them): 0-RTT (requests sent in it are read once the
@@ -11,6 +11,7 @@
 
 mod conn;
 mod endpoint;
+mod h3;
 mod state;
 mod stream;
 
@@ -40,13 +41,14 @@ pub(super) async fn run(
     cx: Arc<Context>,
 ) {
     let Ok(local) = socket.local_addr() else { return };
+    let max_datagram = usize::try_from(config.get_max_udp_payload_size()).unwrap_or(usize::from(u16::MAX));
     let endpoint = quinn_proto::Endpoint::new(Arc::new(config), Some(Arc::new(server)), true, None);
     let shared = Shared::new(endpoint);
     tracing::info!(listen = %local, worker = ?crate::workers::current(), "listening for HTTP/3 (QUIC, own driver)");
     let stop = cx.stop.clone();
     let accept = Accepting { local, listener, cx, permit: None };
     let stop = Box::pin(async move { stop.cancelled().await });
-    endpoint::Driver::new(shared, socket, accept, stop).await;
+    endpoint::Driver::new(shared, socket, accept, stop, max_datagram).await;
 }
 
 /// The listener's side of a new connection: its limit, and a task to serve it.

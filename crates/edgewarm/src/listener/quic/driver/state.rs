@@ -163,18 +163,26 @@ impl Slot {
                     w.wake_all();
                 }
                 Event::Stream(StreamEvent::Opened { dir }) => {
-                    w.accept[dir_index(dir)].take().map(Waker::wake);
+                    if let Some(waker) = w.accept[dir_index(dir)].take() {
+                        waker.wake();
+                    }
                 }
                 Event::Stream(StreamEvent::Available { dir }) => {
-                    w.open[dir_index(dir)].take().map(Waker::wake);
+                    if let Some(waker) = w.open[dir_index(dir)].take() {
+                        waker.wake();
+                    }
                 }
                 Event::Stream(StreamEvent::Readable { id }) => {
-                    w.read.remove(&id).map(Waker::wake);
+                    if let Some(waker) = w.read.remove(&id) {
+                        waker.wake();
+                    }
                 }
                 Event::Stream(
                     StreamEvent::Writable { id } | StreamEvent::Finished { id } | StreamEvent::Stopped { id, .. },
                 ) => {
-                    w.write.remove(&id).map(Waker::wake);
+                    if let Some(waker) = w.write.remove(&id) {
+                        waker.wake();
+                    }
                 }
                 Event::DatagramReceived | Event::DatagramsUnblocked => {}
             }
