@@ -7,6 +7,8 @@
 #    wake-up finds to do, so the protocol whose client is slower (QUIC's, here on the same two
 #    cores) would be measured at a lighter load; the same rate takes that out.
 #  - Requests/s: closed loop, CONCURRENCY connections at once, as fast as they go.
+# A third column, h3own, is HTTP/3 on a second edge whose listener has `quic_driver: own`, in the
+# same rounds (BENCH_OWN=0 leaves it out); the h2 and h3 columns are the first edge's.
 # Needs: nginx, openssl (scripts/deps.sh).
 #
 #   scripts/bench-h3.sh [ROUNDS] [CONNECTIONS] [PAGE] [RATE] [CONCURRENCY]   # 7 3000 30 600 10
@@ -22,16 +24,25 @@ BENCH_HTTP3=1 bench_http_edge $edge $admin $origin > "$dir/edge.yaml"
 nginx -c "$dir/origin.conf" & pids+=($!)
 RUST_LOG=warn "$edgewarm" run --config "$dir/edge.yaml" 2>"$dir/edge.log" & pids+=($!); pid=$!
 wait_ports $origin $edge
+declare -A port=([h2]=$edge [h3]=$edge) edge_pid=([h2]=$pid [h3]=$pid) protocol=([h2]=h2 [h3]=h3)
+columns="h2 h3"
+if [ "${BENCH_OWN:-1}" != 0 ]; then
+  own=$((edge + 1))
+  BENCH_HTTP3=1 BENCH_QUIC_DRIVER=own bench_http_edge $own $((admin + 1)) $origin > "$dir/own.yaml"
+  RUST_LOG=warn "$edgewarm" run --config "$dir/own.yaml" 2>"$dir/own.log" & pids+=($!)
+  port[h3own]=$own edge_pid[h3own]=$! protocol[h3own]=h3 columns="h2 h3 h3own"
+  wait_ports $own
+fi
 hz=$(getconf CLK_TCK)
 declare -A rps cpu
-# load ALPN ARGS...: one run; sets $n (requests answered), $secs and $us (edge CPU µs a request).
+# load COLUMN ARGS...: one run; sets $n (requests answered), $secs and $us (edge CPU µs a request).
 load() {
-  local alpn=$1 c0 c1 t0 t1 out ok
+  local alpn=${protocol[$1]} p=${edge_pid[$1]} to=${port[$1]} c0 c1 t0 t1 out ok
   shift
-  c0=$(ticks $pid) t0=$(date +%s.%N)
-  out=$("$lab" load https://b.test/ --connect-to "127.0.0.1:$edge" --cacert "$dir/ca.pem" --alpn "$alpn" \
+  c0=$(ticks $p) t0=$(date +%s.%N)
+  out=$("$lab" load https://b.test/ --connect-to "127.0.0.1:$to" --cacert "$dir/ca.pem" --alpn "$alpn" \
     --page "$page" --requests "$conns" "$@" --json)
-  t1=$(date +%s.%N) c1=$(ticks $pid)
+  t1=$(date +%s.%N) c1=$(ticks $p)
   ok=$(printf '%s' "$out" | python3 -c "import json,sys; print(json.load(sys.stdin)['ok'])")
   [ "$ok" = "$conns" ] || echo "$alpn $*: $ok of $conns connections succeeded" >&2
   n=$((ok * (page + 1)))
@@ -40,7 +51,7 @@ load() {
 }
 for round in $(seq "$rounds"); do
   # Alternating which goes first, so neither always runs on a warmer machine.
-  order="h2 h3"; [ $((round % 2)) -eq 0 ] && order="h3 h2"
+  order=$columns; [ $((round % 2)) -eq 0 ] && order=$(echo "$columns" | tr ' ' '\n' | tac | xargs)
   for alpn in $order; do
     load "$alpn" --rate "$rate"
     c=$us
@@ -53,7 +64,11 @@ done
 echo
 echo "| client protocol ($conns connections x $((page + 1)) requests; median of $rounds) | edge CPU µs per request, $rate connections/s | req/s, $concurrency connections at once |"
 echo "|---|---|---|"
-for alpn in h2 h3; do
+for alpn in $columns; do
   echo "| $alpn | $(echo "${cpu[$alpn]}" | median) | $(echo "${rps[$alpn]}" | median) |"
 done
 h3_ratio "${cpu[h3]}" "${cpu[h2]}"
+if [ -n "${cpu[h3own]:-}" ]; then
+  printf 'own QUIC driver: '
+  h3_ratio "${cpu[h3own]}" "${cpu[h2]}"
+fi
