@@ -204,6 +204,7 @@ impl<A: Accept> Driver<A> {
                     }
                 }
                 slot.timeout = slot.conn.poll_timeout();
+                st.schedule(ch, &mut slot);
                 if drained {
                     slot.wakers.wake_all();
                     continue;
@@ -219,24 +220,9 @@ impl<A: Accept> Driver<A> {
         st.dirty.extend(left);
     }
 
-    /// Handle the timers that have expired (their connections are stepped next).
-    fn expire(st: &mut State, now: Instant) {
-        let mut expired = Vec::new();
-        for (ch, slot) in &mut st.conns {
-            if slot.timeout.is_some_and(|t| t <= now) {
-                slot.conn.handle_timeout(now);
-                expired.push(*ch);
-            }
-        }
-        for ch in expired {
-            st.mark(ch);
-        }
-    }
-
-    /// Set the timer for the earliest connection timer. A scan of the worker's connections,
-    /// cheap beside the turn's datagrams at the connection counts a worker holds.
+    /// Set the timer for the earliest connection timer.
     fn arm(&mut self, cx: &mut Context<'_>, st: &State) {
-        let Some(next) = st.conns.values().filter_map(|s| s.timeout).min() else { return };
+        let Some(next) = st.next_timer() else { return };
         self.timer.as_mut().reset(next.into());
         if self.timer.as_mut().poll(cx).is_ready() {
             cx.waker().wake_by_ref();
@@ -270,8 +256,13 @@ impl<A: Accept> Future for Driver<A> {
         }
         let now = Instant::now();
         this.receive(cx, &mut st, now);
-        Self::expire(&mut st, now);
+        st.expire(now);
         this.step(&mut st, now);
+        // A datagram the socket refused in this turn: the poller wakes us once it may take it
+        // (else the connection would wait for its next datagram or timer).
+        if this.blocked.is_some() && this.poller.as_mut().poll_writable(cx).is_ready() {
+            cx.waker().wake_by_ref();
+        }
         this.arm(cx, &st);
         if this.stopping && st.conns.is_empty() {
             return Poll::Ready(());

@@ -8,7 +8,8 @@
 //! that produced on its next turn: one wake-up of the driver for everything the handlers did
 //! in between, not one task hop per stream operation.
 
-use std::collections::HashMap;
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashMap};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::task::Waker;
 use std::time::Instant;
@@ -29,6 +30,7 @@ impl Shared {
                 dirty: Vec::new(),
                 driver: None,
                 generation: 0,
+                timers: BinaryHeap::new(),
             }),
         })
     }
@@ -49,6 +51,10 @@ pub(crate) struct State {
     pub(super) driver: Option<Waker>,
     /// Tells a connection from a later one that reuses its handle (quinn-proto reuses them).
     generation: u64,
+    /// Connection timers, earliest first: at most one entry per connection is live (the one
+    /// its `scheduled` names); an entry found stale when it comes due is dropped or moved to
+    /// the connection's current timer. (It replaces a scan of every connection each turn.)
+    timers: BinaryHeap<Reverse<(Instant, usize, u64)>>,
 }
 
 impl State {
@@ -59,6 +65,7 @@ impl State {
             generation: self.generation,
             dirty: false,
             timeout: None,
+            scheduled: None,
             lost: None,
             handshake_data: false,
             connected: false,
@@ -77,6 +84,50 @@ impl State {
         }
         self.mark(ch);
         self.conns.get_mut(&ch)
+    }
+
+    /// Record `slot`'s timer (from `poll_timeout`, just taken): queued if it is earlier than
+    /// the one queued for it.
+    pub(super) fn schedule(&mut self, ch: ConnectionHandle, slot: &mut Slot) {
+        let Some(at) = slot.timeout else { return };
+        if slot.scheduled.is_none_or(|s| at < s) {
+            slot.scheduled = Some(at);
+            self.timers.push(Reverse((at, ch.0, slot.generation)));
+        }
+    }
+
+    /// The connections whose timers are due at `now`: their timeouts handled, each marked for
+    /// stepping.
+    pub(super) fn expire(&mut self, now: Instant) {
+        while let Some(&Reverse((at, ch, generation))) = self.timers.peek() {
+            if at > now {
+                break;
+            }
+            self.timers.pop();
+            let ch = ConnectionHandle(ch);
+            let Some(slot) = self.conns.get_mut(&ch) else { continue };
+            if slot.generation != generation || slot.scheduled != Some(at) {
+                continue;
+            }
+            slot.scheduled = None;
+            match slot.timeout {
+                Some(t) if t <= now => {
+                    slot.conn.handle_timeout(now);
+                    self.mark(ch);
+                }
+                // Moved later since it was queued: queued again at its new time.
+                Some(t) => {
+                    slot.scheduled = Some(t);
+                    self.timers.push(Reverse((t, ch.0, generation)));
+                }
+                None => {}
+            }
+        }
+    }
+
+    /// When the earliest timer is due.
+    pub(super) fn next_timer(&self) -> Option<Instant> {
+        self.timers.peek().map(|Reverse((at, _, _))| *at)
     }
 
     pub(super) fn mark(&mut self, ch: ConnectionHandle) {
@@ -101,6 +152,8 @@ pub(crate) struct Slot {
     pub(super) dirty: bool,
     /// When quinn-proto wants its timers handled next.
     pub(super) timeout: Option<Instant>,
+    /// The time of this connection's live entry in the timer queue.
+    scheduled: Option<Instant>,
     /// Why the connection ended, once it has.
     pub(super) lost: Option<ConnectionError>,
     /// The ClientHello is read: the server name is known.
