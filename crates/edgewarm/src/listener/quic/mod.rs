@@ -31,10 +31,11 @@ use crate::config::{EarlyData as EarlyDataConfig, ListenerConfig, QuicDriver};
 use crate::error::CloseReason;
 use crate::http::early::{EarlyData, QuicHandshake};
 use crate::metrics::{
-    ListenerLabel, QuicHandshake as Outcome, QuicRelayLabel, QuicRelayed, QuicResult, QuicRouteLabel, QuicZeroRttLabel,
-    RouteName, ZeroRtt,
+    ListenerLabel, Metrics, QuicHandshake as Outcome, QuicRelayLabel, QuicRelayed, QuicResult, QuicRouteLabel,
+    QuicZeroRttLabel, RouteName, ZeroRtt,
 };
-use crate::route::RouteAction;
+use crate::route::{HttpRoute, Route, RouteAction};
+use crate::snapshot::Snapshot;
 
 /// Handshakes in progress (accepted, not yet complete) above which a client whose address is
 /// not validated yet is sent a Retry: it costs an honest client one round trip, and a spoofed
@@ -244,10 +245,7 @@ async fn connection(
 ) {
     let accepted = Instant::now();
     let metrics = &*cx.metrics;
-    let mut log = AccessLog::new(incoming.remote_address(), local);
-    log.alpn_selected = Some("h3".into());
-    log.tls_version = Some("TLSv1_3".into());
-    metrics.active.inc();
+    let mut log = log_start(&cx, incoming.remote_address(), local);
     let snapshot = cx.snapshot.borrow().clone();
     let count =
         |result| metrics.quic.handshakes.get_or_create(&QuicResult { listener: local.to_string(), result }).inc();
@@ -264,32 +262,20 @@ async fn connection(
         };
         // The server name is known once the ClientHello is read (the certificate was chosen
         // from it then): well before the handshake completes.
-        let data = match tokio::time::timeout(snapshot.timeouts.client_hello, connecting.handshake_data()).await {
-            Err(_) => {
+        // No certificate for the name (no `http` route for it) ends here too.
+        let data = match hello(snapshot.timeouts.client_hello, connecting.handshake_data(), &mut log).await {
+            Ok(data) => data,
+            Err(reason) => {
                 count(Outcome::Failed);
-                break 'conn CloseReason::HelloTimeout;
+                break 'conn reason;
             }
-            Ok(Err(e)) => {
-                // No certificate for the name (no `http` route for it) ends here too.
-                count(Outcome::Failed);
-                log.detail = Some(e.to_string());
-                break 'conn CloseReason::ClientTls;
-            }
-            Ok(Ok(d)) => d,
         };
         log.hello_time = Some(accepted.elapsed());
         log.sni = data.downcast::<quinn::crypto::rustls::HandshakeData>().ok().and_then(|d| d.server_name);
-        log.alpn = vec!["h3".into()];
-        // The same lookup the certificate came from; a reload in between may have changed it.
-        let Some(route) = snapshot.routes.lookup(log.sni.as_deref()) else {
+        let Some((route, http)) = http_route(&snapshot, &mut log) else {
             count(Outcome::Failed);
             break 'conn CloseReason::UnknownSni;
         };
-        let RouteAction::Http(http) = &route.action else {
-            count(Outcome::Failed);
-            break 'conn CloseReason::UnknownSni;
-        };
-        log.route = Some(route.name.clone());
         let ctx = cx.conn_ctx(&snapshot, route, &config, local.port(), accepted);
         route_metrics = Some(ctx.route_metrics);
         // Server side, quinn always goes on before the handshake completes (0.5-RTT): requests
@@ -337,13 +323,56 @@ async fn connection(
         Box::pin(crate::action::http::serve_quic(conn, early, http, &ctx, &mut log)).await
     };
     if let Some(conn) = quic {
-        let stats = conn.stats();
-        // A connection is only made once its route is known.
-        let route = RouteName::new(log.route.as_deref().unwrap_or_default());
-        let label = QuicRouteLabel { listener: local.to_string(), route };
-        metrics.quic.lost_packets.get_or_create(&label).inc_by(stats.path.lost_packets);
-        metrics.quic.sent_packets.get_or_create(&label).inc_by(stats.path.sent_packets);
-        metrics.quic.rtt.get_or_create(&label).observe(stats.path.rtt.as_secs_f64());
+        count_path(metrics, local, &log, &conn.stats());
     }
     cx.finish(log, reason, route_metrics, accepted, permit);
+}
+
+/// A QUIC connection's access-log line as it starts (QUIC is TLS 1.3, and h3 its only
+/// protocol here), the connection counted as active.
+fn log_start(cx: &Context, remote: SocketAddr, local: SocketAddr) -> AccessLog {
+    let mut log = AccessLog::new(remote, local);
+    log.alpn_selected = Some("h3".into());
+    log.tls_version = Some("TLSv1_3".into());
+    cx.metrics.active.inc();
+    log
+}
+
+/// The ClientHello's outcome (`read`) within the listener's hello timeout, or why the
+/// connection ends. Once read, the ALPN is h3 (the only one a QUIC listener offers).
+async fn hello<T, E: std::fmt::Display>(
+    limit: std::time::Duration,
+    read: impl std::future::Future<Output = Result<T, E>>,
+    log: &mut AccessLog,
+) -> Result<T, CloseReason> {
+    match tokio::time::timeout(limit, read).await {
+        Err(_) => Err(CloseReason::HelloTimeout),
+        Ok(Err(e)) => {
+            log.detail = Some(e.to_string());
+            Err(CloseReason::ClientTls)
+        }
+        Ok(Ok(read)) => {
+            log.alpn = vec!["h3".into()];
+            Ok(read)
+        }
+    }
+}
+
+/// The `http` route for a connection's server name (`log.sni`), named in `log`. The same
+/// lookup the certificate came from; a reload in between may have changed it.
+fn http_route<'a>(snapshot: &'a Snapshot, log: &mut AccessLog) -> Option<(&'a Route, &'a Arc<HttpRoute>)> {
+    let route = snapshot.routes.lookup(log.sni.as_deref())?;
+    let RouteAction::Http(http) = &route.action else { return None };
+    log.route = Some(route.name.clone());
+    Some((route, http))
+}
+
+/// A finished connection's path statistics, into its route's QUIC metrics.
+fn count_path(metrics: &Metrics, local: SocketAddr, log: &AccessLog, stats: &quinn_proto::ConnectionStats) {
+    // A connection is only made once its route is known.
+    let route = RouteName::new(log.route.as_deref().unwrap_or_default());
+    let label = QuicRouteLabel { listener: local.to_string(), route };
+    metrics.quic.lost_packets.get_or_create(&label).inc_by(stats.path.lost_packets);
+    metrics.quic.sent_packets.get_or_create(&label).inc_by(stats.path.sent_packets);
+    metrics.quic.rtt.get_or_create(&label).observe(stats.path.rtt.as_secs_f64());
 }

@@ -98,36 +98,37 @@ impl Conn {
         cx: &mut Context<'_>,
         dir: Dir,
     ) -> Poll<Result<quinn_proto::StreamId, ConnectionError>> {
+        self.poll_stream(cx, dir, |s, dir| s.conn.streams().accept(dir), |s| &mut s.wakers.accept)
+    }
+
+    /// Open a stream of ours, once the peer's limit allows.
+    pub(super) fn poll_open(
+        &self,
+        cx: &mut Context<'_>,
+        dir: Dir,
+    ) -> Poll<Result<quinn_proto::StreamId, StreamErrorIncoming>> {
+        self.poll_stream(cx, dir, |s, dir| s.conn.streams().open(dir), |s| &mut s.wakers.open)
+            .map_err(|lost| StreamErrorIncoming::ConnectionErrorIncoming { connection_error: incoming(lost) })
+    }
+
+    /// A stream `take` gives, or a wait in `waiters` for the event that may give one.
+    fn poll_stream(
+        &self,
+        cx: &mut Context<'_>,
+        dir: Dir,
+        take: impl FnOnce(&mut Slot, Dir) -> Option<quinn_proto::StreamId>,
+        waiters: impl FnOnce(&mut Slot) -> &mut [Option<std::task::Waker>; 2],
+    ) -> Poll<Result<quinn_proto::StreamId, ConnectionError>> {
         let mut st = self.shared.lock();
         let mut slot = st.slot(self.ch, self.generation);
         if let Some(lost) = Self::lost(slot.as_deref_mut()) {
             return Poll::Ready(Err(lost));
         }
         let slot = slot.expect("a connection not lost is there");
-        match slot.conn.streams().accept(dir) {
+        match take(slot, dir) {
             Some(id) => Poll::Ready(Ok(id)),
             None => {
-                slot.wakers.accept[dir_index(dir)] = Some(cx.waker().clone());
-                Poll::Pending
-            }
-        }
-    }
-
-    pub(super) fn poll_open(
-        &self,
-        cx: &mut Context<'_>,
-        dir: Dir,
-    ) -> Poll<Result<quinn_proto::StreamId, StreamErrorIncoming>> {
-        let mut st = self.shared.lock();
-        let mut slot = st.slot(self.ch, self.generation);
-        if let Some(lost) = Self::lost(slot.as_deref_mut()) {
-            return Poll::Ready(Err(StreamErrorIncoming::ConnectionErrorIncoming { connection_error: incoming(lost) }));
-        }
-        let slot = slot.expect("a connection not lost is there");
-        match slot.conn.streams().open(dir) {
-            Some(id) => Poll::Ready(Ok(id)),
-            None => {
-                slot.wakers.open[dir_index(dir)] = Some(cx.waker().clone());
+                waiters(slot)[dir_index(dir)] = Some(cx.waker().clone());
                 Poll::Pending
             }
         }

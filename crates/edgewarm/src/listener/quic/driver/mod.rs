@@ -23,12 +23,10 @@ use quinn_proto::{ConnectionHandle, Incoming};
 use tokio::sync::Semaphore;
 
 use super::{Outcome, Shared as Listener};
-use crate::accesslog::AccessLog;
 use crate::config::ListenerConfig;
 use crate::error::CloseReason;
 use crate::listener::Context;
-use crate::metrics::{QuicResult, QuicRouteLabel, RouteName};
-use crate::route::RouteAction;
+use crate::metrics::QuicResult;
 pub(crate) use conn::Conn;
 use state::Shared;
 
@@ -95,42 +93,26 @@ async fn connection(
     let accepted = Instant::now();
     let metrics = &*cx.metrics;
     let remote = conn.remote().unwrap_or(local);
-    let mut log = AccessLog::new(remote, local);
-    log.alpn_selected = Some("h3".into());
-    log.tls_version = Some("TLSv1_3".into());
-    metrics.active.inc();
+    let mut log = super::log_start(&cx, remote, local);
     let snapshot = cx.snapshot.borrow().clone();
     let count =
         |result| metrics.quic.handshakes.get_or_create(&QuicResult { listener: local.to_string(), result }).inc();
     let mut route_metrics = None;
     let reason = 'conn: {
-        let name = match tokio::time::timeout(snapshot.timeouts.client_hello, conn.server_name()).await {
-            Err(_) => {
+        match super::hello(snapshot.timeouts.client_hello, conn.server_name(), &mut log).await {
+            Ok(name) => log.sni = name,
+            Err(reason) => {
                 count(Outcome::Failed);
                 conn.close_with(0);
-                break 'conn CloseReason::HelloTimeout;
+                break 'conn reason;
             }
-            Ok(Err(e)) => {
-                count(Outcome::Failed);
-                log.detail = Some(e.to_string());
-                break 'conn CloseReason::ClientTls;
-            }
-            Ok(Ok(name)) => name,
-        };
+        }
         log.hello_time = Some(accepted.elapsed());
-        log.sni = name;
-        log.alpn = vec!["h3".into()];
-        let Some(route) = snapshot.routes.lookup(log.sni.as_deref()) else {
+        let Some((route, http)) = super::http_route(&snapshot, &mut log) else {
             count(Outcome::Failed);
             conn.close_with(0);
             break 'conn CloseReason::UnknownSni;
         };
-        let RouteAction::Http(http) = &route.action else {
-            count(Outcome::Failed);
-            conn.close_with(0);
-            break 'conn CloseReason::UnknownSni;
-        };
-        log.route = Some(route.name.clone());
         let ctx = cx.conn_ctx(&snapshot, route, &config, local.port(), accepted);
         route_metrics = Some(ctx.route_metrics);
         // No 0-RTT yet: nothing is read before the handshake completes, so nothing read can be
@@ -148,11 +130,8 @@ async fn connection(
         }
         Box::pin(crate::action::http::serve_quic(conn.clone(), None, http, &ctx, &mut log)).await
     };
-    if let (Some(stats), Some(route)) = (conn.stats(), log.route.as_deref()) {
-        let label = QuicRouteLabel { listener: local.to_string(), route: RouteName::new(route) };
-        metrics.quic.lost_packets.get_or_create(&label).inc_by(stats.path.lost_packets);
-        metrics.quic.sent_packets.get_or_create(&label).inc_by(stats.path.sent_packets);
-        metrics.quic.rtt.get_or_create(&label).observe(stats.path.rtt.as_secs_f64());
+    if let (Some(stats), Some(_)) = (conn.stats(), &log.route) {
+        super::count_path(metrics, local, &log, &stats);
     }
     cx.finish(log, reason, route_metrics, accepted, permit);
 }
