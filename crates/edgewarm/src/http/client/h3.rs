@@ -203,11 +203,15 @@ async fn request<Q: QuicConn>(shared: Arc<Service>, resolver: Resolver<Q>, refus
     }
     let (mut send, recv) = stream.split();
     let length = content_length(req.headers());
-    let req = req.map(|()| H3Body::<Q>::new(recv, length));
+    // Boxed, both: this future is built, then moved into the connection's set of streams, once
+    // per request, and h3's body (288 bytes) is moved through every layer of the service. At
+    // 10 KiB those copies were a tenth of an HTTP/3 request's instructions
+    // (scripts/bench-h3-ins.sh; the figures are in docs/benchmarks.md).
+    let req = req.map(|()| Box::new(H3Body::<Q>::new(recv, length)));
     let interims = Interims::new();
     let response = {
         let to_client = interims.to_client();
-        let mut handled = pin!(shared.handle(req, Some(&to_client)));
+        let mut handled = Box::pin(shared.handle(req, Some(&to_client)));
         loop {
             tokio::select! {
                 biased;
