@@ -109,7 +109,7 @@ impl<A: Accept> Driver<A> {
         let mut response = Vec::new();
         match st.endpoint.handle(now, meta.addr, meta.dst_ip, ecn, BytesMut::from(data), &mut response) {
             Some(DatagramEvent::ConnectionEvent(ch, event)) => {
-                if let Some(slot) = st.conns.get_mut(&ch) {
+                if let Some(slot) = st.conns.get_mut(ch) {
                     slot.conn.handle_event(event);
                     st.mark(ch);
                 }
@@ -180,7 +180,7 @@ impl<A: Accept> Driver<A> {
         while !st.dirty.is_empty() {
             let dirty = std::mem::take(&mut st.dirty);
             for ch in dirty {
-                let Some(mut slot) = st.conns.remove(&ch) else { continue };
+                let Some(mut slot) = st.conns.remove(ch) else { continue };
                 slot.dirty = false;
                 let mut drained = false;
                 let mut sent_all = true;

@@ -9,7 +9,7 @@
 //! in between, not one task hop per stream operation.
 
 use std::cmp::Reverse;
-use std::collections::{BinaryHeap, HashMap};
+use std::collections::BinaryHeap;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::task::Waker;
 use std::time::Instant;
@@ -26,7 +26,7 @@ impl Shared {
         Arc::new(Self {
             state: Mutex::new(State {
                 endpoint,
-                conns: HashMap::new(),
+                conns: Conns::default(),
                 dirty: Vec::new(),
                 driver: None,
                 generation: 0,
@@ -44,7 +44,7 @@ impl Shared {
 
 pub(crate) struct State {
     pub(super) endpoint: quinn_proto::Endpoint,
-    pub(super) conns: HashMap<ConnectionHandle, Slot>,
+    pub(super) conns: Conns,
     /// Connections touched by a handle since the driver last stepped them.
     pub(super) dirty: Vec<ConnectionHandle>,
     /// The driver's task, woken when `dirty` gains its first entry.
@@ -79,11 +79,11 @@ impl State {
     /// The connection `ch` of `generation`, if it is still there, marked dirty for the driver
     /// (whatever a handle does to it may have something to send).
     pub(super) fn slot(&mut self, ch: ConnectionHandle, generation: u64) -> Option<&mut Slot> {
-        if self.conns.get(&ch)?.generation != generation {
+        if self.conns.get(ch)?.generation != generation {
             return None;
         }
         self.mark(ch);
-        self.conns.get_mut(&ch)
+        self.conns.get_mut(ch)
     }
 
     /// Record `slot`'s timer (from `poll_timeout`, just taken): queued if it is earlier than
@@ -105,7 +105,7 @@ impl State {
             }
             self.timers.pop();
             let ch = ConnectionHandle(ch);
-            let Some(slot) = self.conns.get_mut(&ch) else { continue };
+            let Some(slot) = self.conns.get_mut(ch) else { continue };
             if slot.generation != generation || slot.scheduled != Some(at) {
                 continue;
             }
@@ -131,7 +131,7 @@ impl State {
     }
 
     pub(super) fn mark(&mut self, ch: ConnectionHandle) {
-        let Some(slot) = self.conns.get_mut(&ch) else { return };
+        let Some(slot) = self.conns.get_mut(ch) else { return };
         if slot.dirty {
             return;
         }
@@ -142,6 +142,69 @@ impl State {
             }
         }
         self.dirty.push(ch);
+    }
+}
+
+/// A worker's connections by handle. quinn-proto hands out handles as slab indices (small, and
+/// reused), so a vector indexed by them serves where a hash map hashed the handle on every
+/// stream operation.
+#[derive(Default)]
+pub(crate) struct Conns {
+    slots: Vec<Option<Slot>>,
+    len: usize,
+}
+
+impl Conns {
+    fn get(&self, ch: ConnectionHandle) -> Option<&Slot> {
+        self.slots.get(ch.0)?.as_ref()
+    }
+
+    pub(super) fn get_mut(&mut self, ch: ConnectionHandle) -> Option<&mut Slot> {
+        self.slots.get_mut(ch.0)?.as_mut()
+    }
+
+    pub(super) fn insert(&mut self, ch: ConnectionHandle, slot: Slot) {
+        if self.slots.len() <= ch.0 {
+            self.slots.resize_with(ch.0 + 1, || None);
+        }
+        if self.slots[ch.0].replace(slot).is_none() {
+            self.len += 1;
+        }
+    }
+
+    pub(super) fn remove(&mut self, ch: ConnectionHandle) -> Option<Slot> {
+        let slot = self.slots.get_mut(ch.0)?.take()?;
+        self.len -= 1;
+        Some(slot)
+    }
+
+    pub(super) fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+}
+
+/// Tasks waiting on streams of one connection, by stream: a handful at a time, so a short
+/// vector searched in place rather than a hash map.
+#[derive(Default)]
+pub(crate) struct Waiters(Vec<(StreamId, Waker)>);
+
+impl Waiters {
+    /// `waker` waits for stream `id` (in place of whoever waited for it before).
+    pub(super) fn insert(&mut self, id: StreamId, waker: &Waker) {
+        match self.0.iter_mut().find(|(s, _)| *s == id) {
+            Some((_, w)) => w.clone_from(waker),
+            None => self.0.push((id, waker.clone())),
+        }
+    }
+
+    fn wake(&mut self, id: StreamId) {
+        if let Some(i) = self.0.iter().position(|(s, _)| *s == id) {
+            self.0.swap_remove(i).1.wake();
+        }
+    }
+
+    fn wake_all(&mut self) {
+        self.0.drain(..).for_each(|(_, w)| w.wake());
     }
 }
 
@@ -165,8 +228,8 @@ pub(crate) struct Slot {
 /// Who waits for what on a connection; each woken by the event that can end its wait.
 #[derive(Default)]
 pub(crate) struct Wakers {
-    pub(super) read: HashMap<StreamId, Waker>,
-    pub(super) write: HashMap<StreamId, Waker>,
+    pub(super) read: Waiters,
+    pub(super) write: Waiters,
     /// Accepting a stream the peer opened, by direction (`Dir as usize`).
     pub(super) accept: [Option<Waker>; 2],
     /// Opening a stream of ours, by direction.
@@ -177,8 +240,8 @@ pub(crate) struct Wakers {
 
 impl Wakers {
     pub(super) fn wake_all(&mut self) {
-        self.read.drain().for_each(|(_, w)| w.wake());
-        self.write.drain().for_each(|(_, w)| w.wake());
+        self.read.wake_all();
+        self.write.wake_all();
         self.accept.iter_mut().chain(self.open.iter_mut()).filter_map(Option::take).for_each(Waker::wake);
         self.conn.drain(..).for_each(Waker::wake);
     }
@@ -226,16 +289,12 @@ impl Slot {
                     }
                 }
                 Event::Stream(StreamEvent::Readable { id }) => {
-                    if let Some(waker) = w.read.remove(&id) {
-                        waker.wake();
-                    }
+                    w.read.wake(id);
                 }
                 Event::Stream(
                     StreamEvent::Writable { id } | StreamEvent::Finished { id } | StreamEvent::Stopped { id, .. },
                 ) => {
-                    if let Some(waker) = w.write.remove(&id) {
-                        waker.wake();
-                    }
+                    w.write.wake(id);
                 }
                 Event::DatagramReceived | Event::DatagramsUnblocked => {}
             }

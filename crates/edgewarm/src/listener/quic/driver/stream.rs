@@ -62,7 +62,7 @@ impl h3::quic::RecvStream for RecvStream {
             match result {
                 Ok(chunk) => Some(Ok(chunk.map(|c| c.bytes))),
                 Err(ReadError::Blocked) => {
-                    slot.wakers.read.insert(id, cx.waker().clone());
+                    slot.wakers.read.insert(id, cx.waker());
                     Some(Err(None))
                 }
                 Err(ReadError::Reset(code)) => Some(Err(Some(code))),
@@ -132,7 +132,7 @@ impl<B: Buf> SendStream<B> {
                 match slot.conn.send_stream(id).write(buf.chunk()) {
                     Ok(n) => buf.advance(n),
                     Err(WriteError::Blocked) => {
-                        slot.wakers.write.insert(id, cx.waker().clone());
+                        slot.wakers.write.insert(id, cx.waker());
                         return Some(Ok(false));
                     }
                     Err(WriteError::Stopped(code)) => return Some(Err(Some(code))),
