@@ -28,6 +28,12 @@ impl Conn {
         st.slot(self.ch, self.generation).map(f)
     }
 
+    /// Run `f` on the connection without marking it (see [`super::state::State::peek`]).
+    pub(super) fn peek<R>(&self, f: impl FnOnce(&mut Slot) -> R) -> Option<R> {
+        let mut st = self.shared.lock();
+        st.peek(self.ch, self.generation).map(f)
+    }
+
     /// Why the connection ended, if it has (one no longer in the loop ended by being closed).
     pub(super) fn lost(slot: Option<&mut Slot>) -> Option<ConnectionError> {
         match slot {
@@ -37,7 +43,7 @@ impl Conn {
     }
 
     pub(crate) fn remote(&self) -> Option<SocketAddr> {
-        self.with(|s| s.conn.remote_address())
+        self.peek(|s| s.conn.remote_address())
     }
 
     /// The server name from the ClientHello, once it is read; `Err` if the connection ended
@@ -45,7 +51,7 @@ impl Conn {
     pub(crate) async fn server_name(&self) -> Result<Option<String>, ConnectionError> {
         poll_fn(|cx| {
             let mut st = self.shared.lock();
-            let slot = st.slot(self.ch, self.generation);
+            let slot = st.peek(self.ch, self.generation);
             match slot {
                 Some(slot) if slot.handshake_data => {
                     let data = slot.conn.crypto_session().handshake_data();
@@ -68,7 +74,7 @@ impl Conn {
     pub(crate) async fn connected(&self) -> bool {
         poll_fn(|cx| {
             let mut st = self.shared.lock();
-            match st.slot(self.ch, self.generation) {
+            match st.peek(self.ch, self.generation) {
                 Some(slot) if slot.connected => Poll::Ready(true),
                 Some(slot) if slot.lost.is_none() => {
                     slot.wakers.wait_conn(cx.waker());
@@ -81,7 +87,7 @@ impl Conn {
     }
 
     pub(crate) fn stats(&self) -> Option<ConnectionStats> {
-        self.with(|s| s.conn.stats())
+        self.peek(|s| s.conn.stats())
     }
 
     pub(crate) fn close_with(&self, code: u32) {

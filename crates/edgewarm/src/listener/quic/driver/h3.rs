@@ -28,7 +28,7 @@ impl QuicConn for Conn {
     }
 
     fn rtt(&self) -> Duration {
-        self.with(|s| s.conn.rtt()).unwrap_or_default()
+        self.peek(|s| s.conn.rtt()).unwrap_or_default()
     }
 
     fn sent_and_lost(&self) -> (u64, u64) {
@@ -38,7 +38,7 @@ impl QuicConn for Conn {
     async fn closed(&self) {
         poll_fn(|cx| {
             let mut st = self.shared.lock();
-            match st.slot(self.ch, self.generation) {
+            match st.peek(self.ch, self.generation) {
                 Some(slot) if slot.lost.is_none() => {
                     slot.wakers.wait_conn(cx.waker());
                     Poll::Pending
@@ -62,7 +62,7 @@ impl QuicConn for Conn {
     fn ended_normally(&self) -> bool {
         let mut st = self.shared.lock();
         matches!(
-            Self::lost(st.slot(self.ch, self.generation)),
+            Self::lost(st.peek(self.ch, self.generation)),
             Some(ConnectionError::ApplicationClosed(_) | ConnectionError::TimedOut | ConnectionError::LocallyClosed)
         )
     }

@@ -79,11 +79,15 @@ impl State {
     /// The connection `ch` of `generation`, if it is still there, marked dirty for the driver
     /// (whatever a handle does to it may have something to send).
     pub(super) fn slot(&mut self, ch: ConnectionHandle, generation: u64) -> Option<&mut Slot> {
-        if self.conns.get(ch)?.generation != generation {
-            return None;
-        }
+        self.peek(ch, generation)?;
         self.mark(ch);
         self.conns.get_mut(ch)
+    }
+
+    /// The same, not marked: for what only reads the connection, or registers a waiter, and so
+    /// gives the driver nothing to send.
+    pub(super) fn peek(&mut self, ch: ConnectionHandle, generation: u64) -> Option<&mut Slot> {
+        self.conns.get_mut(ch).filter(|s| s.generation == generation)
     }
 
     /// Record `slot`'s timer (from `poll_timeout`, just taken): queued if it is earlier than
@@ -155,10 +159,6 @@ pub(crate) struct Conns {
 }
 
 impl Conns {
-    fn get(&self, ch: ConnectionHandle) -> Option<&Slot> {
-        self.slots.get(ch.0)?.as_ref()
-    }
-
     pub(super) fn get_mut(&mut self, ch: ConnectionHandle) -> Option<&mut Slot> {
         self.slots.get_mut(ch.0)?.as_mut()
     }

@@ -19,7 +19,7 @@ fn h3_id(id: StreamId) -> H3StreamId {
 
 fn conn_error(conn: &Conn) -> StreamErrorIncoming {
     let mut st = conn.shared.lock();
-    let lost = Conn::lost(st.slot(conn.ch, conn.generation)).unwrap_or(quinn_proto::ConnectionError::LocallyClosed);
+    let lost = Conn::lost(st.peek(conn.ch, conn.generation)).unwrap_or(quinn_proto::ConnectionError::LocallyClosed);
     StreamErrorIncoming::ConnectionErrorIncoming { connection_error: incoming(lost) }
 }
 
