@@ -7,8 +7,9 @@
 #    wake-up finds to do, so the protocol whose client is slower (QUIC's, here on the same two
 #    cores) would be measured at a lighter load; the same rate takes that out.
 #  - Requests/s: closed loop, CONCURRENCY connections at once, as fast as they go.
-# A third column, h3own, is HTTP/3 on a second edge whose listener has `quic_driver: own`, in the
-# same rounds (BENCH_OWN=0 leaves it out); the h2 and h3 columns are the first edge's.
+# A third column, h3quinn, is HTTP/3 on a second edge whose listener has `quic_driver: quinn`
+# (quinn's endpoint and connection tasks instead of the own loop, the default), in the same
+# rounds (BENCH_QUINN=0 leaves it out); the h2 and h3 columns are the first edge's.
 # Needs: nginx, openssl (scripts/deps.sh).
 #
 #   scripts/bench-h3.sh [ROUNDS] [CONNECTIONS] [PAGE] [RATE] [CONCURRENCY]   # 7 3000 30 600 10
@@ -26,12 +27,12 @@ RUST_LOG=warn "$edgewarm" run --config "$dir/edge.yaml" 2>"$dir/edge.log" & pids
 wait_ports $origin $edge
 declare -A port=([h2]=$edge [h3]=$edge) edge_pid=([h2]=$pid [h3]=$pid) protocol=([h2]=h2 [h3]=h3)
 columns="h2 h3"
-if [ "${BENCH_OWN:-1}" != 0 ]; then
-  own=$((edge + 1))
-  BENCH_HTTP3=1 BENCH_QUIC_DRIVER=own bench_http_edge $own $((admin + 1)) $origin > "$dir/own.yaml"
-  RUST_LOG=warn "$edgewarm" run --config "$dir/own.yaml" 2>"$dir/own.log" & pids+=($!)
-  port[h3own]=$own edge_pid[h3own]=$! protocol[h3own]=h3 columns="h2 h3 h3own"
-  wait_ports $own
+if [ "${BENCH_QUINN:-1}" != 0 ]; then
+  quinn=$((edge + 1))
+  BENCH_HTTP3=1 BENCH_QUIC_DRIVER=quinn bench_http_edge $quinn $((admin + 1)) $origin > "$dir/quinn.yaml"
+  RUST_LOG=warn "$edgewarm" run --config "$dir/quinn.yaml" 2>"$dir/quinn.log" & pids+=($!)
+  port[h3quinn]=$quinn edge_pid[h3quinn]=$! protocol[h3quinn]=h3 columns="h2 h3 h3quinn"
+  wait_ports $quinn
 fi
 hz=$(getconf CLK_TCK)
 declare -A rps cpu
@@ -68,7 +69,7 @@ for alpn in $columns; do
   echo "| $alpn | $(echo "${cpu[$alpn]}" | median) | $(echo "${rps[$alpn]}" | median) |"
 done
 h3_ratio "${cpu[h3]}" "${cpu[h2]}"
-if [ -n "${cpu[h3own]:-}" ]; then
-  printf 'own QUIC driver: '
-  h3_ratio "${cpu[h3own]}" "${cpu[h2]}"
+if [ -n "${cpu[h3quinn]:-}" ]; then
+  printf "quinn's QUIC driver: "
+  h3_ratio "${cpu[h3quinn]}" "${cpu[h2]}"
 fi

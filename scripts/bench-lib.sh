@@ -96,7 +96,7 @@ CONF
 
 # bench_http_edge LISTEN_PORT ADMIN_PORT ORIGIN_PORT [EXTRA_ROUTE_LINE]: an edgewarm config (on
 # stdout) with one `http` route for b.test, two standing connections to the origin; with
-# BENCH_HTTP3=1, HTTP/3 on the listener too (BENCH_QUIC_DRIVER=own: on the own QUIC driver). Its upgrade socket is in $dir (the default, under
+# BENCH_HTTP3=1, HTTP/3 on the listener too (BENCH_QUIC_DRIVER=quinn: on quinn's QUIC driver). Its upgrade socket is in $dir (the default, under
 # /run, would outlive the bench).
 bench_http_edge() {
   cat <<CONF

@@ -190,10 +190,9 @@ pub struct ListenerConfig {
     /// (quinn's, in user space); default cubic.
     #[serde(default)]
     pub quic_congestion: Option<String>,
-    /// What drives the listener's QUIC connections: `quinn` (default: quinn's endpoint and
-    /// connection tasks) or `own` (each worker steps its connections in place from one loop on
-    /// quinn-proto; no 0-RTT (its requests wait for the handshake), no Retry, no relay across
-    /// upgrades yet).
+    /// What drives the listener's QUIC connections: `own` (default: each worker steps its
+    /// connections in place from one loop on quinn-proto) or `quinn` (quinn's endpoint and
+    /// connection tasks).
     #[serde(default)]
     pub quic_driver: QuicDriver,
     /// How long a browser may remember that HTTP/3 is here (`Alt-Svc: h3=":PORT"; ma=...`).
@@ -205,8 +204,8 @@ pub struct ListenerConfig {
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum QuicDriver {
-    #[default]
     Quinn,
+    #[default]
     Own,
 }
 

@@ -1,5 +1,8 @@
-//! HTTP/3 listeners (`listeners[].http3`): a QUIC endpoint (quinn) on a UDP socket at the TCP
-//! listener's address and port, serving that listener's `http` routes.
+//! HTTP/3 listeners (`listeners[].http3`): a QUIC endpoint on a UDP socket at the TCP
+//! listener's address and port, serving that listener's `http` routes. Each worker's endpoint
+//! is driven by its own loop on quinn-proto ([`driver`], the default), or by quinn's endpoint
+//! and connection tasks (`quic_driver: quinn`, [`accept_loop`]); what is around a connection
+//! (Retry, limits, the route, the log line, 0-RTT) is decided alike for both.
 //!
 //! A connection attempt goes: address check (a Retry when unvalidated handshakes pile up) →
 //! connection limit → QUIC handshake, whose server name picks the route with the TCP lookup

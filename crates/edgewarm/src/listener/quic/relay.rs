@@ -38,7 +38,8 @@ pub(crate) struct QuicProcess {
     pub handed_over: Arc<AtomicBool>,
     /// The endpoints, once they accept no more: kept for as long as the process lives, since
     /// one that has handed over may still relay for an older process draining beside it.
-    kept: Mutex<Vec<quinn::Endpoint>>,
+    /// (quinn's endpoints, or the own driver's relaying tasks.)
+    kept: Mutex<Vec<Box<dyn std::any::Any + Send>>>,
 }
 
 impl QuicProcess {
@@ -52,8 +53,8 @@ impl QuicProcess {
     }
 
     /// Keep `endpoint` (and so its relay) until the process ends.
-    pub(crate) fn keep(&self, endpoint: quinn::Endpoint) {
-        self.kept.lock().unwrap_or_else(|p| p.into_inner()).push(endpoint);
+    pub(crate) fn keep(&self, endpoint: impl Send + 'static) {
+        self.kept.lock().unwrap_or_else(|p| p.into_inner()).push(Box::new(endpoint));
     }
 
     /// This process's keys, with the earlier processes' ID keys.

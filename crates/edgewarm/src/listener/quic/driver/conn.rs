@@ -1,8 +1,9 @@
 //! A connection task's handle on its connection in the worker's loop: the handshake's progress,
 //! closing, statistics, and accepting and opening streams (for [`super::h3`]).
 
-use std::future::poll_fn;
+use std::future::{poll_fn, Future};
 use std::net::SocketAddr;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Instant;
@@ -12,6 +13,7 @@ use h3::quic::{ConnectionErrorIncoming, StreamErrorIncoming};
 use quinn_proto::{ConnectionError, ConnectionHandle, ConnectionStats, Dir, VarInt};
 
 use super::state::{dir_index, Shared, Slot};
+use crate::http::early::EarlyData;
 
 /// A connection in a worker's loop. Clones name the same connection.
 #[derive(Clone)]
@@ -138,6 +140,17 @@ impl Conn {
                 Poll::Pending
             }
         }
+    }
+}
+
+/// A request read while the handshake is still running came in 0-RTT data (RFC 8470).
+impl EarlyData for Conn {
+    fn in_early_data(&self) -> bool {
+        self.peek(|s| s.conn.is_handshaking()).unwrap_or(false)
+    }
+
+    fn handshake_done(&self) -> Pin<Box<dyn Future<Output = bool> + Send + '_>> {
+        Box::pin(self.connected())
     }
 }
 

@@ -22,12 +22,24 @@ const BATCH: usize = quinn::udp::BATCH_SIZE;
 /// Receive calls in one turn before letting the worker's other tasks run.
 const RECV_TURNS: usize = 16;
 
+/// What the owner decides for a new connection attempt.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Admit {
+    Accept,
+    /// Over the listener's connection limit, or stopping.
+    Refuse,
+    /// Make the client prove its address first (a Retry packet).
+    Retry,
+}
+
 /// What the loop asks of its owner for a new connection attempt.
 pub(super) trait Accept: Send + Unpin + 'static {
-    /// Whether to take the attempt at all (the listener's connection limit).
-    fn admit(&mut self, incoming: &Incoming) -> bool;
+    /// Whether to take the attempt (the listener's connection limit, floods of handshakes).
+    fn admit(&mut self, incoming: &Incoming) -> Admit;
     /// A connection was accepted: start serving it.
     fn accepted(&mut self, shared: &Arc<Shared>, ch: ConnectionHandle, generation: u64);
+    /// The attempt admitted failed at once (its first flight's handshake, say).
+    fn failed(&mut self);
 }
 
 /// The loop, as a future that runs until its stop resolves and its connections are all gone.
@@ -124,10 +136,25 @@ impl<A: Accept> Driver<A> {
 
     fn incoming(&mut self, st: &mut State, now: Instant, incoming: Incoming) {
         let mut response = Vec::new();
-        if self.stopping || !self.accept.admit(&incoming) {
-            let transmit = st.endpoint.refuse(incoming, &mut response);
-            self.transmit(transmit, &response);
-            return;
+        let admit = if self.stopping { Admit::Refuse } else { self.accept.admit(&incoming) };
+        match admit {
+            Admit::Accept => {}
+            Admit::Refuse => {
+                let transmit = st.endpoint.refuse(incoming, &mut response);
+                self.transmit(transmit, &response);
+                return;
+            }
+            Admit::Retry => {
+                // `admit` asks only for an attempt that may be retried; should it not be, the
+                // attempt is dropped.
+                match st.endpoint.retry(incoming, &mut response) {
+                    Ok(transmit) => {
+                        self.transmit(transmit, &response);
+                    }
+                    Err(e) => st.endpoint.ignore(e.into_incoming()),
+                }
+                return;
+            }
         }
         match st.endpoint.accept(incoming, now, &mut response, None) {
             Ok((ch, conn)) => {
@@ -135,6 +162,7 @@ impl<A: Accept> Driver<A> {
                 self.accept.accepted(&self.shared, ch, generation);
             }
             Err(e) => {
+                self.accept.failed();
                 if let Some(transmit) = e.response {
                     self.transmit(transmit, &response);
                 }
@@ -231,9 +259,9 @@ impl<A: Accept> Driver<A> {
 }
 
 impl<A: Accept> Future for Driver<A> {
-    type Output = ();
+    type Output = Relaying;
 
-    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Relaying> {
         let this = self.get_mut();
         let shared = this.shared.clone();
         let mut st = shared.lock();
@@ -265,9 +293,37 @@ impl<A: Accept> Future for Driver<A> {
         }
         this.arm(cx, &st);
         if this.stopping && st.conns.is_empty() {
-            return Poll::Ready(());
+            let recv = std::mem::take(&mut this.recv);
+            return Poll::Ready(Relaying { socket: this.socket.clone(), recv });
         }
         st.driver = Some(waker);
+        Poll::Pending
+    }
+}
+
+/// A stopped loop's socket, still read for what a newer process relays to this one: that is
+/// passed on to an older process draining beside it ([`crate::listener::quic::socket`] does
+/// the passing). What is left for this process's own connections, all gone, is dropped. It
+/// runs for as long as the process does.
+pub(super) struct Relaying {
+    socket: Arc<dyn AsyncUdpSocket>,
+    recv: Box<[u8]>,
+}
+
+impl Future for Relaying {
+    type Output = ();
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+        let this = self.get_mut();
+        let chunk = this.recv.len() / BATCH;
+        for _ in 0..RECV_TURNS {
+            let mut meta = [RecvMeta::default(); BATCH];
+            let mut bufs: Vec<IoSliceMut<'_>> = this.recv.chunks_mut(chunk).map(IoSliceMut::new).collect();
+            if this.socket.poll_recv(cx, &mut bufs, &mut meta).is_pending() {
+                return Poll::Pending;
+            }
+        }
+        cx.waker().wake_by_ref();
         Poll::Pending
     }
 }

@@ -4,10 +4,10 @@
 //! ([`conn`], [`stream`], [`h3`]); a connection's task is the same HTTP/3 driver as quinn's
 //! ([`crate::action::http::serve_quic`]).
 //!
-//! Not yet here (the `quinn` driver has them): 0-RTT (requests sent in it are read once the
-//! handshake completes, as on a route without `early_data`), Retry under handshake floods, and
-//! relaying datagrams to an older process across an upgrade (datagrams relayed to this one are
-//! still served). Migration steering works as for quinn: the connection IDs are the same.
+//! The listener's default (`quic_driver: own`). What the quinn driver does around a connection,
+//! it does too, on the same shared pieces: Retry when handshakes pile up, 0-RTT on `early_data`
+//! routes, the same connection IDs (migration steering) and socket (the relay across upgrades;
+//! a stopped loop goes on reading its socket for an older process, [`endpoint::Relaying`]).
 
 mod conn;
 mod endpoint;
@@ -16,18 +16,21 @@ mod state;
 mod stream;
 
 use std::net::SocketAddr;
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Instant;
 
 use quinn_proto::{ConnectionHandle, Incoming};
 use tokio::sync::Semaphore;
 
-use super::{Outcome, Shared as Listener};
-use crate::config::ListenerConfig;
+use super::{Handshaking, Outcome, Shared as Listener};
+use crate::config::{EarlyData as EarlyDataConfig, ListenerConfig};
 use crate::error::CloseReason;
+use crate::http::early::EarlyData;
 use crate::listener::Context;
 use crate::metrics::QuicResult;
 pub(crate) use conn::Conn;
+use endpoint::Admit;
 use state::Shared;
 
 /// One worker's loop on `socket`, until the stop and its connections' end.
@@ -44,9 +47,12 @@ pub(super) async fn run(
     let shared = Shared::new(endpoint);
     tracing::info!(listen = %local, worker = ?crate::workers::current(), "listening for HTTP/3 (QUIC, own driver)");
     let stop = cx.stop.clone();
-    let accept = Accepting { local, listener, cx, permit: None };
+    let accept = Accepting { local, listener, cx: cx.clone(), permit: None };
     let stop = Box::pin(async move { stop.cancelled().await });
-    endpoint::Driver::new(shared, socket, accept, stop, max_datagram).await;
+    let relaying = endpoint::Driver::new(shared, socket, accept, stop, max_datagram).await;
+    // Done draining (the tracker that awaits this learns so); the socket goes on relaying,
+    // untracked, as quinn's kept endpoint does.
+    cx.quic.keep(tokio::spawn(relaying));
 }
 
 /// The listener's side of a new connection: its limit, and a task to serve it.
@@ -66,19 +72,32 @@ impl Accepting {
 }
 
 impl endpoint::Accept for Accepting {
-    fn admit(&mut self, _incoming: &Incoming) -> bool {
+    fn admit(&mut self, incoming: &Incoming) -> Admit {
+        // As the quinn driver's accept loop decides (`super::accept_loop`).
+        let piling_up = self.listener.handshaking.load(Ordering::Relaxed) >= super::RETRY_ABOVE;
+        if piling_up && !incoming.remote_address_validated() && incoming.may_retry() {
+            self.count(Outcome::Retry);
+            return Admit::Retry;
+        }
         self.permit = Semaphore::try_acquire_owned(self.listener.limit.clone()).ok();
         if self.permit.is_none() {
             self.count(Outcome::Refused);
+            return Admit::Refuse;
         }
-        self.permit.is_some()
+        Admit::Accept
     }
 
     fn accepted(&mut self, shared: &Arc<Shared>, ch: ConnectionHandle, generation: u64) {
         let Some(permit) = self.permit.take() else { return };
         let conn = Conn { shared: shared.clone(), ch, generation };
-        let task = connection(conn, self.local, self.listener.config.clone(), self.cx.clone(), permit);
+        let guard = Handshaking::enter(&self.listener.handshaking);
+        let task = connection(conn, self.local, guard, self.listener.config.clone(), self.cx.clone(), permit);
         tokio::spawn(self.cx.tracker.track_future(task));
+    }
+
+    fn failed(&mut self) {
+        self.permit = None;
+        self.count(Outcome::Failed);
     }
 }
 
@@ -86,6 +105,7 @@ impl endpoint::Accept for Accepting {
 async fn connection(
     conn: Conn,
     local: SocketAddr,
+    guard: Handshaking,
     config: Arc<ListenerConfig>,
     cx: Arc<Context>,
     permit: tokio::sync::OwnedSemaphorePermit,
@@ -115,20 +135,35 @@ async fn connection(
         };
         let ctx = cx.conn_ctx(&snapshot, route, &config, local.port(), accepted);
         route_metrics = Some(ctx.route_metrics);
-        // No 0-RTT yet: nothing is read before the handshake completes, so nothing read can be
-        // a replay.
-        let completed = tokio::select! {
-            ok = conn.connected() => ok,
-            () = cx.cut.cancelled() => {
-                conn.close_with(0);
-                break 'conn CloseReason::Shutdown;
-            }
-        };
-        count(if completed { Outcome::Ok } else { Outcome::Failed });
-        if !completed {
-            break 'conn CloseReason::ClientTls;
+        // The handshake's end is counted (and leaves the count of handshakes under way) as it
+        // comes, whether requests wait for it or not.
+        {
+            let (conn, handshakes, label) = (conn.clone(), metrics.quic.handshakes.clone(), local.to_string());
+            tokio::spawn(async move {
+                let result = if conn.connected().await { Outcome::Ok } else { Outcome::Failed };
+                handshakes.get_or_create(&QuicResult { listener: label, result }).inc();
+                drop(guard);
+            });
         }
-        Box::pin(crate::action::http::serve_quic(conn.clone(), None, http, &ctx, &mut log)).await
+        let early = if http.client.early_data == EarlyDataConfig::Safe {
+            // Requests may arrive in 0-RTT data from here: RFC 8470's gate sees each one.
+            Some(Arc::new(conn.clone()) as Arc<dyn EarlyData>)
+        } else {
+            // Not a 0-RTT route: nothing is read before the handshake completes, so nothing
+            // read can be a replay.
+            let completed = tokio::select! {
+                ok = conn.connected() => ok,
+                () = cx.cut.cancelled() => {
+                    conn.close_with(0);
+                    break 'conn CloseReason::Shutdown;
+                }
+            };
+            if !completed {
+                break 'conn CloseReason::ClientTls;
+            }
+            None
+        };
+        Box::pin(crate::action::http::serve_quic(conn.clone(), early, http, &ctx, &mut log)).await
     };
     if let (Some(stats), Some(_)) = (conn.stats(), &log.route) {
         super::count_path(metrics, local, &log, &stats);

@@ -1,23 +1,34 @@
-//! HTTP/3 on the listener's own QUIC driver (`listeners[].quic_driver: own`) with a real QUIC
-//! client (aioquic): the same requests as on quinn's driver, answered byte for byte.
+//! HTTP/3 on either QUIC driver (`listeners[].quic_driver`: the own loop, the default, and
+//! quinn's, the fallback) with a real QUIC client (aioquic): the same requests answered byte for
+//! byte. (The rest of HTTP/3's tests, in `h3`, run on the default.)
 
 use super::*;
 
 const OWN: &str = "http3: true\n    quic_driver: own";
+const QUINN: &str = "http3: true\n    quic_driver: quinn";
 
 fn ca(fx: &Pki) -> std::path::PathBuf {
     fx.path.join("edge/ca.pem")
 }
 
-/// A GET, an upload the origin hashes, a large download and many requests at once on one
-/// connection, each stream's answer whole and in its own order; the handshake and requests are
-/// counted as on quinn's driver.
 #[tokio::test(flavor = "multi_thread")]
 #[cfg_attr(not(feature = "system-tests"), ignore = "system test (aioquic): scripts/test.sh runs it")]
 async fn requests_over_the_own_driver_come_back_whole() {
+    requests_come_back_whole(OWN).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+#[cfg_attr(not(feature = "system-tests"), ignore = "system test (aioquic): scripts/test.sh runs it")]
+async fn requests_over_quinn_s_driver_come_back_whole() {
+    requests_come_back_whole(QUINN).await;
+}
+
+/// A GET, an upload the origin hashes, a large download and many requests at once on one
+/// connection, each stream's answer whole and in its own order; the handshakes counted.
+async fn requests_come_back_whole(listener: &str) {
     let fx = fixture();
     let (origin, stats) = h2_origin(&fx.origin, H2Opts::default()).await;
-    let edge = edge(&fx.route(origin, "    upstream: {connections: 2}\n"), "", OWN).await;
+    let edge = edge(&fx.route(origin, "    upstream: {connections: 2}\n"), "", listener).await;
     wait_for(&edge, OPENED, &[("route", "b.test")], 2.0).await;
     let (up, down): (u64, u64) = (3 * 1024 * 1024 + 17, 8 * 1024 * 1024 + 5);
     let out = h3_client(
@@ -54,14 +65,23 @@ async fn requests_over_the_own_driver_come_back_whole() {
     edge.stop().await;
 }
 
-/// Several clients at once on the own driver, each with a few requests: every connection is
-/// served and logged, none is left open after the stop.
 #[tokio::test(flavor = "multi_thread")]
 #[cfg_attr(not(feature = "system-tests"), ignore = "system test (aioquic): scripts/test.sh runs it")]
 async fn many_clients_at_once_on_the_own_driver() {
+    many_clients_at_once(OWN).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+#[cfg_attr(not(feature = "system-tests"), ignore = "system test (aioquic): scripts/test.sh runs it")]
+async fn many_clients_at_once_on_quinn_s_driver() {
+    many_clients_at_once(QUINN).await;
+}
+
+/// Several clients at once, each with a few requests: every connection is served.
+async fn many_clients_at_once(listener: &str) {
     let fx = fixture();
     let (origin, _) = h2_origin(&fx.origin, H2Opts::default()).await;
-    let edge = edge(&fx.route(origin, ""), "", OWN).await;
+    let edge = edge(&fx.route(origin, ""), "", listener).await;
     let out = h3_client(edge.addr, "b.test", &ca(&fx), &["--clients", "20", "GET:/a", "GET:/source/70000"]).await;
     let clients = out["clients"].as_array().unwrap_or_else(|| panic!("{out}"));
     assert_eq!(clients.len(), 20);
