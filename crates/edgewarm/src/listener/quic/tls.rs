@@ -96,6 +96,12 @@ pub(crate) fn server_config(
         .max_idle_timeout(Some(idle))
         .congestion_controller_factory(crate::transport::quic_cc::controller(settings.congestion.as_deref()));
     server.transport_config(Arc::new(transport));
+    // One address-validation token (NEW_TOKEN) per connection, not quinn's two: a browser keeps
+    // one per origin, and it is all a returning client needs to skip the Retry of a flood.
+    // Each token costs a key derivation and an encryption (twice when its packet is full).
+    let mut tokens = quinn_proto::ValidationTokenConfig::default();
+    tokens.sent(1);
+    server.validation_token_config(tokens);
     server.max_incoming(settings.max_connections);
     Ok(server)
 }

@@ -60,7 +60,7 @@ pub(crate) struct State {
 impl State {
     pub(super) fn insert(&mut self, ch: ConnectionHandle, conn: quinn_proto::Connection) -> u64 {
         self.generation += 1;
-        let slot = Slot {
+        let slot = Box::new(Slot {
             conn,
             generation: self.generation,
             dirty: false,
@@ -70,7 +70,7 @@ impl State {
             handshake_data: false,
             connected: false,
             wakers: Wakers::default(),
-        };
+        });
         self.conns.insert(ch, slot);
         self.mark(ch);
         self.generation
@@ -151,19 +151,20 @@ impl State {
 
 /// A worker's connections by handle. quinn-proto hands out handles as slab indices (small, and
 /// reused), so a vector indexed by them serves where a hash map hashed the handle on every
-/// stream operation.
+/// stream operation. Boxed: the driver takes a connection out to step it beside the endpoint,
+/// and quinn-proto's connection is kilobytes to move.
 #[derive(Default)]
 pub(crate) struct Conns {
-    slots: Vec<Option<Slot>>,
+    slots: Vec<Option<Box<Slot>>>,
     len: usize,
 }
 
 impl Conns {
     pub(super) fn get_mut(&mut self, ch: ConnectionHandle) -> Option<&mut Slot> {
-        self.slots.get_mut(ch.0)?.as_mut()
+        self.slots.get_mut(ch.0)?.as_deref_mut()
     }
 
-    pub(super) fn insert(&mut self, ch: ConnectionHandle, slot: Slot) {
+    pub(super) fn insert(&mut self, ch: ConnectionHandle, slot: Box<Slot>) {
         if self.slots.len() <= ch.0 {
             self.slots.resize_with(ch.0 + 1, || None);
         }
@@ -172,7 +173,7 @@ impl Conns {
         }
     }
 
-    pub(super) fn remove(&mut self, ch: ConnectionHandle) -> Option<Slot> {
+    pub(super) fn remove(&mut self, ch: ConnectionHandle) -> Option<Box<Slot>> {
         let slot = self.slots.get_mut(ch.0)?.take()?;
         self.len -= 1;
         Some(slot)
