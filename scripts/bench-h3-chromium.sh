@@ -6,7 +6,9 @@
 # the edge's CPU time per request (the run time of its threads, from /proc/PID/task/*/schedstat,
 # in nanoseconds: clock ticks are too coarse for a few thousand requests) and the datagrams or
 # segments on loopback per request. Unlike `scripts/bench-h3.sh` (short answers), the responses
-# here are the sizes of a real page's, so the cost of moving bytes counts.
+# here are the sizes of a real page's, so the cost of moving bytes counts. A third column,
+# h3quinn, is HTTP/3 on a second edge with `quic_driver: quinn` in the same rounds
+# (BENCH_QUINN=0 leaves it out).
 # Needs chromium and openssl (scripts/deps.sh).
 #
 #   scripts/bench-h3-chromium.sh [ROUNDS] [LOADS] [PAGE]   # 7 3 news (or login, app)
@@ -18,27 +20,36 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 bench_http_setup
 "$lab" origin --listen 127.0.0.1:$origin --cert "$dir/origin.test.pem" --key "$dir/origin.test.key" 2>/dev/null & pids+=($!)
 BENCH_HTTP3=1 bench_http_edge $edge $admin $origin > "$dir/edge.yaml"
-RUST_LOG=warn "$edgewarm" run --config "$dir/edge.yaml" 2>"$dir/edge.log" & pids+=($!); pid=$!
+RUST_LOG=warn "$edgewarm" run --config "$dir/edge.yaml" 2>"$dir/edge.log" & pids+=($!)
+declare -A pid=([h2]=$! [h3]=$!) port=([h2]=$edge [h3]=$edge) adm=([h2]=$admin [h3]=$admin)
 wait_ports $origin $edge
+columns="h2 h3"
+if [ "${BENCH_QUINN:-1}" != 0 ]; then
+  BENCH_HTTP3=1 BENCH_QUIC_DRIVER=quinn bench_http_edge $((edge + 1)) $((admin + 1)) $origin > "$dir/quinn.yaml"
+  RUST_LOG=warn "$edgewarm" run --config "$dir/quinn.yaml" 2>"$dir/quinn.log" & pids+=($!)
+  pid[h3quinn]=$! port[h3quinn]=$((edge + 1)) adm[h3quinn]=$((admin + 1)) columns="h2 h3 h3quinn"
+  wait_ports $((edge + 1))
+fi
 spki=$(openssl x509 -pubkey -noout -in "$dir/b.test.pem" | openssl pkey -pubin -outform der | openssl dgst -sha256 -binary | base64)
-# requests PROTOCOL: requests the edge has answered over it so far.
+# requests ADMIN PROTOCOL: requests the edge has answered over it so far.
 requests() {
-  curl -s "http://127.0.0.1:$admin/metrics" \
-    | awk -v p="protocol=\"$1\"" '/^edgewarm_http_requests_total\{/ && index($0, p) {s += $NF} END {print s + 0}'
+  curl -s "http://127.0.0.1:$1/metrics" \
+    | awk -v p="protocol=\"$2\"" '/^edgewarm_http_requests_total\{/ && index($0, p) {s += $NF} END {print s + 0}'
 }
-# run_ns: the edge's threads' time on a CPU so far, in nanoseconds.
-run_ns() { cat /proc/"$pid"/task/*/schedstat | awk '{s += $1} END {printf "%d\n", s}'; }
+# run_ns PID: the edge's threads' time on a CPU so far, in nanoseconds.
+run_ns() { cat /proc/"$1"/task/*/schedstat | awk '{s += $1} END {printf "%d\n", s}'; }
 # packets: UDP datagrams received and TCP segments received on this host so far.
 packets() { awk '/^Udp:/ && $2 ~ /^[0-9]/ {u = $2} /^Tcp:/ && $2 ~ /^[0-9]/ {t = $11} END {print u, t}' /proc/net/snmp; }
 declare -A cpu pkts
 for round in $(seq "$rounds"); do
-  order="h2 h3"; [ $((round % 2)) -eq 0 ] && order="h3 h2"
+  order=$columns; [ $((round % 2)) -eq 0 ] && order=$(echo "$columns" | tr ' ' '\n' | tac | xargs)
   for alpn in $order; do
-    quic=(); [ "$alpn" = h3 ] && quic=(--quic "b.test:$edge")
-    r0=$(requests "$alpn") c0=$(run_ns); read -r u0 t0 < <(packets)
-    "$lab" browse "https://b.test:$edge/$page/" --resolve b.test=127.0.0.1 "${quic[@]}" --spki "$spki" \
+    protocol=${alpn%quinn} to=${port[$alpn]} p=${pid[$alpn]} a=${adm[$alpn]}
+    quic=(); [ "$protocol" = h3 ] && quic=(--quic "b.test:$to")
+    r0=$(requests "$a" "$protocol") c0=$(run_ns "$p"); read -r u0 t0 < <(packets)
+    "$lab" browse "https://b.test:$to/$page/" --resolve b.test=127.0.0.1 "${quic[@]}" --spki "$spki" \
       --loads "$loads" > "$dir/browse.json"
-    c1=$(run_ns) r1=$(requests "$alpn"); read -r u1 t1 < <(packets)
+    c1=$(run_ns "$p") r1=$(requests "$a" "$protocol"); read -r u1 t1 < <(packets)
     n=$((r1 - r0))
     us=$(awk "BEGIN {printf \"%.1f\", ($c1 - $c0) / 1000 / $n}")
     # Over HTTP/3 the client's packets are datagrams; the origin's are TCP segments either way.
@@ -50,5 +61,9 @@ done
 echo
 echo "| client protocol (Chromium, $page page, $loads first + $loads returning visits a round; median of $rounds) | edge CPU µs per request | packets received per request (last round) |"
 echo "|---|---|---|"
-for alpn in h2 h3; do echo "| $alpn | $(echo "${cpu[$alpn]}" | median) | ${pkts[$alpn]} |"; done
+for alpn in $columns; do echo "| $alpn | $(echo "${cpu[$alpn]}" | median) | ${pkts[$alpn]} |"; done
 h3_ratio "${cpu[h3]}" "${cpu[h2]}"
+if [ -n "${cpu[h3quinn]:-}" ]; then
+  printf "quinn's QUIC driver: "
+  h3_ratio "${cpu[h3quinn]}" "${cpu[h2]}"
+fi
