@@ -16,6 +16,7 @@
 
 mod cid;
 pub(crate) mod driver;
+mod initial;
 pub(crate) mod relay;
 mod socket;
 mod tls;

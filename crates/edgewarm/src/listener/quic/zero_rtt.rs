@@ -2,8 +2,9 @@
 //!
 //! quinn's server reads a client's 0-RTT packets only if the TLS session hands it 0-RTT keys,
 //! once the ClientHello is read: so the crypto configuration is wrapped, and each session's
-//! keys are seen as quinn asks for them. Everything else goes straight through to quinn's own
-//! rustls session.
+//! keys are seen as quinn asks for them. The wrapper also shares a connection's Initial keys
+//! between quinn-proto's two derivations of them ([`super::initial`]). Everything else goes
+//! straight through to quinn's own rustls session.
 
 use std::any::Any;
 use std::sync::Arc;
@@ -30,7 +31,8 @@ impl Counting {
 
 impl ServerConfig for Counting {
     fn initial_keys(&self, version: u32, dst_cid: &ConnectionId) -> Result<Keys, UnsupportedVersion> {
-        self.inner.initial_keys(version, dst_cid)
+        // Kept for the connection's own derivation, should this packet start one.
+        self.inner.initial_keys(version, dst_cid).map(|keys| super::initial::remember(version, dst_cid, keys))
     }
 
     fn retry_tag(&self, version: u32, orig_dst_cid: &ConnectionId, packet: &[u8]) -> [u8; 16] {
@@ -39,7 +41,7 @@ impl ServerConfig for Counting {
 
     fn start_session(self: Arc<Self>, version: u32, params: &TransportParameters) -> Box<dyn Session> {
         let inner = self.inner.clone().start_session(version, params);
-        Box::new(CountingSession { inner, accepted: self.accepted.clone() })
+        Box::new(CountingSession { inner, accepted: self.accepted.clone(), version })
     }
 }
 
@@ -48,6 +50,7 @@ impl ServerConfig for Counting {
 struct CountingSession {
     inner: Box<dyn Session>,
     accepted: Counter,
+    version: u32,
 }
 
 impl Session for CountingSession {
@@ -60,7 +63,9 @@ impl Session for CountingSession {
     }
 
     fn initial_keys(&self, dst_cid: &ConnectionId, side: Side) -> Keys {
-        self.inner.initial_keys(dst_cid, side)
+        // Those its first packet was read with, if this thread has just derived them.
+        let taken = if side == Side::Server { super::initial::take(self.version, dst_cid) } else { None };
+        taken.unwrap_or_else(|| self.inner.initial_keys(dst_cid, side))
     }
 
     fn handshake_data(&self) -> Option<Box<dyn Any>> {
