@@ -39,6 +39,10 @@ openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 1 -su
 openssl s_server -accept 127.0.0.1:8443 -cert "$work/cert.pem" -key "$work/key.pem" -www -quiet \
   </dev/null >"$work/origin.log" 2>&1 &
 origin=$!
+# The edge is ready within milliseconds; s_server may not be listening yet on a fresh machine
+# (CI once sent the request before it was: "connection refused by 127.0.0.1:8443").
+for _ in $(seq 100); do ss -Hltn 'sport = :8443' | grep -q . && break; sleep 0.1; done
+ss -Hltn 'sport = :8443' | grep -q . || { echo "origin s_server did not listen on 8443"; cat "$work/origin.log"; exit 1; }
 /usr/bin/edgewarm run --config /etc/edgewarm/edgewarm.yaml 2>"$work/edge.log" &
 edge=$!
 for _ in $(seq 100); do curl -sf --max-time 1 -o /dev/null http://127.0.0.1:9900/ready && break; sleep 0.1; done
