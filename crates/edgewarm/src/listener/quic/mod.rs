@@ -1,8 +1,9 @@
 //! HTTP/3 listeners (`listeners[].http3`): a QUIC endpoint on a UDP socket at the TCP
 //! listener's address and port, serving that listener's `http` routes. Each worker's endpoint
 //! is driven by its own loop on quinn-proto ([`driver`], the default), or by quinn's endpoint
-//! and connection tasks (`quic_driver: quinn`, [`accept_loop`]); what is around a connection
-//! (Retry, limits, the route, the log line, 0-RTT) is decided alike for both.
+//! and connection tasks (`quic_driver: quinn`, [`accept_loop`]). Retry and the limits are
+//! decided alike for both; what is around a connection (the route, 0-RTT, the handshake's count,
+//! the log line) is one function for both ([`connection()`]).
 //!
 //! A connection attempt goes: address check (a Retry when unvalidated handshakes pile up) →
 //! connection limit → QUIC handshake, whose server name picks the route with the TCP lookup
@@ -15,6 +16,7 @@
 //! datagrams to it ([`relay`]).
 
 mod cid;
+mod connection;
 pub(crate) mod driver;
 mod initial;
 pub(crate) mod relay;
@@ -25,21 +27,16 @@ mod zero_rtt;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
-use std::time::Instant;
 
-use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tokio::sync::Semaphore;
 
 use super::Context;
-use crate::accesslog::AccessLog;
-use crate::config::{EarlyData as EarlyDataConfig, ListenerConfig, QuicDriver};
-use crate::error::CloseReason;
+use crate::config::{ListenerConfig, QuicDriver};
 use crate::http::early::{EarlyData, QuicHandshake};
 use crate::metrics::{
-    ListenerLabel, Metrics, QuicHandshake as Outcome, QuicRelayLabel, QuicRelayed, QuicResult, QuicRouteLabel,
-    QuicZeroRttLabel, RouteName, ZeroRtt,
+    ListenerLabel, QuicHandshake as Outcome, QuicRelayLabel, QuicRelayed, QuicResult, QuicZeroRttLabel, ZeroRtt,
 };
-use crate::route::{HttpRoute, Route, RouteAction};
-use crate::snapshot::Snapshot;
+use connection::{connection, Connecting, Handshaking};
 
 /// Handshakes in progress (accepted, not yet complete) above which a client whose address is
 /// not validated yet is sent a Retry: it costs an honest client one round trip, and a spoofed
@@ -208,7 +205,14 @@ async fn accept_loop(endpoint: quinn::Endpoint, shared: Arc<Shared>, cx: Arc<Con
         };
         let guard = Handshaking::enter(&shared.handshaking);
         // Served here, on this endpoint's worker.
-        let task = connection(incoming, local, guard, shared.config.clone(), cx.clone(), permit);
+        let task = connection(
+            QuinnConnecting::Incoming(Some(Box::new(incoming))),
+            local,
+            guard,
+            shared.config.clone(),
+            cx.clone(),
+            permit,
+        );
         tokio::spawn(cx.tracker.track_future(task));
     }
     // No new connections; those open finish on `stop` (GOAWAY) or `cut`.
@@ -221,162 +225,49 @@ async fn accept_loop(endpoint: quinn::Endpoint, shared: Arc<Shared>, cx: Arc<Con
     cx.tracker.spawn(async move { endpoint.wait_idle().await });
 }
 
-/// Counts a handshake as in progress until dropped.
-struct Handshaking(Arc<AtomicUsize>);
-
-impl Handshaking {
-    fn enter(n: &Arc<AtomicUsize>) -> Self {
-        n.fetch_add(1, Ordering::Relaxed);
-        Self(n.clone())
-    }
+/// quinn's connection being made: its `Incoming` until accepted, then its `Connecting`.
+enum QuinnConnecting {
+    Incoming(Option<Box<quinn::Incoming>>),
+    Connecting(quinn::Connecting),
 }
 
-impl Drop for Handshaking {
-    fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::Relaxed);
-    }
-}
+impl Connecting for QuinnConnecting {
+    type Conn = quinn::Connection;
 
-/// One QUIC connection, start to end, with one access-log line, as [`super::conn::handle`] for
-/// TCP.
-async fn connection(
-    incoming: quinn::Incoming,
-    local: SocketAddr,
-    guard: Handshaking,
-    config: Arc<ListenerConfig>,
-    cx: Arc<Context>,
-    permit: OwnedSemaphorePermit,
-) {
-    let accepted = Instant::now();
-    let metrics = &*cx.metrics;
-    let mut log = log_start(&cx, incoming.remote_address(), local);
-    let snapshot = cx.snapshot.borrow().clone();
-    let count =
-        |result| metrics.quic.handshakes.get_or_create(&QuicResult { listener: local.to_string(), result }).inc();
-    let mut route_metrics = None;
-    let mut quic = None;
-    let reason = 'conn: {
-        let mut connecting = match incoming.accept() {
-            Ok(c) => c,
-            Err(e) => {
-                count(Outcome::Failed);
-                log.detail = Some(e.to_string());
-                break 'conn CloseReason::ClientTls;
-            }
-        };
-        // The server name is known once the ClientHello is read (the certificate was chosen
-        // from it then): well before the handshake completes.
-        // No certificate for the name (no `http` route for it) ends here too.
-        let data = match hello(snapshot.timeouts.client_hello, connecting.handshake_data(), &mut log).await {
-            Ok(data) => data,
-            Err(reason) => {
-                count(Outcome::Failed);
-                break 'conn reason;
-            }
-        };
-        log.hello_time = Some(accepted.elapsed());
-        log.sni = data.downcast::<quinn::crypto::rustls::HandshakeData>().ok().and_then(|d| d.server_name);
-        let Some((route, http)) = http_route(&snapshot, &mut log) else {
-            count(Outcome::Failed);
-            break 'conn CloseReason::UnknownSni;
-        };
-        let ctx = cx.conn_ctx(&snapshot, route, &config, local.port(), accepted);
-        route_metrics = Some(ctx.route_metrics);
-        // Server side, quinn always goes on before the handshake completes (0.5-RTT): requests
-        // may arrive in 0-RTT data from here.
+    fn remote(&self) -> SocketAddr {
+        match self {
+            Self::Incoming(Some(incoming)) => incoming.remote_address(),
+            Self::Connecting(connecting) => connecting.remote_address(),
+            Self::Incoming(None) => SocketAddr::from(([0, 0, 0, 0], 0)),
+        }
+    }
+
+    async fn server_name(&mut self) -> Result<Option<String>, String> {
+        if let Self::Incoming(incoming) = self {
+            let connecting = incoming.take().ok_or("accepted twice")?.accept().map_err(|e| e.to_string())?;
+            *self = Self::Connecting(connecting);
+        }
+        let Self::Connecting(connecting) = self else { return Err("not accepted".into()) };
+        let data = connecting.handshake_data().await.map_err(|e| e.to_string())?;
+        Ok(data.downcast::<quinn::crypto::rustls::HandshakeData>().ok().and_then(|d| d.server_name))
+    }
+
+    async fn made(self) -> Result<(quinn::Connection, Arc<dyn EarlyData>), String> {
+        let Self::Connecting(connecting) = self else { return Err("not accepted".into()) };
+        // Server side, quinn always goes on before the handshake completes (0.5-RTT).
         let (conn, zero_rtt) = match connecting.into_0rtt() {
             Ok((conn, accepted)) => (conn, Some(accepted)),
             // Only a client without a session to resume is refused 0-RTT; kept for safety.
-            Err(connecting) => match connecting.await {
-                Ok(conn) => (conn, None),
-                Err(e) => {
-                    log.detail = Some(e.to_string());
-                    break 'conn CloseReason::ClientTls;
-                }
-            },
+            Err(connecting) => (connecting.await.map_err(|e| e.to_string())?, None),
         };
-        quic = Some(conn.clone());
         let handshake = Arc::new(QuicHandshake::new(conn.clone(), zero_rtt));
-        {
-            let (handshake, handshakes) = (handshake.clone(), metrics.quic.handshakes.clone());
-            let label = local.to_string();
-            tokio::spawn(async move {
-                let result = if handshake.handshake_done().await { Outcome::Ok } else { Outcome::Failed };
-                handshakes.get_or_create(&QuicResult { listener: label, result }).inc();
-                drop(guard);
-            });
-        }
-        let early = if http.client.early_data == EarlyDataConfig::Safe {
-            Some(handshake as Arc<dyn EarlyData>)
-        } else {
-            // Not a 0-RTT route: nothing is read before the handshake completes, so nothing
-            // read can be a replay. A handshake under way at a stop (an upgrade's, say) goes
-            // on: the client then gets GOAWAY, and its first request is answered.
-            let completed = tokio::select! {
-                ok = handshake.handshake_done() => ok,
-                () = cx.cut.cancelled() => {
-                    conn.close(0u32.into(), b"");
-                    break 'conn CloseReason::Shutdown;
-                }
-            };
-            if !completed {
-                break 'conn CloseReason::ClientTls;
-            }
-            None
-        };
-        Box::pin(crate::action::http::serve_quic(conn, early, http, &ctx, &mut log)).await
-    };
-    if let Some(conn) = quic {
-        count_path(metrics, local, &log, &conn.stats());
+        Ok((conn, handshake))
     }
-    cx.finish(log, reason, route_metrics, accepted, permit);
-}
 
-/// A QUIC connection's access-log line as it starts (QUIC is TLS 1.3, and h3 its only
-/// protocol here), the connection counted as active.
-fn log_start(cx: &Context, remote: SocketAddr, local: SocketAddr) -> AccessLog {
-    let mut log = AccessLog::new(remote, local);
-    log.alpn_selected = Some("h3".into());
-    log.tls_version = Some("TLSv1_3".into());
-    cx.metrics.active.inc();
-    log
-}
+    /// quinn closes a connection whose last handle is dropped.
+    fn close(self) {}
 
-/// The ClientHello's outcome (`read`) within the listener's hello timeout, or why the
-/// connection ends. Once read, the ALPN is h3 (the only one a QUIC listener offers).
-async fn hello<T, E: std::fmt::Display>(
-    limit: std::time::Duration,
-    read: impl std::future::Future<Output = Result<T, E>>,
-    log: &mut AccessLog,
-) -> Result<T, CloseReason> {
-    match tokio::time::timeout(limit, read).await {
-        Err(_) => Err(CloseReason::HelloTimeout),
-        Ok(Err(e)) => {
-            log.detail = Some(e.to_string());
-            Err(CloseReason::ClientTls)
-        }
-        Ok(Ok(read)) => {
-            log.alpn = vec!["h3".into()];
-            Ok(read)
-        }
+    fn stats(conn: &quinn::Connection) -> Option<quinn_proto::ConnectionStats> {
+        Some(conn.stats())
     }
-}
-
-/// The `http` route for a connection's server name (`log.sni`), named in `log`. The same
-/// lookup the certificate came from; a reload in between may have changed it.
-fn http_route<'a>(snapshot: &'a Snapshot, log: &mut AccessLog) -> Option<(&'a Route, &'a Arc<HttpRoute>)> {
-    let route = snapshot.routes.lookup(log.sni.as_deref())?;
-    let RouteAction::Http(http) = &route.action else { return None };
-    log.route = Some(route.name.clone());
-    Some((route, http))
-}
-
-/// A finished connection's path statistics, into its route's QUIC metrics.
-fn count_path(metrics: &Metrics, local: SocketAddr, log: &AccessLog, stats: &quinn_proto::ConnectionStats) {
-    // A connection is only made once its route is known.
-    let route = RouteName::new(log.route.as_deref().unwrap_or_default());
-    let label = QuicRouteLabel { listener: local.to_string(), route };
-    metrics.quic.lost_packets.get_or_create(&label).inc_by(stats.path.lost_packets);
-    metrics.quic.sent_packets.get_or_create(&label).inc_by(stats.path.sent_packets);
-    metrics.quic.rtt.get_or_create(&label).observe(stats.path.rtt.as_secs_f64());
 }

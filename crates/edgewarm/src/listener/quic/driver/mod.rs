@@ -18,14 +18,12 @@ mod stream;
 use std::net::SocketAddr;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use std::time::Instant;
 
 use quinn_proto::{ConnectionHandle, Incoming};
 use tokio::sync::Semaphore;
 
-use super::{Handshaking, Outcome, Shared as Listener};
-use crate::config::{EarlyData as EarlyDataConfig, ListenerConfig};
-use crate::error::CloseReason;
+use super::connection::{connection, Connecting, Handshaking};
+use super::{Outcome, Shared as Listener};
 use crate::http::early::EarlyData;
 use crate::listener::Context;
 use crate::metrics::QuicResult;
@@ -101,72 +99,28 @@ impl endpoint::Accept for Accepting {
     }
 }
 
-/// One QUIC connection, start to end, with one access-log line, as the quinn driver's.
-async fn connection(
-    conn: Conn,
-    local: SocketAddr,
-    guard: Handshaking,
-    config: Arc<ListenerConfig>,
-    cx: Arc<Context>,
-    permit: tokio::sync::OwnedSemaphorePermit,
-) {
-    let accepted = Instant::now();
-    let metrics = &*cx.metrics;
-    let remote = conn.remote().unwrap_or(local);
-    let mut log = super::log_start(&cx, remote, local);
-    let snapshot = cx.snapshot.borrow().clone();
-    let count =
-        |result| metrics.quic.handshakes.get_or_create(&QuicResult { listener: local.to_string(), result }).inc();
-    let mut route_metrics = None;
-    let reason = 'conn: {
-        match super::hello(snapshot.timeouts.client_hello, conn.server_name(), &mut log).await {
-            Ok(name) => log.sni = name,
-            Err(reason) => {
-                count(Outcome::Failed);
-                conn.close_with(0);
-                break 'conn reason;
-            }
-        }
-        log.hello_time = Some(accepted.elapsed());
-        let Some((route, http)) = super::http_route(&snapshot, &mut log) else {
-            count(Outcome::Failed);
-            conn.close_with(0);
-            break 'conn CloseReason::UnknownSni;
-        };
-        let ctx = cx.conn_ctx(&snapshot, route, &config, local.port(), accepted);
-        route_metrics = Some(ctx.route_metrics);
-        // The handshake's end is counted (and leaves the count of handshakes under way) as it
-        // comes, whether requests wait for it or not.
-        {
-            let (conn, handshakes, label) = (conn.clone(), metrics.quic.handshakes.clone(), local.to_string());
-            tokio::spawn(async move {
-                let result = if conn.connected().await { Outcome::Ok } else { Outcome::Failed };
-                handshakes.get_or_create(&QuicResult { listener: label, result }).inc();
-                drop(guard);
-            });
-        }
-        let early = if http.client.early_data == EarlyDataConfig::Safe {
-            // Requests may arrive in 0-RTT data from here: RFC 8470's gate sees each one.
-            Some(Arc::new(conn.clone()) as Arc<dyn EarlyData>)
-        } else {
-            // Not a 0-RTT route: nothing is read before the handshake completes, so nothing
-            // read can be a replay.
-            let completed = tokio::select! {
-                ok = conn.connected() => ok,
-                () = cx.cut.cancelled() => {
-                    conn.close_with(0);
-                    break 'conn CloseReason::Shutdown;
-                }
-            };
-            if !completed {
-                break 'conn CloseReason::ClientTls;
-            }
-            None
-        };
-        Box::pin(crate::action::http::serve_quic(conn.clone(), early, http, &ctx, &mut log)).await
-    };
-    if let (Some(stats), Some(_)) = (conn.stats(), &log.route) {
-        super::count_path(metrics, local, &log, &stats);
+/// A connection of this loop's, from its accept on: it is made as soon as it is accepted.
+impl Connecting for Conn {
+    type Conn = Conn;
+
+    fn remote(&self) -> SocketAddr {
+        // A connection the loop dropped at once has no address left: only its log line needs it.
+        self.remote().unwrap_or_else(|| SocketAddr::from(([0, 0, 0, 0], 0)))
     }
-    cx.finish(log, reason, route_metrics, accepted, permit);
+
+    async fn server_name(&mut self) -> Result<Option<String>, String> {
+        Conn::server_name(self).await.map_err(|e| e.to_string())
+    }
+
+    async fn made(self) -> Result<(Conn, Arc<dyn EarlyData>), String> {
+        Ok((self.clone(), Arc::new(self)))
+    }
+
+    fn close(self) {
+        self.close_with(0);
+    }
+
+    fn stats(conn: &Conn) -> Option<quinn_proto::ConnectionStats> {
+        conn.stats()
+    }
 }
