@@ -83,33 +83,9 @@ impl<A: Accept> Driver<A> {
 
     fn receive(&mut self, cx: &mut Context<'_>, st: &mut State, now: Instant) {
         let mut storage = std::mem::take(&mut self.recv);
-        let chunk = storage.len() / BATCH;
-        for _ in 0..RECV_TURNS {
-            let mut meta = [RecvMeta::default(); BATCH];
-            let mut bufs: Vec<IoSliceMut<'_>> = storage.chunks_mut(chunk).map(IoSliceMut::new).collect();
-            let n = match self.socket.poll_recv(cx, &mut bufs, &mut meta) {
-                Poll::Ready(Ok(n)) => n,
-                // ICMP errors and the like: nothing to receive from them.
-                Poll::Ready(Err(e)) => {
-                    tracing::debug!(error = %e, "QUIC receive failed");
-                    continue;
-                }
-                Poll::Pending => {
-                    drop(bufs);
-                    self.recv = storage;
-                    return;
-                }
-            };
-            for (meta, buf) in meta.iter().zip(bufs.iter()).take(n) {
-                // A GRO batch: datagrams of `stride` bytes, the last one maybe shorter.
-                for datagram in buf[..meta.len].chunks(meta.stride.max(1)) {
-                    self.datagram(st, now, meta, datagram);
-                }
-            }
-        }
+        let socket = self.socket.clone();
+        receive(&*socket, cx, &mut storage, |meta, datagram| self.datagram(st, now, meta, datagram));
         self.recv = storage;
-        // Receive calls left: the rest next turn, after the worker's other tasks.
-        cx.waker().wake_by_ref();
     }
 
     fn datagram(&mut self, st: &mut State, now: Instant, meta: &RecvMeta, data: &[u8]) {
@@ -315,15 +291,40 @@ impl Future for Relaying {
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
         let this = self.get_mut();
-        let chunk = this.recv.len() / BATCH;
-        for _ in 0..RECV_TURNS {
-            let mut meta = [RecvMeta::default(); BATCH];
-            let mut bufs: Vec<IoSliceMut<'_>> = this.recv.chunks_mut(chunk).map(IoSliceMut::new).collect();
-            if this.socket.poll_recv(cx, &mut bufs, &mut meta).is_pending() {
-                return Poll::Pending;
-            }
-        }
-        cx.waker().wake_by_ref();
+        receive(&*this.socket, cx, &mut this.recv, |_, _| {});
         Poll::Pending
     }
+}
+
+/// Up to [`RECV_TURNS`] receive calls on `socket` into `storage` (cut into [`BATCH`] buffers),
+/// each datagram read handed to `each` (a GRO batch cut into its datagrams). Returns once the
+/// socket has nothing more; with calls left over, after waking the task for another turn once
+/// the worker's other tasks have run.
+fn receive(
+    socket: &dyn AsyncUdpSocket,
+    cx: &mut Context<'_>,
+    storage: &mut [u8],
+    mut each: impl FnMut(&RecvMeta, &[u8]),
+) {
+    let chunk = storage.len() / BATCH;
+    for _ in 0..RECV_TURNS {
+        let mut meta = [RecvMeta::default(); BATCH];
+        let mut bufs: Vec<IoSliceMut<'_>> = storage.chunks_mut(chunk).map(IoSliceMut::new).collect();
+        let n = match socket.poll_recv(cx, &mut bufs, &mut meta) {
+            Poll::Ready(Ok(n)) => n,
+            // ICMP errors and the like: nothing to receive from them.
+            Poll::Ready(Err(e)) => {
+                tracing::debug!(error = %e, "QUIC receive failed");
+                continue;
+            }
+            Poll::Pending => return,
+        };
+        for (meta, buf) in meta.iter().zip(bufs.iter()).take(n) {
+            // A GRO batch: datagrams of `stride` bytes, the last one maybe shorter.
+            for datagram in buf[..meta.len].chunks(meta.stride.max(1)) {
+                each(meta, datagram);
+            }
+        }
+    }
+    cx.waker().wake_by_ref();
 }
