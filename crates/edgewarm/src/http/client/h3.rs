@@ -79,7 +79,6 @@ pub(crate) async fn serve<Q: QuicConn>(
     // While closing with nothing in flight: datagrams sent and lost as of the last quiet check.
     let mut sent_then = None;
     loop {
-        let quiet = quiet_period(&quic);
         tokio::select! {
             biased;
             () = &mut cut_wait, if closing => {
@@ -123,7 +122,10 @@ pub(crate) async fn serve<Q: QuicConn>(
             },
             // After GOAWAY the connection ends once its last response has arrived (h3 would
             // otherwise wait for the client's own GOAWAY, which not every client sends).
-            () = tokio::time::sleep(quiet), if closing && streams.is_empty() => {
+            // An async block: select! builds every branch's future on each turn, enabled or
+            // not, and a timer (with the RTT read from the connection) for each request would
+            // be built and dropped unused.
+            () = async { tokio::time::sleep(quiet_period(&quic)).await }, if closing && streams.is_empty() => {
                 if delivered(&quic, &mut sent_then) {
                     quic.close(H3_NO_ERROR);
                     return Ended::Done;
