@@ -60,7 +60,6 @@ pub(super) async fn connection<C: Connecting>(
         metrics.quic.handshakes.get_or_create(&QuicResult { listener: local.to_string(), result }).inc();
     };
     let mut route_metrics = None;
-    let mut served = None;
     let reason = 'conn: {
         // The server name is known once the ClientHello is read (the certificate was chosen
         // from it then): well before the handshake completes. No certificate for the name (no
@@ -91,7 +90,6 @@ pub(super) async fn connection<C: Connecting>(
                 break 'conn CloseReason::ClientTls;
             }
         };
-        served = Some(conn.clone());
         let serve = async {
             let early = if http.client.early_data == EarlyDataConfig::Safe {
                 // RFC 8470's gate sees each request read from here.
@@ -114,13 +112,12 @@ pub(super) async fn connection<C: Connecting>(
             };
             Box::pin(crate::action::http::serve_quic(conn.clone(), early, http, &ctx, &mut log)).await
         };
-        counting(serve, &*handshake, count, guard).await
-    };
-    if let (Some(conn), Some(_)) = (&served, &log.route) {
-        if let Some(stats) = C::stats(conn) {
+        let reason = counting(serve, &*handshake, count, guard).await;
+        if let Some(stats) = C::stats(&conn) {
             count_path(metrics, local, &log, &stats);
         }
-    }
+        reason
+    };
     cx.finish(log, reason, route_metrics, accepted, permit);
 }
 

@@ -204,15 +204,11 @@ async fn accept_loop(endpoint: quinn::Endpoint, shared: Arc<Shared>, cx: Arc<Con
             continue;
         };
         let guard = Handshaking::enter(&shared.handshaking);
+        // A failed accept still gets its connection's count and access-log line, in the task.
+        let remote = incoming.remote_address();
+        let connecting = QuinnConnecting { remote, connecting: incoming.accept().map_err(|e| e.to_string()) };
         // Served here, on this endpoint's worker.
-        let task = connection(
-            QuinnConnecting::Incoming(Some(Box::new(incoming))),
-            local,
-            guard,
-            shared.config.clone(),
-            cx.clone(),
-            permit,
-        );
+        let task = connection(connecting, local, guard, shared.config.clone(), cx.clone(), permit);
         tokio::spawn(cx.tracker.track_future(task));
     }
     // No new connections; those open finish on `stop` (GOAWAY) or `cut`.
@@ -225,35 +221,27 @@ async fn accept_loop(endpoint: quinn::Endpoint, shared: Arc<Shared>, cx: Arc<Con
     cx.tracker.spawn(async move { endpoint.wait_idle().await });
 }
 
-/// quinn's connection being made: its `Incoming` until accepted, then its `Connecting`.
-enum QuinnConnecting {
-    Incoming(Option<Box<quinn::Incoming>>),
-    Connecting(quinn::Connecting),
+/// quinn's connection being made, from its accept (or why that failed).
+struct QuinnConnecting {
+    remote: SocketAddr,
+    connecting: Result<quinn::Connecting, String>,
 }
 
 impl Connecting for QuinnConnecting {
     type Conn = quinn::Connection;
 
     fn remote(&self) -> SocketAddr {
-        match self {
-            Self::Incoming(Some(incoming)) => incoming.remote_address(),
-            Self::Connecting(connecting) => connecting.remote_address(),
-            Self::Incoming(None) => SocketAddr::from(([0, 0, 0, 0], 0)),
-        }
+        self.remote
     }
 
     async fn server_name(&mut self) -> Result<Option<String>, String> {
-        if let Self::Incoming(incoming) = self {
-            let connecting = incoming.take().ok_or("accepted twice")?.accept().map_err(|e| e.to_string())?;
-            *self = Self::Connecting(connecting);
-        }
-        let Self::Connecting(connecting) = self else { return Err("not accepted".into()) };
+        let connecting = self.connecting.as_mut().map_err(|e| e.clone())?;
         let data = connecting.handshake_data().await.map_err(|e| e.to_string())?;
         Ok(data.downcast::<quinn::crypto::rustls::HandshakeData>().ok().and_then(|d| d.server_name))
     }
 
     async fn made(self) -> Result<(quinn::Connection, Arc<dyn EarlyData>), String> {
-        let Self::Connecting(connecting) = self else { return Err("not accepted".into()) };
+        let connecting = self.connecting?;
         // Server side, quinn always goes on before the handshake completes (0.5-RTT).
         let (conn, zero_rtt) = match connecting.into_0rtt() {
             Ok((conn, accepted)) => (conn, Some(accepted)),
