@@ -17,6 +17,7 @@ test origin's pattern). Options:
                      answer; prints how many answers came back and how many were Retry packets
     --after-goaway   send the requests only once the server's GOAWAY has come (up to 30 s)
     --send-goaway    after the requests send a GOAWAY of our own (as a client going away)
+    --key-update     before every request but the first, update the 1-RTT keys (RFC 9001 §6)
     --hold S         after the requests keep the connection open up to S seconds, until the
                      server closes it; prints the close's error code and when it came
     --garbage        send datagrams that cannot be QUIC: 5 bytes, a long header claiming a
@@ -43,6 +44,7 @@ from aioquic.h3.events import DataReceived, HeadersReceived
 from aioquic.quic.configuration import QuicConfiguration
 from aioquic.quic.connection import QuicConnection
 from aioquic.buffer import Buffer, BufferReadError
+from aioquic.tls import Epoch
 from aioquic.quic.events import StopSendingReceived, StreamDataReceived, StreamReset
 
 BLOCK = bytes(i % 251 for i in range((1 << 20) + 251))
@@ -172,6 +174,8 @@ def parse(argv):
             args["ticket_in"] = next(it)
         elif a == "--early":
             args["early"] = True
+        elif a == "--key-update":
+            args["key_update"] = True
         elif a == "--parallel":
             args["parallel"] = True
         elif a == "--clients":
@@ -207,8 +211,14 @@ async def one(args):
         if args.get("parallel"):
             out["responses"] = list(await asyncio.gather(
                 *(p.request(method, path, args["sni"], size, headers) for method, path, size, headers in args["requests"])))
-        for method, path, size, headers in [] if args.get("parallel") else args["requests"]:
+        for i, (method, path, size, headers) in enumerate([] if args.get("parallel") else args["requests"]):
+            if i and args.get("key_update"):
+                # The request then goes out in the next key phase, and its answer must come back
+                # in it: aioquic reads nothing sent under the keys it has dropped.
+                p._quic.request_key_update()
             out["responses"].append(await p.request(method, path, args["sni"], size, headers))
+            if args.get("key_update"):
+                out.setdefault("key_phases", []).append(p._quic._cryptos[Epoch.ONE_RTT].key_phase)
         if args.get("send_goaway"):
             # aioquic has no call for it: the frame (type 7, length, push ID 0) on our control stream.
             p._quic.send_stream_data(p.h3._local_control_stream_id, bytes([0x07, 0x01, 0x00]))

@@ -92,3 +92,38 @@ async fn many_clients_at_once(listener: &str) {
     assert_eq!(edge.metric("edgewarm_quic_handshakes_total", &[("result", "ok")]), 20.0);
     edge.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread")]
+#[cfg_attr(not(feature = "system-tests"), ignore = "system test (aioquic): scripts/test.sh runs it")]
+async fn key_updates_on_the_own_driver() {
+    key_updates(OWN).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+#[cfg_attr(not(feature = "system-tests"), ignore = "system test (aioquic): scripts/test.sh runs it")]
+async fn key_updates_on_quinn_s_driver() {
+    key_updates(QUINN).await;
+}
+
+/// A client that updates its 1-RTT keys twice (RFC 9001 §6) is read and answered in each new
+/// key phase: the edge derives a phase's keys only when a packet first needs them, and in turn.
+/// aioquic reads nothing the edge would send in a phase it has left (it would take it for an
+/// update of the edge's own and lose the connection).
+async fn key_updates(listener: &str) {
+    let fx = fixture();
+    let (origin, _) = h2_origin(&fx.origin, H2Opts::default()).await;
+    let edge = edge(&fx.route(origin, ""), "", listener).await;
+    let out = h3_client(
+        edge.addr,
+        "b.test",
+        &ca(&fx),
+        &["--key-update", "GET:/a", "GET:/source/300000", "POST:/sink:200000"],
+    )
+    .await;
+    let r = &out["responses"];
+    assert_eq!(r[0]["text"], "hello /a", "{out}");
+    assert_eq!(r[1]["sha256"], pattern_sha256(300_000), "{out}");
+    assert_eq!(r[2]["text"], pattern_sha256(200_000), "the origin hashed the upload: {out}");
+    assert_eq!(out["key_phases"], serde_json::json!([0, 1, 0]), "two updates, each taken: {out}");
+    edge.stop().await;
+}

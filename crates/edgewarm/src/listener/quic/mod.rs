@@ -19,6 +19,8 @@ mod cid;
 mod connection;
 pub(crate) mod driver;
 mod initial;
+mod next_keys;
+mod padding;
 pub(crate) mod relay;
 mod socket;
 mod tls;
