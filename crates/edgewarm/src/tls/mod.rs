@@ -6,6 +6,7 @@
 
 pub mod client;
 pub mod early;
+mod hkdf;
 pub mod ktls;
 pub mod origin;
 pub mod pem;
@@ -16,7 +17,8 @@ pub mod ticket_keys;
 use std::sync::Arc;
 
 /// The one crypto provider, aws-lc-rs, given explicitly so a second provider compiled in by
-/// some dependency can never change which one edgewarm uses.
+/// some dependency can never change which one edgewarm uses; its TLS 1.3 suites expand keys
+/// with an HMAC keyed once per secret ([`hkdf`]).
 pub fn provider() -> Arc<rustls::crypto::CryptoProvider> {
-    Arc::new(rustls::crypto::aws_lc_rs::default_provider())
+    hkdf::provider()
 }
