@@ -28,7 +28,6 @@ use crate::tls::sessions::SessionStore;
 
 /// ALPN for HTTP/3 (RFC 9114 §3.1).
 const H3: &[u8] = b"h3";
-/// How long HTTP/3 sessions are kept for resumption and 0-RTT.
 /// Unidirectional streams a client may open: HTTP/3's control stream and QPACK's two, with room
 /// for the reserved (grease) types clients may send.
 const MAX_UNI_STREAMS: u32 = 16;
@@ -102,8 +101,39 @@ pub(crate) fn server_config(
     let mut tokens = quinn_proto::ValidationTokenConfig::default();
     tokens.sent(1);
     server.validation_token_config(tokens);
+    server.token_key(Arc::new(TokenKeys::new()?));
     server.max_incoming(settings.max_connections);
     Ok(server)
+}
+
+/// The keys of the listener's address-validation tokens (Retry's and NEW_TOKEN's). quinn seals
+/// each token with an AES-256-GCM key of its own, HKDF-Expand of a process-wide secret over the
+/// token's random bytes; so does this, with the secret's HMAC keyed once. quinn's own (aws-lc's
+/// one-shot HKDF, which extracts and keys afresh each time) cost 22k instructions a token, and a
+/// connection meets about three: its NEW_TOKEN, sealed twice when its first packet is full, and
+/// the token a returning client brings (docs/benchmarks.md). The secret is random per process,
+/// as quinn's is: after an upgrade, tokens from before are not honoured, and their clients
+/// are validated as new ones.
+struct TokenKeys(aws_lc_rs::hmac::Key);
+
+impl TokenKeys {
+    fn new() -> Result<Self, String> {
+        let mut secret = [0; 32];
+        aws_lc_rs::rand::fill(&mut secret).map_err(|_| "no random bytes for QUIC's token key".to_string())?;
+        Ok(Self(aws_lc_rs::hmac::Key::new(aws_lc_rs::hmac::HMAC_SHA256, &secret)))
+    }
+}
+
+impl quinn_proto::crypto::HandshakeTokenKey for TokenKeys {
+    fn aead_from_hkdf(&self, random_bytes: &[u8]) -> Box<dyn quinn_proto::crypto::AeadKey> {
+        // HKDF-Expand (RFC 5869) for one block: T(1) = HMAC(secret, info | 0x01).
+        let mut t = aws_lc_rs::hmac::Context::with_key(&self.0);
+        t.update(random_bytes);
+        t.update(&[1]);
+        let key = aws_lc_rs::aead::UnboundKey::new(&aws_lc_rs::aead::AES_256_GCM, t.sign().as_ref())
+            .expect("SHA-256's output is an AES-256 key");
+        Box::new(aws_lc_rs::aead::LessSafeKey::new(key))
+    }
 }
 
 /// The listener's single-use session store (the server's, so an upgrade can hand it over),
