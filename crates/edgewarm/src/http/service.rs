@@ -52,8 +52,10 @@ pub(crate) struct Conn {
     /// The client's handshake, while requests may arrive in its early data.
     pub(crate) handshake: Option<Arc<dyn EarlyData>>,
     pub(crate) early_metrics: Family<RouteEarly, Counter>,
-    /// Added to every response (`Alt-Svc: h3=…` on a listener that serves HTTP/3 too).
+    /// `Alt-Svc: h3=…` on a listener that serves HTTP/3 too ([`Conn::alt_svc`]).
     pub(crate) alt_svc: Option<http::HeaderValue>,
+    /// An HTTP/3 connection has had its `Alt-Svc`.
+    pub(crate) alt_svc_sent: AtomicBool,
     /// The client's protocol (a label on the request metrics).
     pub(crate) protocol: ClientProtocol,
     /// Body bytes of every request on this connection, for its own log line.
@@ -66,6 +68,21 @@ pub(crate) struct Conn {
     /// The origin connection this client's requests rode last (a placement hint:
     /// [`Outgoing::affinity`]).
     pub(crate) affinity: AtomicU64,
+}
+
+impl Conn {
+    /// The `Alt-Svc` for the next response: on every response over TCP, where it leads a client
+    /// to HTTP/3; over HTTP/3 on the connection's first only. A client already here needs no
+    /// directions, only its record of them renewed (RFC 7838 §3.1: `ma` counts from the
+    /// response that carried it), which once a connection does. QPACK without a dynamic table
+    /// would Huffman-code the value again on every response (HPACK sends it once a connection,
+    /// then as an index): about 1 % of an HTTP/3 request's instructions (docs/benchmarks.md).
+    fn alt_svc(&self) -> Option<&http::HeaderValue> {
+        let value = self.alt_svc.as_ref()?;
+        let repeated =
+            matches!(self.protocol, ClientProtocol::Http3) && self.alt_svc_sent.swap(true, Ordering::Relaxed);
+        (!repeated).then_some(value)
+    }
 }
 
 /// One route's requests on one client connection. It reads the route's settings from the
@@ -140,7 +157,7 @@ impl Service {
             Ok(sent) => self.respond(sent, rlog, started),
             Err(e) => self.fail(rlog, started, &e),
         };
-        if let Some(alt_svc) = &self.conn.alt_svc {
+        if let Some(alt_svc) = self.conn.alt_svc() {
             response.headers_mut().insert(http::header::ALT_SVC, alt_svc.clone());
         }
         response

@@ -100,6 +100,28 @@ async fn alt_svc_is_the_listener_s_not_the_origin_s() {
     without.stop().await;
 }
 
+/// Over HTTP/3 the client is already where `Alt-Svc` points: the listener's goes out on a
+/// connection's first response, which renews the client's record of it, and not on every one
+/// after (QPACK would code it afresh each time).
+#[tokio::test(flavor = "multi_thread")]
+#[cfg_attr(not(feature = "system-tests"), ignore = "system test (aioquic): scripts/test.sh runs it")]
+async fn alt_svc_goes_out_once_a_connection_over_http3() {
+    let fx = fixture();
+    let (origin, _) = h2_origin(&fx.origin, H2Opts::default()).await;
+    let edge = edge(&fx.route(origin, ""), "", "http3: true\n    alt_svc_max_age: 1h").await;
+    let port = edge.addr.port();
+    for _ in 0..2 {
+        let out = h3_client(edge.addr, "b.test", &ca(&fx), &["GET:/a", "GET:/b", "GET:/c"]).await;
+        let r = &out["responses"];
+        assert_eq!(r[0]["headers"]["alt-svc"], format!("h3=\":{port}\"; ma=3600").as_str(), "{out}");
+        for later in [&r[1], &r[2]] {
+            assert_eq!(later["status"], 200, "{out}");
+            assert!(later["headers"].get("alt-svc").is_none(), "{out}");
+        }
+    }
+    edge.stop().await;
+}
+
 /// A fresh ticket from a full handshake on a route with `early_data: safe`: its file.
 async fn ticket(edge: &Edge, fx: &Pki, dir: &std::path::Path, name: &str) -> String {
     let path = dir.join(name).display().to_string();
