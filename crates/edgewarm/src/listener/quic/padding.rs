@@ -23,7 +23,7 @@
 use bytes::BytesMut;
 use quinn::crypto::{CryptoError, PacketKey};
 
-/// A packet key whose decrypted payloads lose their trailing padding ([`trim`]).
+/// A packet key whose decrypted payloads lose their trailing padding ([`padded_to`]).
 pub(super) struct Trimming(pub(super) Box<dyn PacketKey>);
 
 impl PacketKey for Trimming {
