@@ -102,7 +102,7 @@ fn service(
         handshake,
         early_metrics: ctx.metrics.early.requests.clone(),
         alt_svc: ctx.alt_svc.clone(),
-        alt_svc_sent: AtomicBool::new(false),
+        alt_svc_sent: Default::default(),
         protocol,
         up: AtomicU64::new(0),
         down: AtomicU64::new(0),

@@ -5,14 +5,16 @@
 //! 1.3 key schedule expands the same secret several times (a key, an IV and, for QUIC, a
 //! header-protection key from each traffic secret), and QUIC has four of those levels where
 //! TCP's TLS has two: SHA-256 was 15 % of an HTTP/3 request's instructions at 31 requests a
-//! connection, twice HTTP/2's (docs/benchmarks.md). rustls's own HMAC-based HKDF
+//! connection, twice HTTP/2's (docs/benchmarks.md). rustls's own HMAC-based expansion
 //! ([`HkdfUsingHmac`]) keys an HMAC once per secret and clones its state for each expansion; it
-//! is given aws-lc-rs's HMAC here. The outputs are the same bytes (tested against aws-lc's).
+//! is given aws-lc-rs's HMAC here. The extract is done here ([`KeyedHkdf`]): rustls's leaves the
+//! pseudorandom key in a buffer freed unwiped, and its suite would not report aws-lc's FIPS
+//! mode. The outputs are the same bytes (tested against aws-lc's).
 
 use std::sync::{Arc, LazyLock};
 
 use rustls::crypto::hmac::{Hmac, Key, Tag};
-use rustls::crypto::tls13::HkdfUsingHmac;
+use rustls::crypto::tls13::{Hkdf, HkdfExpander, HkdfUsingHmac, OkmBlock};
 use rustls::crypto::CryptoProvider;
 use rustls::{CipherSuiteCommon, SupportedCipherSuite, Tls13CipherSuite};
 
@@ -54,8 +56,39 @@ impl Key for Keyed {
 
 static SHA256: AwsLcHmac = AwsLcHmac(&aws_lc_rs::hmac::HMAC_SHA256);
 static SHA384: AwsLcHmac = AwsLcHmac(&aws_lc_rs::hmac::HMAC_SHA384);
-static HKDF_SHA256: HkdfUsingHmac<'static> = HkdfUsingHmac(&SHA256);
-static HKDF_SHA384: HkdfUsingHmac<'static> = HkdfUsingHmac(&SHA384);
+static HKDF_SHA256: KeyedHkdf = KeyedHkdf(&SHA256);
+static HKDF_SHA384: KeyedHkdf = KeyedHkdf(&SHA384);
+
+/// HKDF (RFC 5869) for one hash: the extract here, its key held only in blocks wiped on drop
+/// ([`OkmBlock`], [`Tag`]); the expansion rustls's, on an HMAC keyed once.
+struct KeyedHkdf(&'static AwsLcHmac);
+
+impl Hkdf for KeyedHkdf {
+    fn extract_from_zero_ikm(&self, salt: Option<&[u8]>) -> Box<dyn HkdfExpander> {
+        let zeroes = [0u8; OkmBlock::MAX_LEN];
+        self.extract_from_secret(salt, &zeroes[..self.0.hash_output_len()])
+    }
+
+    fn extract_from_secret(&self, salt: Option<&[u8]>, secret: &[u8]) -> Box<dyn HkdfExpander> {
+        // No salt is a string of zeros as long as the hash (RFC 5869 §2.2).
+        let zeroes = [0u8; OkmBlock::MAX_LEN];
+        let salt = salt.unwrap_or(&zeroes[..self.0.hash_output_len()]);
+        let prk = OkmBlock::new(self.0.with_key(salt).sign(&[secret]).as_ref());
+        self.expander_for_okm(&prk)
+    }
+
+    fn expander_for_okm(&self, okm: &OkmBlock) -> Box<dyn HkdfExpander> {
+        HkdfUsingHmac(self.0).expander_for_okm(okm)
+    }
+
+    fn hmac_sign(&self, key: &OkmBlock, message: &[u8]) -> Tag {
+        self.0.with_key(key.as_ref()).sign(&[message])
+    }
+
+    fn fips(&self) -> bool {
+        self.0.fips()
+    }
+}
 
 /// `suites` with each TLS 1.3 suite's HKDF replaced by the one above (same hash); TLS 1.2's
 /// suites, and a TLS 1.3 suite on a hash without one here, as they are.
@@ -64,7 +97,7 @@ fn rekeyed(suites: &[SupportedCipherSuite]) -> Vec<SupportedCipherSuite> {
         .iter()
         .map(|suite| match suite {
             SupportedCipherSuite::Tls13(s) => {
-                let hkdf: &'static HkdfUsingHmac<'static> = match s.common.hash_provider.output_len() {
+                let hkdf: &'static KeyedHkdf = match s.common.hash_provider.output_len() {
                     32 => &HKDF_SHA256,
                     48 => &HKDF_SHA384,
                     _ => return *suite,
@@ -98,8 +131,6 @@ pub(super) fn provider() -> Arc<CryptoProvider> {
 
 #[cfg(test)]
 mod tests {
-    use rustls::crypto::tls13::OkmBlock;
-
     use super::*;
 
     /// Every TLS 1.3 suite's HKDF here and aws-lc's own, on the same inputs.
@@ -133,6 +164,7 @@ mod tests {
             let (fa, fb) = (a.expander_for_okm(&okm), b.expander_for_okm(&okm));
             assert_eq!(fa.expand_block(&info).as_ref(), fb.expand_block(&info).as_ref());
             assert_eq!(a.hmac_sign(&okm, b"finished").as_ref(), b.hmac_sign(&okm, b"finished").as_ref());
+            assert_eq!(a.fips(), b.fips(), "the same FIPS status as aws-lc's own");
             compared += 1;
         }
         assert_eq!(compared, 3, "TLS 1.3's three suites");

@@ -2,11 +2,13 @@
 //!
 //! quinn-proto asks the TLS session for the keys of the key phase after the current one (RFC
 //! 9001 §6) as soon as a connection has its 1-RTT keys, so that a peer's key update can be read
-//! the moment it comes. Few connections ever update their keys (a phase lasts for millions of
-//! packets with AES-GCM), yet each derivation is two secret updates, four HKDF expansions and
-//! two AEAD key schedules: 1.4 % of an HTTP/3 request's instructions at 31 requests a connection
-//! (docs/benchmarks.md). So the session gives quinn-proto a pair of stand-ins, which derive the
-//! real keys from the session the first time either is used.
+//! the moment it comes. quinn-proto updates a connection's keys itself once it has sent a random
+//! 10 to 1,000 packets (so that peers that mishandle updates fail early), then at the AEAD's
+//! limit; a connection that sends fewer, as most short-lived ones do, never uses them. Yet each
+//! derivation is two secret updates, four HKDF expansions and two AEAD key schedules: 1.4 % of an
+//! HTTP/3 request's instructions at 31 requests a connection (docs/benchmarks.md). So the session
+//! gives quinn-proto a pair of stand-ins, which derive the real keys from the session the first
+//! time either is used.
 //!
 //! The session derives each phase's keys from the previous phase's secrets, in turn: a pair not
 //! yet derived is derived before the session is asked for the next one ([`Deferred::force`]).

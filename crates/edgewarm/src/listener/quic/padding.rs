@@ -5,10 +5,16 @@
 //! lot of what they send: every datagram that carries an Initial packet to 1,200 bytes (§14.1),
 //! and path-MTU probes (a PING) to the size probed. That came to about 1,800 frames, some 4 % of
 //! an HTTP/3 request's instructions at 31 requests a connection (docs/benchmarks.md). Padding
-//! means nothing once a packet is authenticated (its size no longer matters either: quinn counts
-//! what a connection received, for its anti-amplification limit, from the datagram), so the run
-//! of padding that ends a packet is cut to one byte before quinn-proto reads it. One byte stays so
-//! that no packet is left without frames, which §12.4 makes a protocol violation.
+//! means nothing once a packet is authenticated (quinn counts what a connection received, for
+//! its anti-amplification limit, from the datagram), so the run of padding that ends a packet is
+//! cut to one byte before quinn-proto reads it. One byte stays so that no packet is left without
+//! frames, which §12.4 makes a protocol violation.
+//!
+//! A cut packet's frames are copied out of the datagram's buffer. quinn-proto weighs the CRYPTO
+//! data it holds by the size of the packet it came in, to know when to copy scattered pieces out
+//! of the buffers they keep alive: were a cut packet's data still a view into its whole datagram,
+//! a client sending its handshake a byte a packet could pin hundreds of times what quinn-proto
+//! thinks it holds.
 //!
 //! Finding where a packet's trailing padding starts means walking its frames. Only the frames a
 //! padded packet carries are walked: PING, ACK, CRYPTO and CONNECTION_CLOSE (all an Initial or
@@ -34,7 +40,7 @@ impl PacketKey for Trimming {
     fn decrypt(&self, packet: u64, header: &[u8], payload: &mut BytesMut) -> Result<(), CryptoError> {
         self.0.decrypt(packet, header, payload)?;
         if let Some(len) = padded_to(payload) {
-            payload.truncate(len);
+            *payload = BytesMut::from(&payload[..len]);
         }
         Ok(())
     }
