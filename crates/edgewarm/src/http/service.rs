@@ -71,7 +71,7 @@ pub(crate) struct Conn {
 }
 
 impl Conn {
-    /// The `Alt-Svc` for a response to a request for `host`: on every response over TCP, where
+    /// The `Alt-Svc` for the response to `req`: on every response over TCP, where
     /// it leads a client to HTTP/3; over HTTP/3 on the connection's first response for each
     /// host. A client already here needs no directions, only its record of them renewed, which
     /// it keeps per origin (RFC 7838 §2, §3.1: `ma` counts from the response that carried it):
@@ -80,11 +80,13 @@ impl Conn {
     /// response (HPACK sends it once a connection, then as an index): about 3 % of an HTTP/3
     /// request's instructions (docs/benchmarks.md). Past [`ALT_SVC_HOSTS`] hosts on one
     /// connection, every response carries it.
-    fn alt_svc(&self, host: &str) -> Option<&http::HeaderValue> {
+    fn alt_svc<B>(&self, req: &Request<B>) -> Option<&http::HeaderValue> {
         let value = self.alt_svc.as_ref()?;
         if !matches!(self.protocol, ClientProtocol::Http3) {
             return Some(value);
         }
+        let host =
+            req.uri().host().or_else(|| req.headers().get(http::header::HOST)?.to_str().ok()).unwrap_or_default();
         let mut sent = self.alt_svc_sent.lock().unwrap_or_else(|p| p.into_inner());
         if sent.iter().any(|h| h.eq_ignore_ascii_case(host)) {
             return None;
@@ -167,8 +169,7 @@ impl Service {
     {
         let started = Instant::now();
         let mut rlog = RequestLog::new(&req, self.conn.client, &self.route);
-        let host = req.uri().host().or_else(|| req.headers().get(http::header::HOST)?.to_str().ok());
-        let alt_svc = self.conn.alt_svc(host.unwrap_or_default());
+        let alt_svc = self.conn.alt_svc(&req);
         let mut response = match self.proxy(req, interim, &mut rlog, started).await {
             Ok(sent) => self.respond(sent, rlog, started),
             Err(e) => self.fail(rlog, started, &e),

@@ -56,6 +56,7 @@ fn trimming(mut keys: Keys) -> Keys {
 
 /// One connection's TLS session. quinn asks a server session for its 0-RTT keys once, after
 /// the ClientHello: keys then mean the client's early data is accepted.
+///
 /// The session is shared with its next 1-RTT keys, which derive themselves from it when first
 /// used ([`super::next_keys`]).
 struct CountingSession {
