@@ -61,6 +61,26 @@ async fn a_body_the_edge_refuses_is_stopped() {
     edge.stop().await;
 }
 
+/// A malformed request (here a connection-specific field, which HTTP/3 forbids: RFC 9114
+/// §4.2) is refused on its stream with H3_MESSAGE_ERROR both ways, counted as the client's bad
+/// request, and never reaches the origin; the next client is served as ever.
+#[tokio::test(flavor = "multi_thread")]
+#[cfg_attr(not(feature = "system-tests"), ignore = "system test (aioquic): scripts/test.sh runs it")]
+async fn a_malformed_request_is_refused_on_its_stream() {
+    let fx = fixture();
+    let (origin, stats) = h2_origin(&fx.origin, H2Opts::default()).await;
+    let edge = edge(&fx.route(origin, ""), "", "http3: true").await;
+    let out = h3_client(edge.addr, "b.test", &ca(&fx), &["--header", "transfer-encoding=chunked", "GET:/bad"]).await;
+    let r = &out["responses"][0];
+    assert_eq!((&r["reset"], &r["stop_sending"]), (&0x10e.into(), &0x10e.into()), "H3_MESSAGE_ERROR: {out}");
+    let bad = [("route", "b.test"), ("reason", "bad_request"), ("fault", "client")];
+    assert_eq!(edge.metric("edgewarm_http_errors_total", &bad), 1.0);
+    let out = h3_client(edge.addr, "b.test", &ca(&fx), &["GET:/good"]).await;
+    assert_eq!(out["responses"][0]["status"], 200, "{out}");
+    assert_eq!(stats.seen.lock().unwrap().len(), 1, "only the good request reached the origin");
+    edge.stop().await;
+}
+
 /// A name whose route is not `http` (here a tunnel) is refused in the QUIC handshake, and so is
 /// a name with no route: edgewarm is never an open proxy, over UDP either.
 #[tokio::test(flavor = "multi_thread")]

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use bytes::{Buf, Bytes};
 use h3::quic::{ConnectionErrorIncoming, StreamErrorIncoming};
-use quinn_proto::{ConnectionError, Dir, VarInt};
+use quinn_proto::{ConnectionError, Dir};
 
 use super::conn::{incoming, Conn};
 use super::stream::{BidiStream, RecvStream, SendStream};
@@ -18,6 +18,7 @@ impl QuicConn for Conn {
     type Recv = RecvStream;
     type Bidi = BidiStream<Bytes>;
     type H3 = Self;
+    type Open = Self;
 
     fn h3(&self) -> Self {
         self.clone()
@@ -47,16 +48,6 @@ impl QuicConn for Conn {
             }
         })
         .await;
-    }
-
-    async fn refuse_next(&self, code: u32) -> Result<(), String> {
-        let id = poll_fn(|cx| self.poll_accept(cx, Dir::Bi)).await.map_err(|e| e.to_string())?;
-        let code = VarInt::from_u32(code);
-        self.with(|s| {
-            let _ = s.conn.send_stream(id).reset(code);
-            let _ = s.conn.recv_stream(id).stop(code);
-        });
-        Ok(())
     }
 
     fn ended_normally(&self) -> bool {

@@ -122,38 +122,58 @@ impl<B: Buf> SendStream<B> {
 
     /// Hand quinn-proto what is pending, as far as the stream's window goes.
     fn flush(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), StreamErrorIncoming>> {
-        let Some(buf) = self.pending.as_mut() else { return Poll::Ready(Ok(())) };
+        let Some(mut buf) = self.pending.take() else { return Poll::Ready(Ok(())) };
+        let written = self.write(cx, &mut buf);
+        if buf.has_remaining() {
+            self.pending = Some(buf);
+        }
+        written.map_ok(|_| ())
+    }
+
+    /// Copy as much of `buf` into quinn-proto's send buffer as the stream's window takes:
+    /// `Pending` only if it took none, with the stream's waker set.
+    fn write(&mut self, cx: &mut Context<'_>, buf: &mut impl Buf) -> Poll<Result<usize, StreamErrorIncoming>> {
         let id = self.id;
         let written = self.conn.with(|slot| {
             if slot.lost.is_some() {
                 return None;
             }
+            let mut total = 0;
             while buf.has_remaining() {
                 match slot.conn.send_stream(id).write(buf.chunk()) {
-                    Ok(n) => buf.advance(n),
+                    Ok(n) => {
+                        buf.advance(n);
+                        total += n;
+                    }
+                    Err(WriteError::Blocked) if total > 0 => break,
                     Err(WriteError::Blocked) => {
                         slot.wakers.write.insert(id, cx.waker());
-                        return Some(Ok(false));
+                        return Some(Ok(None));
                     }
                     Err(WriteError::Stopped(code)) => return Some(Err(Some(code))),
                     Err(WriteError::ClosedStream) => return Some(Err(None)),
                 }
             }
-            Some(Ok(true))
+            Some(Ok(Some(total)))
         });
         match written.flatten() {
             None => Poll::Ready(Err(conn_error(&self.conn))),
-            Some(Ok(true)) => {
-                self.pending = None;
-                Poll::Ready(Ok(()))
-            }
-            Some(Ok(false)) => Poll::Pending,
+            Some(Ok(Some(n))) => Poll::Ready(Ok(n)),
+            Some(Ok(None)) => Poll::Pending,
             Some(Err(code)) => {
                 self.done = true;
                 let error_code = code.map_or(0, VarInt::into_inner);
                 Poll::Ready(Err(StreamErrorIncoming::StreamTerminated { error_code }))
             }
         }
+    }
+}
+
+/// Raw bytes: the HTTP/3 driver frames them itself.
+impl<B: Buf> h3::quic::SendStreamUnframed<B> for SendStream<B> {
+    fn poll_send<D: Buf>(&mut self, cx: &mut Context<'_>, buf: &mut D) -> Poll<Result<usize, StreamErrorIncoming>> {
+        std::task::ready!(self.flush(cx))?;
+        self.write(cx, buf)
     }
 }
 

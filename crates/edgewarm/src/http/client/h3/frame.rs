@@ -1,0 +1,223 @@
+//! HTTP/3 frames (RFC 9114 §7) as they are read off a stream, and the integers they are made of
+//! (QUIC's variable-length integers, RFC 9000 §16).
+
+use std::task::{ready, Context, Poll};
+
+use bytes::{Buf, BufMut, Bytes, BytesMut};
+use h3::quic::{RecvStream, StreamErrorIncoming};
+
+pub(super) const DATA: u64 = 0x00;
+pub(super) const HEADERS: u64 = 0x01;
+pub(super) const CANCEL_PUSH: u64 = 0x03;
+pub(super) const SETTINGS: u64 = 0x04;
+pub(super) const PUSH_PROMISE: u64 = 0x05;
+pub(super) const GOAWAY: u64 = 0x07;
+pub(super) const MAX_PUSH_ID: u64 = 0x0d;
+
+/// SETTINGS_MAX_FIELD_SECTION_SIZE (§7.2.4.1).
+pub(super) const MAX_FIELD_SECTION_SIZE: u64 = 0x06;
+
+/// HTTP/3's error codes (§8.1) and QPACK's (RFC 9204 §6).
+pub(super) mod code {
+    pub(crate) const NO_ERROR: u64 = 0x100;
+    pub(crate) const GENERAL_PROTOCOL_ERROR: u64 = 0x101;
+    pub(crate) const INTERNAL_ERROR: u64 = 0x102;
+    pub(crate) const STREAM_CREATION_ERROR: u64 = 0x103;
+    pub(crate) const CLOSED_CRITICAL_STREAM: u64 = 0x104;
+    pub(crate) const FRAME_UNEXPECTED: u64 = 0x105;
+    pub(crate) const FRAME_ERROR: u64 = 0x106;
+    pub(crate) const EXCESSIVE_LOAD: u64 = 0x107;
+    pub(crate) const SETTINGS_ERROR: u64 = 0x109;
+    pub(crate) const MISSING_SETTINGS: u64 = 0x10a;
+    pub(crate) const REQUEST_REJECTED: u64 = 0x10b;
+    pub(crate) const MESSAGE_ERROR: u64 = 0x10e;
+    pub(crate) const QPACK_DECOMPRESSION_FAILED: u64 = 0x200;
+}
+
+/// What a frame type may do on a stream where it has no meaning.
+pub(super) enum Kind {
+    /// HTTP/2's frame types that HTTP/3 reserves, and frames that belong to another kind of
+    /// stream: a connection error (§7.2.8, §7.2).
+    Unexpected,
+    /// Unknown types, grease among them: skipped (§9).
+    Unknown,
+    Known,
+}
+
+/// Whether `t` is a frame type HTTP/3 defines, one it reserves, or one to skip.
+pub(super) fn kind(t: u64) -> Kind {
+    match t {
+        DATA | HEADERS | CANCEL_PUSH | SETTINGS | PUSH_PROMISE | GOAWAY | MAX_PUSH_ID => Kind::Known,
+        0x02 | 0x06 | 0x08 | 0x09 => Kind::Unexpected,
+        _ => Kind::Unknown,
+    }
+}
+
+/// The largest value a variable-length integer holds.
+const VARINT_MAX: u64 = (1 << 62) - 1;
+
+/// Read a variable-length integer from the front of `b`: the value and its size, or `None`
+/// if `b` is too short.
+pub(super) fn varint(b: &[u8]) -> Option<(u64, usize)> {
+    let first = *b.first()?;
+    let len = 1usize << (first >> 6);
+    let bytes = b.get(..len)?;
+    let mut v = u64::from(first & 0x3f);
+    for &x in &bytes[1..] {
+        v = (v << 8) | u64::from(x);
+    }
+    Some((v, len))
+}
+
+/// Append `v` (at most 2^62 - 1) as a variable-length integer, in the fewest bytes.
+pub(super) fn put_varint(out: &mut impl BufMut, v: u64) {
+    debug_assert!(v <= VARINT_MAX);
+    if v < 1 << 6 {
+        out.put_u8(v as u8);
+    } else if v < 1 << 14 {
+        out.put_u16(0x4000 | v as u16);
+    } else if v < 1 << 30 {
+        out.put_u32(0x8000_0000 | v as u32);
+    } else {
+        out.put_u64(0xc000_0000_0000_0000 | v.min(VARINT_MAX));
+    }
+}
+
+/// Append a frame's header: its type and payload length.
+pub(super) fn put_header(out: &mut impl BufMut, t: u64, len: usize) {
+    put_varint(out, t);
+    put_varint(out, len as u64);
+}
+
+/// Why a stream could not be read as frames.
+#[derive(Debug)]
+pub(super) enum ReadError {
+    /// The stream ended inside a frame: H3_FRAME_ERROR (§7.1).
+    Truncated,
+    /// The QUIC stream failed: reset by the peer, or the connection gone.
+    Stream(StreamErrorIncoming),
+}
+
+impl From<StreamErrorIncoming> for ReadError {
+    fn from(e: StreamErrorIncoming) -> Self {
+        Self::Stream(e)
+    }
+}
+
+/// A stream read as a sequence of frames. What is read and not yet consumed is kept as the
+/// QUIC layer handed it over: a frame inside one chunk is a view into it, and only a frame
+/// that straddles chunks is copied together.
+pub(super) struct Reader<R> {
+    pub(super) recv: R,
+    have: Bytes,
+    /// The stream's end has been read.
+    fin: bool,
+}
+
+impl<R: RecvStream> Reader<R> {
+    pub(super) fn new(recv: R) -> Self {
+        Self { recv, have: Bytes::new(), fin: false }
+    }
+
+    /// Read the next chunk into `have`: false at the stream's end.
+    fn poll_more(&mut self, cx: &mut Context<'_>) -> Poll<Result<bool, ReadError>> {
+        if self.fin {
+            return Poll::Ready(Ok(false));
+        }
+        match ready!(self.recv.poll_data(cx))? {
+            Some(mut chunk) => {
+                let chunk = chunk.copy_to_bytes(chunk.remaining());
+                if self.have.is_empty() {
+                    self.have = chunk;
+                } else {
+                    let mut joined = BytesMut::with_capacity(self.have.len() + chunk.len());
+                    joined.extend_from_slice(&self.have);
+                    joined.extend_from_slice(&chunk);
+                    self.have = joined.freeze();
+                }
+                Poll::Ready(Ok(true))
+            }
+            None => {
+                self.fin = true;
+                Poll::Ready(Ok(false))
+            }
+        }
+    }
+
+    /// A variable-length integer (a unidirectional stream's type); `None` at the stream's end.
+    pub(super) fn poll_varint(&mut self, cx: &mut Context<'_>) -> Poll<Result<Option<u64>, ReadError>> {
+        loop {
+            if let Some((v, n)) = varint(&self.have) {
+                self.have.advance(n);
+                return Poll::Ready(Ok(Some(v)));
+            }
+            if !ready!(self.poll_more(cx))? {
+                return Poll::Ready(if self.have.is_empty() { Ok(None) } else { Err(ReadError::Truncated) });
+            }
+        }
+    }
+
+    /// The next frame's type and payload length; `None` where the stream ends between frames.
+    pub(super) fn poll_header(&mut self, cx: &mut Context<'_>) -> Poll<Result<Option<(u64, u64)>, ReadError>> {
+        loop {
+            if let Some((t, n)) = varint(&self.have) {
+                if let Some((len, m)) = varint(&self.have[n..]) {
+                    self.have.advance(n + m);
+                    return Poll::Ready(Ok(Some((t, len))));
+                }
+            }
+            if !ready!(self.poll_more(cx))? {
+                return Poll::Ready(if self.have.is_empty() { Ok(None) } else { Err(ReadError::Truncated) });
+            }
+        }
+    }
+
+    /// A payload of `len` bytes, whole. The caller bounds `len`.
+    pub(super) fn poll_exact(&mut self, cx: &mut Context<'_>, len: usize) -> Poll<Result<Bytes, ReadError>> {
+        while self.have.len() < len {
+            if !ready!(self.poll_more(cx))? {
+                return Poll::Ready(Err(ReadError::Truncated));
+            }
+        }
+        Poll::Ready(Ok(self.have.split_to(len)))
+    }
+
+    /// Up to `left` bytes of a payload, as much as has arrived (never empty).
+    pub(super) fn poll_some(&mut self, cx: &mut Context<'_>, left: u64) -> Poll<Result<Bytes, ReadError>> {
+        if self.have.is_empty() && !ready!(self.poll_more(cx))? {
+            return Poll::Ready(Err(ReadError::Truncated));
+        }
+        let n = usize::try_from(left).unwrap_or(usize::MAX).min(self.have.len());
+        Poll::Ready(Ok(self.have.split_to(n)))
+    }
+
+    /// Skip `left` bytes of a payload; `left` is what is still to skip.
+    pub(super) fn poll_skip(&mut self, cx: &mut Context<'_>, left: &mut u64) -> Poll<Result<(), ReadError>> {
+        while *left > 0 {
+            let n = ready!(self.poll_some(cx, *left))?.len();
+            *left -= n as u64;
+        }
+        Poll::Ready(Ok(()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn varints_round_trip_at_every_size() {
+        // RFC 9000 §A.1's examples.
+        assert_eq!(varint(&[0xc2, 0x19, 0x7c, 0x5e, 0xff, 0x14, 0xe8, 0x8c]), Some((151_288_809_941_952_652, 8)));
+        assert_eq!(varint(&[0x9d, 0x7f, 0x3e, 0x7d]), Some((494_878_333, 4)));
+        assert_eq!(varint(&[0x7b, 0xbd]), Some((15_293, 2)));
+        assert_eq!(varint(&[0x25]), Some((37, 1)));
+        assert_eq!(varint(&[0x40]), None);
+        assert_eq!(varint(&[]), None);
+        for v in [0, 63, 64, 16_383, 16_384, (1 << 30) - 1, 1 << 30, VARINT_MAX] {
+            let mut b = Vec::new();
+            put_varint(&mut b, v);
+            assert_eq!(varint(&b), Some((v, b.len())));
+        }
+    }
+}

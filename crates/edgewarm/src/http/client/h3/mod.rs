@@ -1,0 +1,254 @@
+//! HTTP/3 clients (RFC 9114) over a QUIC connection (quinn's, or the listener's own driver's:
+//! [`super::quic`]): as for HTTP/2 ([`super::h2`]), every request stream of a connection runs
+//! inside that connection's own task, and each is handed to the one request service. The QUIC
+//! handshake, 0-RTT and the UDP socket are the listener's ([`crate::listener::quic`]); this
+//! driver sees a connection whose route is already known.
+//!
+//! The framing is the edge's own: frames ([`frame`]), QPACK with the static table only
+//! ([`qpack`], [`huffman`]), the client's control and QPACK streams ([`uni`]), request heads
+//! ([`head`]), bodies ([`body`]) and the request streams ([`request`]). h3 0.0.8, which did this
+//! before, Huffman-coded every string a bit at a time with two allocations each, and keeps its
+//! framing private, so an encoded head could not be handed to it: its QPACK and framing were a
+//! third of what an HTTP/3 request cost beyond an HTTP/2 one (docs/benchmarks.md). h3's `quic`
+//! traits remain the seam to the QUIC streams, so both drivers serve through this one file.
+//!
+//! Flow control is QUIC's: a response chunk is handed to the stream only once it has taken the
+//! last one, so a slow client slows the origin instead of growing our buffers; a request body
+//! is read from the stream as the upload to the origin asks for it.
+
+mod body;
+mod frame;
+mod head;
+mod huffman;
+mod huffman_table;
+mod qpack;
+mod request;
+mod static_table;
+mod uni;
+
+use std::future::{poll_fn, Future};
+use std::panic::AssertUnwindSafe;
+use std::pin::{pin, Pin};
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use bytes::Bytes;
+use futures_util::stream::{FuturesUnordered, StreamExt};
+use futures_util::FutureExt;
+use h3::quic::{BidiStream, Connection, OpenStreams, SendStream, SendStreamUnframed};
+use tokio_util::sync::CancellationToken;
+
+use super::quic::QuicConn;
+use super::{handler_panicked, stopping, Ended, MAX_HEADER_BYTES};
+use crate::http::service::Service;
+use frame::code;
+use uni::{ConnError, Event, Seen, Uni};
+
+/// H3_NO_ERROR (RFC 9114 §8.1): how a connection is closed when all went well.
+const H3_NO_ERROR: u32 = 0x100;
+
+/// What the connection brought.
+enum Incoming<Q: QuicConn> {
+    Request(Q::Bidi),
+    ClientGoAway,
+    /// The connection ended, or broke the rules (then closed here).
+    Lost(String),
+    Broke(ConnError),
+}
+
+/// The connection's streams as they come: request streams, and the client's unidirectional
+/// streams, read here as they arrive.
+struct Streams<Q: QuicConn> {
+    conn: Q::H3,
+    uni: Vec<Uni<Q::Recv>>,
+    seen: Seen,
+}
+
+impl<Q: QuicConn> Streams<Q> {
+    fn poll(&mut self, cx: &mut Context<'_>) -> Poll<Incoming<Q>> {
+        while let Poll::Ready(recv) = self.conn.poll_accept_recv(cx) {
+            match recv {
+                Ok(recv) => self.uni.push(Uni::new(recv)),
+                Err(e) => return Poll::Ready(Incoming::Lost(e.to_string())),
+            }
+        }
+        let mut i = 0;
+        while i < self.uni.len() {
+            match self.uni[i].poll(&mut self.seen, cx) {
+                Poll::Pending => i += 1,
+                Poll::Ready(Ok(None)) => drop(self.uni.swap_remove(i)),
+                Poll::Ready(Ok(Some(Event::GoAway))) => return Poll::Ready(Incoming::ClientGoAway),
+                Poll::Ready(Err(e)) => return Poll::Ready(Incoming::Broke(e)),
+            }
+        }
+        match self.conn.poll_accept_bidi(cx) {
+            Poll::Ready(Ok(stream)) => Poll::Ready(Incoming::Request(stream)),
+            Poll::Ready(Err(e)) => Poll::Ready(Incoming::Lost(e.to_string())),
+            Poll::Pending => Poll::Pending,
+        }
+    }
+}
+
+/// Open the edge's control stream and send its SETTINGS. It is kept open for as long as the
+/// connection lives: closing it is a connection error (§6.2.1).
+async fn open_control<Q: QuicConn>(conn: &Q::H3) -> Result<Q::Send, String> {
+    let mut opener = conn.opener();
+    let mut send = poll_fn(|cx| opener.poll_open_send(cx)).await.map_err(|e| e.to_string())?;
+    let mut preface = uni::control_preface(MAX_HEADER_BYTES as u64);
+    write_all(&mut send, &mut preface).await?;
+    Ok(send)
+}
+
+async fn write_all<S: SendStreamUnframed<Bytes>>(send: &mut S, buf: &mut Bytes) -> Result<(), String> {
+    while !buf.is_empty() {
+        poll_fn(|cx| send.poll_send(cx, buf)).await.map_err(|e| e.to_string())?;
+    }
+    Ok(())
+}
+
+/// Serve one HTTP/3 connection until it ends. `stop` (shutdown, or a reload retiring the
+/// route's origin connections) sends GOAWAY and lets the requests in flight finish; `cut` then
+/// closes whatever is left.
+pub(crate) async fn serve<Q: QuicConn>(
+    quic: Q,
+    shared: Arc<Service>,
+    stop: &CancellationToken,
+    retired: &CancellationToken,
+    cut: &CancellationToken,
+) -> Ended {
+    let mut cut_wait = pin!(cut.cancelled());
+    let conn = quic.h3();
+    // Even after a stop: the client may have sent its first request already; it gets GOAWAY
+    // below and its request is answered.
+    let mut control = tokio::select! {
+        r = open_control::<Q>(&conn) => match r {
+            Ok(control) => control,
+            Err(e) => return ended(&quic, e),
+        },
+        () = &mut cut_wait => {
+            quic.close(H3_NO_ERROR);
+            return Ended::Cut;
+        }
+    };
+    let mut incoming = Streams::<Q> { conn, uni: Vec::new(), seen: Seen::default() };
+    let mut stop_wait = pin!(stopping(stop, retired));
+    let mut streams = FuturesUnordered::new();
+    // The GOAWAY sent: requests on streams from this ID on are refused unprocessed.
+    let mut goaway: Option<u64> = None;
+    // The stream ID after the last request accepted (client-initiated bidirectional streams
+    // are 0, 4, 8, …).
+    let mut next_id = 0;
+    let mut client_gone = false;
+    // While closing with nothing in flight: datagrams sent and lost as of the last quiet check.
+    let mut sent_then = None;
+    loop {
+        if client_gone && streams.is_empty() {
+            return close_when_delivered(&quic, cut_wait.as_mut()).await;
+        }
+        let closing = goaway.is_some();
+        tokio::select! {
+            biased;
+            () = &mut cut_wait, if closing => {
+                quic.close(H3_NO_ERROR);
+                return Ended::Cut;
+            }
+            () = &mut stop_wait, if !closing => {
+                // GOAWAY: requests already accepted finish, later ones are refused unprocessed
+                // (H3_REQUEST_REJECTED), and the client may send those again on a new
+                // connection (RFC 9114 §5.2): the ID is the stream after the last accepted.
+                goaway = Some(next_id);
+                if write_all(&mut control, &mut uni::goaway(next_id)).await.is_err() {
+                    quic.close(H3_NO_ERROR);
+                    return Ended::Done;
+                }
+            }
+            Some(done) = streams.next(), if !streams.is_empty() => handler_panicked(&shared, done),
+            next = poll_fn(|cx| incoming.poll(cx)) => match next {
+                Incoming::Request(stream) => {
+                    let id = stream.send_id().into_inner();
+                    if goaway.is_some_and(|g| id >= g) {
+                        let (mut send, mut recv) = stream.split();
+                        request::refuse(&mut send, &mut recv, code::REQUEST_REJECTED);
+                        continue;
+                    }
+                    next_id = next_id.max(id + 4);
+                    // A panic is caught per stream, as for HTTP/2: it must not end the connection.
+                    let serving = request::request::<Q>(shared.clone(), quic.clone(), stream);
+                    streams.push(AssertUnwindSafe(serving).catch_unwind());
+                }
+                // The client's GOAWAY: its requests are answered, then the connection closes.
+                Incoming::ClientGoAway => client_gone = true,
+                Incoming::Lost(e) => return ended(&quic, e),
+                Incoming::Broke(e) => {
+                    if quic.ended_normally() {
+                        return Ended::Done;
+                    }
+                    tracing::debug!(why = e.why, "HTTP/3 client broke the protocol; closing its connection");
+                    quic.close(u32::try_from(e.code).unwrap_or(code::GENERAL_PROTOCOL_ERROR as u32));
+                    return Ended::Failed(format!("HTTP/3 protocol error: {}", e.why));
+                }
+            },
+            // After GOAWAY the connection ends once its last response has arrived (the client's
+            // own GOAWAY is not waited for: not every client sends one).
+            // An async block: select! builds every branch's future on each turn, enabled or
+            // not, and a timer (with the RTT read from the connection) for each request would
+            // be built and dropped unused.
+            () = async { tokio::time::sleep(quiet_period(&quic)).await }, if closing && streams.is_empty() => {
+                if delivered(&quic, &mut sent_then) {
+                    quic.close(H3_NO_ERROR);
+                    return Ended::Done;
+                }
+            }
+        }
+    }
+}
+
+/// How long a connection must send nothing before all it sent is taken to have arrived: QUIC's
+/// CONNECTION_CLOSE discards whatever is unacknowledged, which would cut the end off the last
+/// response, and quinn does not say when a stream is acknowledged. But a connection with
+/// something unacknowledged sends a probe within its probe timeout (RFC 9002 §6.2: the smoothed
+/// RTT, four RTT variations and the peer's ACK delay), a timeout that doubles with each probe
+/// unanswered. A second beyond three RTTs covers a few of those doublings on any path a client
+/// could still be served on; a loss declared meanwhile restarts the wait.
+fn quiet_period(quic: &impl QuicConn) -> Duration {
+    quic.rtt() * 3 + Duration::from_secs(1)
+}
+
+/// Whether the connection has sent nothing, and declared nothing lost, since the last check
+/// (`then`, updated).
+fn delivered(quic: &impl QuicConn, then: &mut Option<(u64, u64)>) -> bool {
+    let now = quic.sent_and_lost();
+    let quiet = *then == Some(now);
+    *then = Some(now);
+    quiet
+}
+
+/// Close a connection whose requests are all answered once what it sent has arrived
+/// ([`quiet_period`]), or the client closes, or the cut.
+async fn close_when_delivered(quic: &impl QuicConn, mut cut: Pin<&mut impl Future<Output = ()>>) -> Ended {
+    let mut sent_then = None;
+    loop {
+        tokio::select! {
+            () = quic.closed() => return Ended::Done,
+            () = &mut cut => break,
+            () = tokio::time::sleep(quiet_period(quic)) => {
+                if delivered(quic, &mut sent_then) {
+                    break;
+                }
+            }
+        }
+    }
+    quic.close(H3_NO_ERROR);
+    Ended::Done
+}
+
+/// How a connection whose h3 layer failed ended: a close by the client (any code: aioquic
+/// closes with 0, browsers with H3_NO_ERROR) or the idle timeout is a normal end.
+fn ended(quic: &impl QuicConn, error: String) -> Ended {
+    if quic.ended_normally() {
+        Ended::Done
+    } else {
+        Ended::Failed(error)
+    }
+}
