@@ -3,7 +3,6 @@
 //! Implemented for quinn's connections and for the listener's own driver
 //! ([`crate::listener::quic::driver`]).
 
-use std::future::Future;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -25,8 +24,6 @@ pub(crate) trait QuicConn: Clone + Send + Sync + 'static {
     fn rtt(&self) -> Duration;
     /// Datagrams sent and packets declared lost so far.
     fn sent_and_lost(&self) -> (u64, u64);
-    /// Resolves once the connection is closed, by either side.
-    fn closed(&self) -> impl Future<Output = ()> + Send;
     /// Whether the connection ended the normal way: a close by either side, or the idle timeout.
     fn ended_normally(&self) -> bool;
 }
@@ -53,10 +50,6 @@ impl QuicConn for quinn::Connection {
     fn sent_and_lost(&self) -> (u64, u64) {
         let stats = self.stats();
         (stats.udp_tx.datagrams, stats.path.lost_packets)
-    }
-
-    async fn closed(&self) {
-        quinn::Connection::closed(self).await;
     }
 
     fn ended_normally(&self) -> bool {

@@ -30,6 +30,7 @@ pub(super) mod code {
     pub(crate) const SETTINGS_ERROR: u64 = 0x109;
     pub(crate) const MISSING_SETTINGS: u64 = 0x10a;
     pub(crate) const REQUEST_REJECTED: u64 = 0x10b;
+    pub(crate) const REQUEST_INCOMPLETE: u64 = 0x10d;
     pub(crate) const MESSAGE_ERROR: u64 = 0x10e;
     pub(crate) const QPACK_DECOMPRESSION_FAILED: u64 = 0x200;
 }
@@ -105,43 +106,51 @@ impl From<StreamErrorIncoming> for ReadError {
 }
 
 /// A stream read as a sequence of frames. What is read and not yet consumed is kept as the
-/// QUIC layer handed it over: a frame inside one chunk is a view into it, and only a frame
-/// that straddles chunks is copied together.
+/// QUIC layer handed it over: a frame inside one chunk is a view into it. A frame header cut
+/// between chunks is joined with the next (a header is at most 16 bytes, so that copies the
+/// chunk once); a whole payload ([`Reader::poll_exact`]) is gathered into one buffer of its
+/// size, so each byte is copied once however finely the peer cuts it up.
 pub(super) struct Reader<R> {
     pub(super) recv: R,
     have: Bytes,
+    /// A payload being gathered by [`Reader::poll_exact`].
+    gather: BytesMut,
     /// The stream's end has been read.
     fin: bool,
 }
 
 impl<R: RecvStream> Reader<R> {
     pub(super) fn new(recv: R) -> Self {
-        Self { recv, have: Bytes::new(), fin: false }
+        Self { recv, have: Bytes::new(), gather: BytesMut::new(), fin: false }
     }
 
-    /// Read the next chunk into `have`: false at the stream's end.
-    fn poll_more(&mut self, cx: &mut Context<'_>) -> Poll<Result<bool, ReadError>> {
+    /// The stream's next chunk; `None` at its end.
+    fn poll_chunk(&mut self, cx: &mut Context<'_>) -> Poll<Result<Option<Bytes>, ReadError>> {
         if self.fin {
-            return Poll::Ready(Ok(false));
+            return Poll::Ready(Ok(None));
         }
         match ready!(self.recv.poll_data(cx))? {
-            Some(mut chunk) => {
-                let chunk = chunk.copy_to_bytes(chunk.remaining());
-                if self.have.is_empty() {
-                    self.have = chunk;
-                } else {
-                    let mut joined = BytesMut::with_capacity(self.have.len() + chunk.len());
-                    joined.extend_from_slice(&self.have);
-                    joined.extend_from_slice(&chunk);
-                    self.have = joined.freeze();
-                }
-                Poll::Ready(Ok(true))
-            }
+            Some(mut chunk) => Poll::Ready(Ok(Some(chunk.copy_to_bytes(chunk.remaining())))),
             None => {
                 self.fin = true;
-                Poll::Ready(Ok(false))
+                Poll::Ready(Ok(None))
             }
         }
+    }
+
+    /// Read the next chunk into `have` (only ever a few bytes before it): false at the
+    /// stream's end.
+    fn poll_more(&mut self, cx: &mut Context<'_>) -> Poll<Result<bool, ReadError>> {
+        let Some(chunk) = ready!(self.poll_chunk(cx))? else { return Poll::Ready(Ok(false)) };
+        if self.have.is_empty() {
+            self.have = chunk;
+        } else {
+            let mut joined = BytesMut::with_capacity(self.have.len() + chunk.len());
+            joined.extend_from_slice(&self.have);
+            joined.extend_from_slice(&chunk);
+            self.have = joined.freeze();
+        }
+        Poll::Ready(Ok(true))
     }
 
     /// A variable-length integer (a unidirectional stream's type); `None` at the stream's end.
@@ -174,12 +183,23 @@ impl<R: RecvStream> Reader<R> {
 
     /// A payload of `len` bytes, whole. The caller bounds `len`.
     pub(super) fn poll_exact(&mut self, cx: &mut Context<'_>, len: usize) -> Poll<Result<Bytes, ReadError>> {
-        while self.have.len() < len {
-            if !ready!(self.poll_more(cx))? {
-                return Poll::Ready(Err(ReadError::Truncated));
+        if self.gather.is_empty() && self.have.len() >= len {
+            return Poll::Ready(Ok(self.have.split_to(len)));
+        }
+        if self.gather.capacity() < len {
+            self.gather.reserve(len);
+        }
+        loop {
+            let take = (len - self.gather.len()).min(self.have.len());
+            self.gather.extend_from_slice(&self.have.split_to(take));
+            if self.gather.len() == len {
+                return Poll::Ready(Ok(std::mem::take(&mut self.gather).freeze()));
+            }
+            match ready!(self.poll_chunk(cx))? {
+                Some(chunk) => self.have = chunk,
+                None => return Poll::Ready(Err(ReadError::Truncated)),
             }
         }
-        Poll::Ready(Ok(self.have.split_to(len)))
     }
 
     /// Up to `left` bytes of a payload, as much as has arrived (never empty).

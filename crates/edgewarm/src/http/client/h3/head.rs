@@ -104,10 +104,8 @@ pub(super) fn request(block: &Bytes) -> Result<Request<()>, Refused> {
             return Err(Refused::Malformed("an empty :path"));
         }
         let scheme = Scheme::try_from(scheme.as_bytes()).map_err(|_| Refused::Malformed("an invalid :scheme"))?;
-        let path = match path {
-            Text::Static(s) => PathAndQuery::from_static(s),
-            Text::Own(b) => PathAndQuery::from_maybe_shared(b).map_err(|_| Refused::Malformed("an invalid :path"))?,
-        };
+        let path =
+            PathAndQuery::from_maybe_shared(path.into_bytes()).map_err(|_| Refused::Malformed("an invalid :path"))?;
         uri = uri.scheme(scheme).path_and_query(path);
     }
     // §4.3.1: :authority or Host, the same if both, never empty.
@@ -120,19 +118,23 @@ pub(super) fn request(block: &Bytes) -> Result<Request<()>, Refused> {
         (None, Some(h)) => Some(Text::Own(Bytes::copy_from_slice(h.as_bytes()))),
         (None, None) => None,
     };
-    match authority {
-        Some(a) => {
-            let a = match a {
-                Text::Static(s) => Authority::from_static(s),
-                Text::Own(b) => {
-                    Authority::from_maybe_shared(b).map_err(|_| Refused::Malformed("an invalid authority"))?
-                }
-            };
-            uri = uri.authority(a);
-        }
-        None => return Err(Refused::Malformed("no :authority or Host")),
-    }
+    // Never `from_static`, which panics on what it refuses: the static table's :authority is
+    // empty, and an empty authority is malformed.
+    let authority = authority.ok_or(Refused::Malformed("no :authority or Host"))?;
+    let authority = Authority::from_maybe_shared(authority.into_bytes())
+        .map_err(|_| Refused::Malformed("an invalid or empty authority"))?;
+    uri = uri.authority(authority);
     let uri = uri.build().map_err(|_| Refused::Malformed("an invalid request target"))?;
+    // §4.1.2: a Content-Length the body does not match is malformed, and so is one that is not
+    // a number, or two that differ: the body is held to it ([`super::body`]), and an HTTP/1.1
+    // origin frames the request by it.
+    let mut lengths = headers.get_all(http::header::CONTENT_LENGTH).iter();
+    if let Some(first) = lengths.next() {
+        let digits = |v: &http::HeaderValue| !v.is_empty() && v.as_bytes().iter().all(u8::is_ascii_digit);
+        if !digits(first) || first.len() > 19 || lengths.any(|v| v != first) {
+            return Err(Refused::Malformed("an invalid Content-Length"));
+        }
+    }
     let mut req = Request::new(());
     *req.method_mut() = method;
     *req.uri_mut() = uri;
@@ -226,6 +228,16 @@ mod tests {
         assert!(malformed(&[("accept", "x"), (":method", "GET"), (":scheme", "https"), (":path", "/")]));
         assert!(malformed(&with((":proto", "x"))));
         assert!(!malformed(&with(("te", "trailers"))));
+        assert!(malformed(&with(("content-length", "abc"))));
+        assert!(malformed(&with(("content-length", ""))));
+        let mut two = with(("content-length", "5"));
+        two.push(("content-length", "500"));
+        assert!(malformed(&two));
+        two[5].1 = "5";
+        assert!(!malformed(&two));
+        // The static table's empty :authority (index 0).
+        let block = Bytes::from_static(&[0x00, 0x00, 0xd1, 0xd7, 0xc1, 0xc0]);
+        assert!(matches!(request(&block), Err(Refused::Malformed(_))));
     }
 
     #[test]

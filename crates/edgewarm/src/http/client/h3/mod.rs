@@ -26,9 +26,9 @@ mod request;
 mod static_table;
 mod uni;
 
-use std::future::{poll_fn, Future};
+use std::future::poll_fn;
 use std::panic::AssertUnwindSafe;
-use std::pin::{pin, Pin};
+use std::pin::pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
@@ -66,7 +66,14 @@ struct Streams<Q: QuicConn> {
 }
 
 impl<Q: QuicConn> Streams<Q> {
+    /// Request streams first: a request opened in the same flight as the client's GOAWAY is
+    /// accepted before the GOAWAY is read.
     fn poll(&mut self, cx: &mut Context<'_>) -> Poll<Incoming<Q>> {
+        match self.conn.poll_accept_bidi(cx) {
+            Poll::Ready(Ok(stream)) => return Poll::Ready(Incoming::Request(stream)),
+            Poll::Ready(Err(e)) => return Poll::Ready(Incoming::Lost(e.to_string())),
+            Poll::Pending => {}
+        }
         while let Poll::Ready(recv) = self.conn.poll_accept_recv(cx) {
             match recv {
                 Ok(recv) => self.uni.push(Uni::new(recv)),
@@ -82,11 +89,7 @@ impl<Q: QuicConn> Streams<Q> {
                 Poll::Ready(Err(e)) => return Poll::Ready(Incoming::Broke(e)),
             }
         }
-        match self.conn.poll_accept_bidi(cx) {
-            Poll::Ready(Ok(stream)) => Poll::Ready(Incoming::Request(stream)),
-            Poll::Ready(Err(e)) => Poll::Ready(Incoming::Lost(e.to_string())),
-            Poll::Pending => Poll::Pending,
-        }
+        Poll::Pending
     }
 }
 
@@ -136,16 +139,16 @@ pub(crate) async fn serve<Q: QuicConn>(
     let mut streams = FuturesUnordered::new();
     // The GOAWAY sent: requests on streams from this ID on are refused unprocessed.
     let mut goaway: Option<u64> = None;
+    // GOAWAY's bytes the control stream has not taken yet: written as its window allows while
+    // the connection's requests go on (a client that gives that stream no more credit must not
+    // freeze them, nor the cut).
+    let mut unsent = Bytes::new();
     // The stream ID after the last request accepted (client-initiated bidirectional streams
     // are 0, 4, 8, …).
     let mut next_id = 0;
-    let mut client_gone = false;
     // While closing with nothing in flight: datagrams sent and lost as of the last quiet check.
     let mut sent_then = None;
     loop {
-        if client_gone && streams.is_empty() {
-            return close_when_delivered(&quic, cut_wait.as_mut()).await;
-        }
         let closing = goaway.is_some();
         tokio::select! {
             biased;
@@ -153,17 +156,9 @@ pub(crate) async fn serve<Q: QuicConn>(
                 quic.close(H3_NO_ERROR);
                 return Ended::Cut;
             }
-            () = &mut stop_wait, if !closing => {
-                // GOAWAY: requests already accepted finish, later ones are refused unprocessed
-                // (H3_REQUEST_REJECTED), and the client may send those again on a new
-                // connection (RFC 9114 §5.2): the ID is the stream after the last accepted.
-                goaway = Some(next_id);
-                if write_all(&mut control, &mut uni::goaway(next_id)).await.is_err() {
-                    quic.close(H3_NO_ERROR);
-                    return Ended::Done;
-                }
-            }
             Some(done) = streams.next(), if !streams.is_empty() => handler_panicked(&shared, done),
+            // Before the stop: a request that has arrived is accepted, and answered, before
+            // GOAWAY is announced.
             next = poll_fn(|cx| incoming.poll(cx)) => match next {
                 Incoming::Request(stream) => {
                     let id = stream.send_id().into_inner();
@@ -177,18 +172,30 @@ pub(crate) async fn serve<Q: QuicConn>(
                     let serving = request::request::<Q>(shared.clone(), quic.clone(), stream);
                     streams.push(AssertUnwindSafe(serving).catch_unwind());
                 }
-                // The client's GOAWAY: its requests are answered, then the connection closes.
-                Incoming::ClientGoAway => client_gone = true,
-                Incoming::Lost(e) => return ended(&quic, e),
-                Incoming::Broke(e) => {
-                    if quic.ended_normally() {
-                        return Ended::Done;
+                // The client's GOAWAY: it is going away, so the edge answers what it has asked
+                // and announces its own, which refuses anything after.
+                Incoming::ClientGoAway => {
+                    if goaway.is_none() {
+                        goaway = Some(next_id);
+                        unsent = uni::goaway(next_id);
                     }
-                    tracing::debug!(why = e.why, "HTTP/3 client broke the protocol; closing its connection");
-                    quic.close(u32::try_from(e.code).unwrap_or(code::GENERAL_PROTOCOL_ERROR as u32));
-                    return Ended::Failed(format!("HTTP/3 protocol error: {}", e.why));
                 }
+                Incoming::Lost(e) => return ended(&quic, e),
+                Incoming::Broke(e) => return broke(&quic, e.code, e.why),
             },
+            () = &mut stop_wait, if !closing => {
+                // GOAWAY: requests already accepted finish, later ones are refused unprocessed
+                // (H3_REQUEST_REJECTED), and the client may send those again on a new
+                // connection (RFC 9114 §5.2): the ID is the stream after the last accepted.
+                goaway = Some(next_id);
+                unsent = uni::goaway(next_id);
+            }
+            written = poll_fn(|cx| control.poll_send(cx, &mut unsent)), if !unsent.is_empty() => {
+                if written.is_err() {
+                    // The client stopped the edge's control stream (§6.2.1).
+                    return broke(&quic, code::CLOSED_CRITICAL_STREAM, "the control stream stopped");
+                }
+            }
             // After GOAWAY the connection ends once its last response has arrived (the client's
             // own GOAWAY is not waited for: not every client sends one).
             // An async block: select! builds every branch's future on each turn, enabled or
@@ -202,6 +209,17 @@ pub(crate) async fn serve<Q: QuicConn>(
             }
         }
     }
+}
+
+/// A connection whose client broke the protocol: closed with `code`, unless it had already
+/// ended.
+fn broke(quic: &impl QuicConn, code: u64, why: &'static str) -> Ended {
+    if quic.ended_normally() {
+        return Ended::Done;
+    }
+    tracing::debug!(why, "HTTP/3 client broke the protocol; closing its connection");
+    quic.close(u32::try_from(code).unwrap_or(code::GENERAL_PROTOCOL_ERROR as u32));
+    Ended::Failed(format!("HTTP/3 protocol error: {why}"))
 }
 
 /// How long a connection must send nothing before all it sent is taken to have arrived: QUIC's
@@ -224,26 +242,7 @@ fn delivered(quic: &impl QuicConn, then: &mut Option<(u64, u64)>) -> bool {
     quiet
 }
 
-/// Close a connection whose requests are all answered once what it sent has arrived
-/// ([`quiet_period`]), or the client closes, or the cut.
-async fn close_when_delivered(quic: &impl QuicConn, mut cut: Pin<&mut impl Future<Output = ()>>) -> Ended {
-    let mut sent_then = None;
-    loop {
-        tokio::select! {
-            () = quic.closed() => return Ended::Done,
-            () = &mut cut => break,
-            () = tokio::time::sleep(quiet_period(quic)) => {
-                if delivered(quic, &mut sent_then) {
-                    break;
-                }
-            }
-        }
-    }
-    quic.close(H3_NO_ERROR);
-    Ended::Done
-}
-
-/// How a connection whose h3 layer failed ended: a close by the client (any code: aioquic
+/// How a connection whose HTTP/3 layer failed ended: a close by the client (any code: aioquic
 /// closes with 0, browsers with H3_NO_ERROR) or the idle timeout is a normal end.
 fn ended(quic: &impl QuicConn, error: String) -> Ended {
     if quic.ended_normally() {

@@ -33,6 +33,13 @@ impl Text {
         }
     }
 
+    pub(super) fn into_bytes(self) -> Bytes {
+        match self {
+            Self::Static(s) => Bytes::from_static(s.as_bytes()),
+            Self::Own(b) => b,
+        }
+    }
+
     pub(super) fn into_value(self) -> Result<HeaderValue, http::header::InvalidHeaderValue> {
         match self {
             Self::Static(s) => Ok(HeaderValue::from_static(s)),

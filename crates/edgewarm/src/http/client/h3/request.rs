@@ -30,13 +30,15 @@ use crate::metrics::{Fault, HttpError};
 /// written on their own.
 const GATHER: usize = 16 * 1024;
 
-/// The largest encoded HEADERS frame read: a head decodes to at least about half its encoded
-/// size, so one larger than twice the limit is over it.
-const MAX_HEADERS_FRAME: u64 = 2 * MAX_HEADER_BYTES as u64;
+/// The largest encoded HEADERS frame read: Huffman coding at its worst makes a string 3.75
+/// times longer (30 bits a byte), so a head within the limit is never longer than this.
+const MAX_HEADERS_FRAME: u64 = 4 * MAX_HEADER_BYTES as u64;
 
 /// A stream's sending half, written as bytes.
-struct Writer<S> {
+struct Writer<S: SendStream<Bytes>> {
     send: S,
+    /// Finished or reset.
+    done: bool,
 }
 
 impl<S: SendStreamUnframed<Bytes>> Writer<S> {
@@ -47,8 +49,25 @@ impl<S: SendStreamUnframed<Bytes>> Writer<S> {
         Ok(())
     }
 
-    async fn finish(&mut self) -> Result<(), StreamErrorIncoming> {
-        poll_fn(|cx| self.send.poll_finish(cx)).await
+    async fn finish(&mut self) {
+        self.done = true;
+        let _ = poll_fn(|cx| self.send.poll_finish(cx)).await;
+    }
+
+    fn reset(&mut self, code: u64) {
+        self.done = true;
+        self.send.reset(code);
+    }
+}
+
+/// A response cut short (a panic, a failed body, a task dropped at the cut) is reset, never
+/// finished: both QUIC layers finish a stream dropped unfinished, and a client would take a
+/// response without a Content-Length for whole.
+impl<S: SendStream<Bytes>> Drop for Writer<S> {
+    fn drop(&mut self) {
+        if !self.done {
+            self.send.reset(code::INTERNAL_ERROR);
+        }
     }
 }
 
@@ -75,16 +94,25 @@ pub(super) fn refuse<S: SendStream<Bytes>, R: RecvStream>(send: &mut S, recv: &m
 
 /// The request's HEADERS frame, skipping unknown frames before it; `None` if the stream
 /// ended, failed or broke the rules (the connection then closed).
-async fn head_block<Q: QuicConn>(quic: &Q, reader: &mut Reader<Q::Recv>) -> Option<Result<Bytes, u64>> {
+async fn head_block<Q: QuicConn>(
+    quic: &Q,
+    reader: &mut Reader<Q::Recv>,
+    writer: &mut Writer<Q::Send>,
+) -> Option<Result<Bytes, u64>> {
+    let truncated = || {
+        connection_error(quic, code::FRAME_ERROR, "a request stream ended inside a frame");
+        None
+    };
     loop {
         let header = match poll_fn(|cx| reader.poll_header(cx)).await {
             Ok(Some(header)) => header,
-            // Ended before a head: nothing to answer (H3_REQUEST_INCOMPLETE is the client's).
-            Ok(None) | Err(ReadError::Stream(_)) => return None,
-            Err(ReadError::Truncated) => {
-                connection_error(quic, code::FRAME_ERROR, "a request stream ended inside a frame");
+            // Ended before a head: H3_REQUEST_INCOMPLETE (§4.1.2).
+            Ok(None) => {
+                writer.reset(code::REQUEST_INCOMPLETE);
                 return None;
             }
+            Err(ReadError::Stream(_)) => return None,
+            Err(ReadError::Truncated) => return truncated(),
         };
         match header {
             (frame::HEADERS, len) if len > MAX_HEADERS_FRAME => return Some(Err(len)),
@@ -92,16 +120,15 @@ async fn head_block<Q: QuicConn>(quic: &Q, reader: &mut Reader<Q::Recv>) -> Opti
                 return match poll_fn(|cx| reader.poll_exact(cx, len as usize)).await {
                     Ok(block) => Some(Ok(block)),
                     Err(ReadError::Stream(_)) => None,
-                    Err(ReadError::Truncated) => {
-                        connection_error(quic, code::FRAME_ERROR, "a request stream ended inside a frame");
-                        None
-                    }
+                    Err(ReadError::Truncated) => truncated(),
                 };
             }
             (t, len) if matches!(frame::kind(t), Kind::Unknown) => {
                 let mut left = len;
-                if poll_fn(|cx| reader.poll_skip(cx, &mut left)).await.is_err() {
-                    return None;
+                match poll_fn(|cx| reader.poll_skip(cx, &mut left)).await {
+                    Ok(()) => {}
+                    Err(ReadError::Stream(_)) => return None,
+                    Err(ReadError::Truncated) => return truncated(),
                 }
             }
             _ => {
@@ -115,9 +142,9 @@ async fn head_block<Q: QuicConn>(quic: &Q, reader: &mut Reader<Q::Recv>) -> Opti
 /// Serve one request stream.
 pub(super) async fn request<Q: QuicConn>(shared: Arc<Service>, quic: Q, stream: Q::Bidi) {
     let (send, recv) = h3::quic::BidiStream::split(stream);
-    let mut writer = Writer { send };
+    let mut writer = Writer { send, done: false };
     let mut reader = Reader::new(recv);
-    let Some(block) = head_block(&quic, &mut reader).await else { return };
+    let Some(block) = head_block(&quic, &mut reader, &mut writer).await else { return };
     let client_error = |why: &str| {
         shared.conn.metrics.error(&shared.route, HttpError::BadRequest, Fault::Client);
         tracing::debug!(route = %shared.route, client = %shared.conn.client, why, "HTTP/3 request refused");
@@ -130,6 +157,7 @@ pub(super) async fn request<Q: QuicConn>(shared: Arc<Service>, quic: Q, stream: 
         }
         Ok(Err(Refused::Malformed(why))) => {
             client_error(why);
+            writer.done = true;
             return refuse(&mut writer.send, &mut reader.recv, code::MESSAGE_ERROR);
         }
         Ok(Err(Refused::TooLarge)) | Err(_) => {
@@ -195,7 +223,7 @@ async fn respond<S: SendStreamUnframed<Bytes>>(writer: &mut Writer<S>, head: htt
         match frame {
             None => {
                 if writer.write(out.as_slice()).await.is_ok() {
-                    let _ = writer.finish().await;
+                    writer.finish().await;
                 }
                 return;
             }
@@ -221,7 +249,7 @@ async fn respond<S: SendStreamUnframed<Bytes>>(writer: &mut Writer<S>, head: htt
                     if let Ok(trailers) = frame.into_trailers() {
                         put_headers(&mut out, None, &trailers);
                         if writer.write(out.as_slice()).await.is_ok() {
-                            let _ = writer.finish().await;
+                            writer.finish().await;
                         }
                         return;
                     }
@@ -231,7 +259,7 @@ async fn respond<S: SendStreamUnframed<Bytes>>(writer: &mut Writer<S>, head: htt
                 // The origin's response failed after its head went out: the client's stream is
                 // reset, never finished as if the body were whole.
                 tracing::debug!(error = %e, "response body failed; resetting the client's stream");
-                writer.send.reset(code::INTERNAL_ERROR);
+                writer.reset(code::INTERNAL_ERROR);
                 return;
             }
         }

@@ -1,7 +1,6 @@
 //! h3's `Connection` and `OpenStreams` traits, and the HTTP/3 driver's [`QuicConn`], on a
 //! connection in the worker's loop.
 
-use std::future::poll_fn;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -34,20 +33,6 @@ impl QuicConn for Conn {
 
     fn sent_and_lost(&self) -> (u64, u64) {
         self.stats().map_or((0, 0), |s| (s.udp_tx.datagrams, s.path.lost_packets))
-    }
-
-    async fn closed(&self) {
-        poll_fn(|cx| {
-            let mut st = self.shared.lock();
-            match st.peek(self.ch, self.generation) {
-                Some(slot) if slot.lost.is_none() => {
-                    slot.wakers.wait_conn(cx.waker());
-                    Poll::Pending
-                }
-                _ => Poll::Ready(()),
-            }
-        })
-        .await;
     }
 
     fn ended_normally(&self) -> bool {
