@@ -48,6 +48,7 @@ pub mod admin;
 pub mod cache;
 pub mod config;
 pub mod error;
+pub mod fuzzing;
 pub(crate) mod h2_stream;
 pub(crate) mod hints;
 pub(crate) mod http;

@@ -8,6 +8,8 @@
 
 use std::sync::LazyLock;
 
+use bytes::{BufMut, BytesMut};
+
 use super::huffman_table::CODES;
 
 /// Codes up to this long are decoded by one lookup (all of the printable ASCII's common
@@ -87,10 +89,15 @@ static DECODER: LazyLock<Decoder> = LazyLock::new(|| {
     Decoder { fast, first, start, symbols: by_code.iter().map(|&(_, _, sym)| sym).collect() }
 });
 
+/// The most bytes `len` Huffman-coded bytes decode to (the shortest code is 5 bits).
+pub(super) const fn decoded_max(len: usize) -> usize {
+    len * 8 / 5
+}
+
 /// Decode a Huffman-coded string literal, appending it to `out`.
-pub(super) fn decode(mut s: &[u8], out: &mut Vec<u8>) -> Result<(), Invalid> {
+pub(super) fn decode(mut s: &[u8], out: &mut BytesMut) -> Result<(), Invalid> {
     let d = &*DECODER;
-    out.reserve(s.len() * 8 / 5);
+    out.reserve(decoded_max(s.len()));
     // The next bits, left-aligned in `acc`; `bits` of them are the string's.
     let mut acc: u64 = 0;
     let mut bits: u32 = 0;
@@ -118,7 +125,7 @@ pub(super) fn decode(mut s: &[u8], out: &mut Vec<u8>) -> Result<(), Invalid> {
         if sym == EOS {
             return Err(Invalid);
         }
-        out.push(sym as u8);
+        out.put_u8(sym as u8);
         acc <<= len;
         bits -= len;
     }
@@ -145,9 +152,9 @@ mod tests {
         let mut coded = Vec::new();
         encode(s, &mut coded);
         assert_eq!(coded.len(), encoded_len(s));
-        let mut back = Vec::new();
+        let mut back = BytesMut::new();
         decode(&coded, &mut back).unwrap();
-        back
+        back.to_vec()
     }
 
     #[test]
@@ -174,9 +181,9 @@ mod tests {
             0xa6, 0x2d, 0x1b, 0xff,
         ];
         assert_eq!(out, want);
-        let mut back = Vec::new();
+        let mut back = BytesMut::new();
         decode(&want, &mut back).unwrap();
-        assert_eq!(back, b"Mon, 21 Oct 2013 20:13:21 GMT");
+        assert_eq!(back, b"Mon, 21 Oct 2013 20:13:21 GMT"[..]);
     }
 
     #[test]
@@ -190,7 +197,7 @@ mod tests {
 
     #[test]
     fn bad_padding_and_eos_are_refused() {
-        let mut out = Vec::new();
+        let mut out = BytesMut::new();
         // A whole byte of padding.
         assert_eq!(decode(&[0xff], &mut out), Err(Invalid));
         // "a" is 00011: padded with zeros instead of ones.
@@ -199,6 +206,6 @@ mod tests {
         assert_eq!(decode(&[0xff, 0xff, 0xff, 0xff], &mut out), Err(Invalid));
         out.clear();
         assert_eq!(decode(&[0b0001_1111], &mut out), Ok(()));
-        assert_eq!(out, b"a");
+        assert_eq!(out, b"a"[..]);
     }
 }

@@ -45,6 +45,25 @@ use crate::http::service::Service;
 use frame::code;
 use uni::{ConnError, Event, Seen, Uni};
 
+/// [`crate::fuzzing::http3_field_section`].
+pub(crate) fn fuzz_field_section(block: &[u8]) -> (bool, bool) {
+    let bytes = Bytes::copy_from_slice(block);
+    let mut strings = Vec::new();
+    let _ = qpack::decode::<qpack::Invalid>(&bytes, |name, value| {
+        strings.push(name.into_bytes());
+        strings.push(value.into_bytes());
+        Ok(())
+    });
+    for s in strings {
+        let mut coded = Vec::new();
+        huffman::encode(&s, &mut coded);
+        let mut back = bytes::BytesMut::new();
+        assert_eq!(huffman::decode(&coded, &mut back), Ok(()));
+        assert_eq!(back, s, "a string comes back through the Huffman coder");
+    }
+    (head::request(&bytes).is_ok(), head::trailers(&bytes).is_ok())
+}
+
 /// H3_NO_ERROR (RFC 9114 §8.1): how a connection is closed when all went well.
 const H3_NO_ERROR: u32 = 0x100;
 

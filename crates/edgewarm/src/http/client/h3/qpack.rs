@@ -7,7 +7,7 @@
 //! A string is Huffman-coded only where that makes it shorter; the header names and values a
 //! response repeats most are in the static table.
 
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
 use http::header::{HeaderMap, HeaderValue};
 use http::StatusCode;
 
@@ -72,17 +72,22 @@ fn get_int(b: &[u8], at: &mut usize, bits: u32) -> Result<u64, Invalid> {
     }
 }
 
-/// A string literal whose H flag sits just above its `bits`-bit length prefix.
-fn get_string(block: &Bytes, at: &mut usize, bits: u32) -> Result<Bytes, Invalid> {
+/// A string literal whose H flag sits just above its `bits`-bit length prefix: a view into the
+/// block, or, Huffman-coded, decoded into `scratch`, which all of a section's coded strings
+/// share (one allocation a section, not one a string).
+fn get_string(block: &Bytes, at: &mut usize, bits: u32, scratch: &mut BytesMut) -> Result<Bytes, Invalid> {
     let huffman = block.get(*at).ok_or(Invalid("truncated string"))? & (1 << bits) != 0;
     let len = get_int(block, at, bits)?;
     let len = usize::try_from(len).map_err(|_| Invalid("string too long"))?;
     let end = at.checked_add(len).filter(|&end| end <= block.len()).ok_or(Invalid("truncated string"))?;
     let raw = &block[*at..end];
     let s = if huffman {
-        let mut out = Vec::new();
-        huffman::decode(raw, &mut out).map_err(|huffman::Invalid| Invalid("bad Huffman coding"))?;
-        Bytes::from(out)
+        if scratch.capacity() == 0 {
+            // Enough for every coded string of the section: none decodes to more than this.
+            scratch.reserve(huffman::decoded_max(block.len()));
+        }
+        huffman::decode(raw, scratch).map_err(|huffman::Invalid| Invalid("bad Huffman coding"))?;
+        scratch.split().freeze()
     } else {
         block.slice(*at..end)
     };
@@ -100,6 +105,7 @@ pub(super) fn decode<E: From<Invalid>>(
     mut field: impl FnMut(Text, Text) -> Result<(), E>,
 ) -> Result<(), E> {
     let mut at = 0;
+    let mut scratch = BytesMut::new();
     // The prefix: Required Insert Count, which must be 0 with no dynamic table, then the Base,
     // which only matters with one.
     if get_int(block, &mut at, 8)? != 0 {
@@ -121,12 +127,12 @@ pub(super) fn decode<E: From<Invalid>>(
                 return Err(Invalid("a reference to the dynamic table, whose capacity is 0").into());
             }
             let (name, _) = static_entry(get_int(block, &mut at, 4)?)?;
-            let value = get_string(block, &mut at, 7)?;
+            let value = get_string(block, &mut at, 7, &mut scratch)?;
             field(Text::Static(name), Text::Own(value))?;
         } else if first & 0x20 != 0 {
             // Literal field line with literal name: 001 N H length(3), then the value.
-            let name = get_string(block, &mut at, 3)?;
-            let value = get_string(block, &mut at, 7)?;
+            let name = get_string(block, &mut at, 3, &mut scratch)?;
+            let value = get_string(block, &mut at, 7, &mut scratch)?;
             field(Text::Own(name), Text::Own(value))?;
         } else {
             // Indexed with post-base index, and literal with post-base name reference: both the

@@ -71,12 +71,23 @@ impl<S: SendStream<Bytes>> Drop for Writer<S> {
     }
 }
 
-/// Append a HEADERS frame with a response head (`status`) or trailers.
+/// Append a HEADERS frame with a response head (`status`) or trailers. The section is encoded
+/// in place after a two-byte length, which nearly every head fits (64 bytes to 16 KiB); the
+/// rare other one is moved to fit its length.
 fn put_headers(out: &mut Vec<u8>, status: Option<StatusCode>, headers: &HeaderMap) {
-    let mut block = Vec::with_capacity(64 + headers.len() * 24);
-    qpack::encode(status, headers, &mut block);
-    frame::put_header(out, frame::HEADERS, block.len());
-    out.extend_from_slice(&block);
+    out.push(frame::HEADERS as u8);
+    let at = out.len();
+    out.extend_from_slice(&[0, 0]);
+    qpack::encode(status, headers, out);
+    let len = out.len() - at - 2;
+    if (64..16384).contains(&len) {
+        out[at..at + 2].copy_from_slice(&(0x4000 | len as u16).to_be_bytes());
+    } else {
+        let block = out.split_off(at + 2);
+        out.truncate(at);
+        frame::put_varint(out, len as u64);
+        out.extend_from_slice(&block);
+    }
 }
 
 /// A connection error from a request stream: logged, and the connection closed with `code`.
@@ -261,6 +272,33 @@ async fn respond<S: SendStreamUnframed<Bytes>>(writer: &mut Writer<S>, head: htt
                 tracing::debug!(error = %e, "response body failed; resetting the client's stream");
                 writer.reset(code::INTERNAL_ERROR);
                 return;
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use http::HeaderValue;
+
+    #[test]
+    fn a_headers_frame_s_length_is_its_section_s_at_every_size() {
+        for n in [0, 1, 3, 20, 800, 3000] {
+            let mut headers = HeaderMap::new();
+            for i in 0..n {
+                headers.append("x-n", HeaderValue::from(i));
+            }
+            for status in [None, Some(StatusCode::OK)] {
+                let mut out = vec![9];
+                put_headers(&mut out, status, &headers);
+                let (t, a) = frame::varint(&out[1..]).unwrap();
+                let (len, b) = frame::varint(&out[1 + a..]).unwrap();
+                assert_eq!(t, frame::HEADERS);
+                assert_eq!(len as usize, out.len() - 1 - a - b, "{n} fields");
+                let mut want = Vec::new();
+                qpack::encode(status, &headers, &mut want);
+                assert_eq!(&out[1 + a + b..], &want[..]);
             }
         }
     }
