@@ -42,8 +42,8 @@ async fn get_and_post_over_http3_ride_the_standing_connections() {
 /// A request body the edge does not need (declared over `max_request_body`: a 413 before any of
 /// it is read) has its sending stopped (STOP_SENDING), so the client does not upload the rest;
 /// nothing of it reaches the origin, and the connection goes on. The code is quinn's 0, not the
-/// H3_NO_ERROR RFC 9114 §4.1.2 asks for: h3 may hold the stream inside a pending read even when
-/// it has returned data, and h3-quinn panics if the stream is stopped then.
+/// H3_NO_ERROR RFC 9114 §4.1.2 asks for: the body may be dropped inside a pending read, and on
+/// quinn's driver h3-quinn panics if the stream is stopped then.
 #[tokio::test(flavor = "multi_thread")]
 #[cfg_attr(not(feature = "system-tests"), ignore = "system test (aioquic): scripts/test.sh runs it")]
 async fn a_body_the_edge_refuses_is_stopped() {

@@ -161,29 +161,13 @@ pub(super) fn trailers(block: &Bytes) -> Result<HeaderMap, Refused> {
 mod tests {
     use super::*;
 
-    /// A prefixed integer with `bits` bits in its first byte, above them `flags`.
-    fn int(out: &mut Vec<u8>, bits: u32, flags: u8, v: usize) {
-        let mask = (1usize << bits) - 1;
-        if v < mask {
-            out.push(flags | v as u8);
-            return;
-        }
-        out.push(flags | mask as u8);
-        let mut rest = v - mask;
-        while rest >= 0x80 {
-            out.push((rest as u8 & 0x7f) | 0x80);
-            rest >>= 7;
-        }
-        out.push(rest as u8);
-    }
-
     /// A field section of literals with literal names, as plain strings.
     fn section(fields: &[(&str, &str)]) -> Bytes {
         let mut out = vec![0, 0];
         for (n, v) in fields {
-            int(&mut out, 3, 0x20, n.len());
+            qpack::put_int(&mut out, 3, 0x20, n.len() as u64);
             out.extend_from_slice(n.as_bytes());
-            int(&mut out, 7, 0, v.len());
+            qpack::put_int(&mut out, 7, 0, v.len() as u64);
             out.extend_from_slice(v.as_bytes());
         }
         Bytes::from(out)

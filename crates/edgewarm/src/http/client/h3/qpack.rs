@@ -144,7 +144,7 @@ pub(super) fn decode<E: From<Invalid>>(
 }
 
 /// Append a prefixed integer: `flags` are the first byte's bits above its `bits`-bit prefix.
-fn put_int(out: &mut Vec<u8>, bits: u32, flags: u8, v: u64) {
+pub(super) fn put_int(out: &mut Vec<u8>, bits: u32, flags: u8, v: u64) {
     let mask = (1u64 << bits) - 1;
     if v < mask {
         out.push(flags | v as u8);

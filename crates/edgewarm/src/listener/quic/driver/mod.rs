@@ -1,7 +1,8 @@
 //! `listeners[].quic_driver: own`: each worker drives its UDP socket and every QUIC connection on
 //! it from one loop of its own on quinn-proto ([`endpoint`]), instead of quinn's endpoint task,
-//! connection tasks and the channels between them. h3 runs on it through h3's `quic` traits
-//! ([`conn`], [`stream`], [`h3`]); a connection's task is the same HTTP/3 driver as quinn's
+//! connection tasks and the channels between them. The edge's HTTP/3 layer
+//! ([`crate::http::client::h3`]) runs on it through h3's `quic` traits ([`conn`], [`stream`],
+//! [`h3`]); a connection's task is the same HTTP/3 driver as quinn's
 //! ([`crate::action::http::serve_quic`]).
 //!
 //! The listener's default (`quic_driver: own`). What the quinn driver does around a connection,
