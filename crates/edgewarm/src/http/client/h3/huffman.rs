@@ -22,26 +22,42 @@ const EOS: u16 = 256;
 #[derive(Debug, PartialEq, Eq)]
 pub(super) struct Invalid;
 
+/// Each symbol's code length alone: the length pass reads a byte a symbol.
+const LENGTHS: [u8; 256] = {
+    let mut lengths = [0; 256];
+    let mut i = 0;
+    while i < 256 {
+        lengths[i] = CODES[i].1;
+        i += 1;
+    }
+    lengths
+};
+
 /// The number of bytes `s` takes Huffman-coded.
 pub(super) fn encoded_len(s: &[u8]) -> usize {
-    let bits: usize = s.iter().map(|&b| usize::from(CODES[usize::from(b)].1)).sum();
+    let bits: usize = s.iter().map(|&b| usize::from(LENGTHS[usize::from(b)])).sum();
     bits.div_ceil(8)
 }
 
-/// Append `s` Huffman-coded to `out`, padded with the EOS code's leading ones.
+/// Append `s` Huffman-coded to `out`, padded with the EOS code's leading ones. The caller
+/// reserves the room ([`encoded_len`]).
 pub(super) fn encode(s: &[u8], out: &mut Vec<u8>) {
-    out.reserve(encoded_len(s));
-    // Bits waiting to be written, aligned to the low end of `acc`; at most 7 + 30 of them.
+    // Bits waiting to be written, aligned to the low end of `acc`: fewer than 32 between
+    // symbols, and a code is at most 30, so they fit; they leave four bytes at a time.
     let mut acc: u64 = 0;
     let mut bits: u32 = 0;
     for &b in s {
         let (code, len) = CODES[usize::from(b)];
         acc = (acc << len) | u64::from(code);
         bits += u32::from(len);
-        while bits >= 8 {
-            bits -= 8;
-            out.push((acc >> bits) as u8);
+        if bits >= 32 {
+            bits -= 32;
+            out.extend_from_slice(&((acc >> bits) as u32).to_be_bytes());
         }
+    }
+    while bits >= 8 {
+        bits -= 8;
+        out.push((acc >> bits) as u8);
     }
     if bits > 0 {
         let pad = 8 - bits;
@@ -149,7 +165,7 @@ mod tests {
     use super::*;
 
     fn round(s: &[u8]) -> Vec<u8> {
-        let mut coded = Vec::new();
+        let mut coded = Vec::with_capacity(encoded_len(s));
         encode(s, &mut coded);
         assert_eq!(coded.len(), encoded_len(s));
         let mut back = BytesMut::new();

@@ -165,6 +165,7 @@ fn put_string(out: &mut Vec<u8>, bits: u32, flags: u8, s: &[u8]) {
     let coded = huffman::encoded_len(s);
     if coded < s.len() {
         put_int(out, bits, flags | (1 << bits), coded as u64);
+        out.reserve(coded);
         huffman::encode(s, out);
     } else {
         put_int(out, bits, flags, s.len() as u64);
