@@ -39,6 +39,7 @@
 //! - [`workers`]: one single-threaded runtime per core; each accepted connection is served on
 //!   one of them, with origin connections of its own.
 //! - [`metrics`], [`admin`], [`accesslog`], [`error`]: what operators see.
+//! - [`fuzzing`]: the entry points the fuzz targets (`fuzz/`) reach the crate's parsers by.
 //!
 //! The WAN lab and the load generator are the `edgewarm-lab` crate; the proxy links none of it.
 
