@@ -12,7 +12,7 @@ use http_body::{Frame, SizeHint};
 
 use super::frame::{self, code, Kind, ReadError, Reader};
 use super::head::{self, Refused};
-use super::MAX_HEADER_BYTES;
+use super::{protocol_error, MAX_HEADER_BYTES};
 use crate::http::client::quic::QuicConn;
 
 /// Why a request body could not be read whole.
@@ -70,8 +70,7 @@ impl<Q: QuicConn> H3Body<Q> {
     /// A frame-rule breach: the connection is closed with `code` (RFC 9114 §7, §8).
     fn connection_error(&mut self, code: u64, why: &'static str) -> Poll<Option<Result<Frame<Bytes>, BodyError>>> {
         self.done = true;
-        tracing::debug!(why, "HTTP/3 request body broke the frame rules; closing the connection");
-        self.quic.close(u32::try_from(code).unwrap_or(code::GENERAL_PROTOCOL_ERROR as u32));
+        protocol_error(&self.quic, code, why);
         Poll::Ready(Some(Err(BodyError::Protocol(why))))
     }
 

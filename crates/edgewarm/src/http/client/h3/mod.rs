@@ -33,17 +33,17 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-use bytes::Bytes;
+use bytes::{Buf, Bytes};
 use futures_util::stream::{FuturesUnordered, StreamExt};
 use futures_util::FutureExt;
-use h3::quic::{BidiStream, Connection, OpenStreams, SendStream, SendStreamUnframed};
+use h3::quic::{BidiStream, Connection, OpenStreams, SendStream, SendStreamUnframed, StreamErrorIncoming};
 use tokio_util::sync::CancellationToken;
 
 use super::quic::QuicConn;
 use super::{handler_panicked, stopping, Ended, MAX_HEADER_BYTES};
 use crate::http::service::Service;
 use frame::code;
-use uni::{ConnError, Event, Seen, Uni};
+use uni::{ConnError, Event, Next, Seen, Uni};
 
 /// [`crate::fuzzing::http3_field_section`].
 pub(crate) fn fuzz_field_section(block: &[u8]) -> (bool, bool) {
@@ -80,7 +80,7 @@ enum Incoming<Q: QuicConn> {
 /// streams, read here as they arrive.
 struct Streams<Q: QuicConn> {
     conn: Q::H3,
-    uni: Vec<Uni<Q::Recv>>,
+    uni: FuturesUnordered<Next<Q::Recv>>,
     seen: Seen,
 }
 
@@ -95,17 +95,26 @@ impl<Q: QuicConn> Streams<Q> {
         }
         while let Poll::Ready(recv) = self.conn.poll_accept_recv(cx) {
             match recv {
-                Ok(recv) => self.uni.push(Uni::new(recv)),
+                Ok(recv) => self.uni.push(Next::new(Uni::new(recv))),
                 Err(e) => return Poll::Ready(Incoming::Lost(e.to_string())),
             }
         }
-        let mut i = 0;
-        while i < self.uni.len() {
-            match self.uni[i].poll(&mut self.seen, cx) {
-                Poll::Pending => i += 1,
-                Poll::Ready(Ok(None)) => drop(self.uni.swap_remove(i)),
-                Poll::Ready(Ok(Some(Event::GoAway))) => return Poll::Ready(Incoming::ClientGoAway),
-                Poll::Ready(Err(e)) => return Poll::Ready(Incoming::Broke(e)),
+        // Ready(None) once no stream is left.
+        while let Poll::Ready(Some((uni, told))) = self.uni.poll_next_unpin(cx) {
+            match told {
+                // Done with (an unknown type, stopped): dropped.
+                Ok(None) => {}
+                Ok(Some(Event::Critical(i))) => {
+                    if let Err(e) = self.seen.open(i) {
+                        return Poll::Ready(Incoming::Broke(e));
+                    }
+                    self.uni.push(Next::new(uni));
+                }
+                Ok(Some(Event::GoAway)) => {
+                    self.uni.push(Next::new(uni));
+                    return Poll::Ready(Incoming::ClientGoAway);
+                }
+                Err(e) => return Poll::Ready(Incoming::Broke(e)),
             }
         }
         Poll::Pending
@@ -117,14 +126,14 @@ impl<Q: QuicConn> Streams<Q> {
 async fn open_control<Q: QuicConn>(conn: &Q::H3) -> Result<Q::Send, String> {
     let mut opener = conn.opener();
     let mut send = poll_fn(|cx| opener.poll_open_send(cx)).await.map_err(|e| e.to_string())?;
-    let mut preface = uni::control_preface(MAX_HEADER_BYTES as u64);
-    write_all(&mut send, &mut preface).await?;
+    write_all(&mut send, uni::control_preface(MAX_HEADER_BYTES as u64)).await.map_err(|e| e.to_string())?;
     Ok(send)
 }
 
-async fn write_all<S: SendStreamUnframed<Bytes>>(send: &mut S, buf: &mut Bytes) -> Result<(), String> {
-    while !buf.is_empty() {
-        poll_fn(|cx| send.poll_send(cx, buf)).await.map_err(|e| e.to_string())?;
+/// Write all of `buf` to a stream, as its window takes it.
+async fn write_all<S: SendStreamUnframed<Bytes>>(send: &mut S, mut buf: impl Buf) -> Result<(), StreamErrorIncoming> {
+    while buf.has_remaining() {
+        poll_fn(|cx| send.poll_send(cx, &mut buf)).await?;
     }
     Ok(())
 }
@@ -153,7 +162,7 @@ pub(crate) async fn serve<Q: QuicConn>(
             return Ended::Cut;
         }
     };
-    let mut incoming = Streams::<Q> { conn, uni: Vec::new(), seen: Seen::default() };
+    let mut incoming = Streams::<Q> { conn, uni: FuturesUnordered::new(), seen: Seen::default() };
     let mut stop_wait = pin!(stopping(stop, retired));
     let mut streams = FuturesUnordered::new();
     // The GOAWAY sent: requests on streams from this ID on are refused unprocessed.
@@ -230,14 +239,20 @@ pub(crate) async fn serve<Q: QuicConn>(
     }
 }
 
+/// A client that broke HTTP/3's rules, on any of its streams: logged, and its connection
+/// closed with the RFC's `code` (every HTTP/3 and QPACK code fits 32 bits).
+fn protocol_error(quic: &impl QuicConn, code: u64, why: &'static str) {
+    tracing::debug!(why, "HTTP/3 client broke the protocol; closing its connection");
+    quic.close(u32::try_from(code).unwrap_or(code::GENERAL_PROTOCOL_ERROR as u32));
+}
+
 /// A connection whose client broke the protocol: closed with `code`, unless it had already
 /// ended.
 fn broke(quic: &impl QuicConn, code: u64, why: &'static str) -> Ended {
     if quic.ended_normally() {
         return Ended::Done;
     }
-    tracing::debug!(why, "HTTP/3 client broke the protocol; closing its connection");
-    quic.close(u32::try_from(code).unwrap_or(code::GENERAL_PROTOCOL_ERROR as u32));
+    protocol_error(quic, code, why);
     Ended::Failed(format!("HTTP/3 protocol error: {why}"))
 }
 

@@ -17,7 +17,7 @@ use http_body::Body as _;
 use super::body::H3Body;
 use super::frame::{self, code, Kind, ReadError, Reader};
 use super::head::{self, Refused};
-use super::{qpack, MAX_HEADER_BYTES};
+use super::{protocol_error, qpack, write_all, MAX_HEADER_BYTES};
 use crate::http::client::quic::QuicConn;
 use crate::http::client::{content_length, finish_head};
 use crate::http::interim::Interims;
@@ -42,11 +42,8 @@ struct Writer<S: SendStream<Bytes>> {
 }
 
 impl<S: SendStreamUnframed<Bytes>> Writer<S> {
-    async fn write(&mut self, mut buf: impl Buf) -> Result<(), StreamErrorIncoming> {
-        while buf.has_remaining() {
-            poll_fn(|cx| self.send.poll_send(cx, &mut buf)).await?;
-        }
-        Ok(())
+    async fn write(&mut self, buf: impl Buf) -> Result<(), StreamErrorIncoming> {
+        write_all(&mut self.send, buf).await
     }
 
     async fn finish(&mut self) {
@@ -90,12 +87,6 @@ fn put_headers(out: &mut Vec<u8>, status: Option<StatusCode>, headers: &HeaderMa
     }
 }
 
-/// A connection error from a request stream: logged, and the connection closed with `code`.
-fn connection_error(quic: &impl QuicConn, code: u64, why: &'static str) {
-    tracing::debug!(why, "HTTP/3 client broke the protocol; closing its connection");
-    quic.close(u32::try_from(code).unwrap_or(code::GENERAL_PROTOCOL_ERROR as u32));
-}
-
 /// A stream refused both ways with `code`: H3_REQUEST_REJECTED for a request after GOAWAY
 /// (the client may send it again, §4.1.1), H3_MESSAGE_ERROR for a malformed one.
 pub(super) fn refuse<S: SendStream<Bytes>, R: RecvStream>(send: &mut S, recv: &mut R, code: u64) {
@@ -111,7 +102,7 @@ async fn head_block<Q: QuicConn>(
     writer: &mut Writer<Q::Send>,
 ) -> Option<Result<Bytes, u64>> {
     let truncated = || {
-        connection_error(quic, code::FRAME_ERROR, "a request stream ended inside a frame");
+        protocol_error(quic, code::FRAME_ERROR, "a request stream ended inside a frame");
         None
     };
     loop {
@@ -143,7 +134,7 @@ async fn head_block<Q: QuicConn>(
                 }
             }
             _ => {
-                connection_error(quic, code::FRAME_UNEXPECTED, "a request stream not opened by HEADERS");
+                protocol_error(quic, code::FRAME_UNEXPECTED, "a request stream not opened by HEADERS");
                 return None;
             }
         }
@@ -164,7 +155,7 @@ pub(super) async fn request<Q: QuicConn>(shared: Arc<Service>, quic: Q, stream: 
         Ok(Ok(req)) => req,
         Ok(Err(Refused::Qpack(e))) => {
             client_error(e.0);
-            return connection_error(&quic, code::QPACK_DECOMPRESSION_FAILED, e.0);
+            return protocol_error(&quic, code::QPACK_DECOMPRESSION_FAILED, e.0);
         }
         Ok(Err(Refused::Malformed(why))) => {
             client_error(why);

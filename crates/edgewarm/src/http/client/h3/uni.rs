@@ -3,6 +3,8 @@
 //! needs with no dynamic table (their bytes are read and dropped), and stream types the edge
 //! does not know, which it stops (§6.2: "MUST either abort reading ... or discard").
 
+use std::future::Future;
+use std::pin::Pin;
 use std::task::{ready, Context, Poll};
 
 use bytes::Bytes;
@@ -21,8 +23,11 @@ const fn error(code: u64, why: &'static str) -> ConnError {
     ConnError { code, why }
 }
 
-/// What the client's control stream told.
+/// What a client's unidirectional stream told.
 pub(super) enum Event {
+    /// Its type: one of the critical streams (0 control, 1 QPACK encoder, 2 QPACK decoder),
+    /// each of which a client may open once ([`Seen`]).
+    Critical(usize),
     /// GOAWAY: the client opens no more requests (the ID is of pushes, which the edge never
     /// makes).
     GoAway,
@@ -57,6 +62,44 @@ pub(super) struct Uni<R> {
 #[derive(Default)]
 pub(super) struct Seen([bool; 3]);
 
+impl Seen {
+    /// The client opened critical stream `i` ([`Event::Critical`]): a second of one type is a
+    /// connection error.
+    pub(super) fn open(&mut self, i: usize) -> Result<(), ConnError> {
+        match self.0.get_mut(i).map(|seen| std::mem::replace(seen, true)) {
+            Some(false) => Ok(()),
+            _ => Err(error(code::STREAM_CREATION_ERROR, "a second critical stream of one type")),
+        }
+    }
+}
+
+/// A stream's next event, as a future: the connection keeps them in a set that polls a stream
+/// only once the stream has woken it, not on every turn of the connection's task.
+pub(super) struct Next<R>(Option<Uni<R>>);
+
+impl<R> Next<R> {
+    pub(super) fn new(uni: Uni<R>) -> Self {
+        Self(Some(uni))
+    }
+}
+
+// Nothing in it is pinned in place: the stream is only ever polled through `&mut`.
+impl<R> Unpin for Next<R> {}
+
+impl<R: RecvStream> Future for Next<R> {
+    /// The stream back (to be waited on again, or dropped) and what it told.
+    type Output = (Uni<R>, Result<Option<Event>, ConnError>);
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let Some(uni) = self.0.as_mut() else { return Poll::Pending };
+        let told = ready!(uni.poll(cx));
+        match self.0.take() {
+            Some(uni) => Poll::Ready((uni, told)),
+            None => Poll::Pending,
+        }
+    }
+}
+
 impl<R: RecvStream> Uni<R> {
     pub(super) fn new(recv: R) -> Self {
         Self { reader: Reader::new(recv), state: State::Type }
@@ -72,7 +115,7 @@ impl<R: RecvStream> Uni<R> {
 
     /// Read what has arrived. `Ready(Ok(Some))`: an event; `Ready(Ok(None))`: the stream is
     /// done with (an unknown type, stopped).
-    pub(super) fn poll(&mut self, seen: &mut Seen, cx: &mut Context<'_>) -> Poll<Result<Option<Event>, ConnError>> {
+    fn poll(&mut self, cx: &mut Context<'_>) -> Poll<Result<Option<Event>, ConnError>> {
         loop {
             match self.state {
                 State::Type => {
@@ -96,13 +139,8 @@ impl<R: RecvStream> Uni<R> {
                             return Poll::Ready(Ok(None));
                         }
                     };
-                    if std::mem::replace(&mut seen.0[critical], true) {
-                        return Poll::Ready(Err(error(
-                            code::STREAM_CREATION_ERROR,
-                            "a second critical stream of one type",
-                        )));
-                    }
                     self.state = if t == CONTROL { State::Control { settings: false } } else { State::Discard };
+                    return Poll::Ready(Ok(Some(Event::Critical(critical))));
                 }
                 State::Discard => match ready!(self.reader.poll_some(cx, u64::MAX)) {
                     Ok(_) => {}
@@ -219,6 +257,14 @@ mod tests {
         assert_eq!(check_settings(&[0x06, 0x01, 0x06, 0x02]).unwrap_err().code, code::SETTINGS_ERROR);
         assert_eq!(check_settings(&[0x04, 0x01]).unwrap_err().code, code::SETTINGS_ERROR);
         assert_eq!(check_settings(&[0x06]).unwrap_err().code, code::FRAME_ERROR);
+    }
+
+    #[test]
+    fn each_critical_stream_opens_once() {
+        let mut seen = Seen::default();
+        assert!(seen.open(0).is_ok() && seen.open(2).is_ok());
+        assert_eq!(seen.open(0).unwrap_err().code, code::STREAM_CREATION_ERROR);
+        assert!(seen.open(3).is_err());
     }
 
     #[test]
