@@ -3,13 +3,15 @@
 //! Implemented for quinn's connections and for the listener's own driver
 //! ([`crate::listener::quic::driver`]).
 
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use bytes::Bytes;
+use h3::quic::{SendStreamUnframed, StreamErrorIncoming};
 
 /// A server-side QUIC connection HTTP/3 can be served on.
 pub(crate) trait QuicConn: Clone + Send + Sync + 'static {
-    type Send: h3::quic::SendStreamUnframed<Bytes> + Send + 'static;
+    type Send: SendChunks + Send + 'static;
     type Recv: h3::quic::RecvStream + Send + Sync + 'static;
     type Bidi: h3::quic::BidiStream<Bytes, SendStream = Self::Send, RecvStream = Self::Recv> + Send + 'static;
     type H3: h3::quic::Connection<Bytes, BidiStream = Self::Bidi, RecvStream = Self::Recv, OpenStreams = Self::Open>
@@ -27,6 +29,27 @@ pub(crate) trait QuicConn: Clone + Send + Sync + 'static {
     /// Whether the connection ended the normal way: a close by either side, or the idle timeout.
     fn ended_normally(&self) -> bool;
 }
+
+/// A stream's sending half that can take whole `Bytes`.
+pub(crate) trait SendChunks: SendStreamUnframed<Bytes> {
+    /// Write the front of `chunks` as far as the stream's window goes, returning how many bytes
+    /// it took: a chunk taken whole is left empty, one taken in part keeps its rest. `Pending`
+    /// only if it took none. This one copies, a chunk at a time; the own driver's hands
+    /// quinn-proto the chunks themselves, which it keeps until they are acknowledged.
+    fn poll_send_chunks(
+        &mut self,
+        cx: &mut Context<'_>,
+        chunks: &mut [Bytes],
+    ) -> Poll<Result<usize, StreamErrorIncoming>> {
+        match chunks.iter_mut().find(|c| !c.is_empty()) {
+            Some(first) => self.poll_send(cx, first),
+            None => Poll::Ready(Ok(0)),
+        }
+    }
+}
+
+/// quinn's stream takes a slice, which it copies.
+impl SendChunks for h3_quinn::SendStream<Bytes> {}
 
 impl QuicConn for quinn::Connection {
     type Send = h3_quinn::SendStream<Bytes>;

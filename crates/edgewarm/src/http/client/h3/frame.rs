@@ -84,6 +84,9 @@ pub(super) fn put_varint(out: &mut impl BufMut, v: u64) {
     }
 }
 
+/// The longest frame header: a type and a length of eight bytes each.
+pub(super) const MAX_HEADER: usize = 16;
+
 /// Append a frame's header: its type and payload length.
 pub(super) fn put_header(out: &mut impl BufMut, t: u64, len: usize) {
     put_varint(out, t);

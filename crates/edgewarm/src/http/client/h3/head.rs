@@ -163,14 +163,14 @@ mod tests {
 
     /// A field section of literals with literal names, as plain strings.
     fn section(fields: &[(&str, &str)]) -> Bytes {
-        let mut out = vec![0, 0];
+        let mut out = bytes::BytesMut::from(&[0u8, 0][..]);
         for (n, v) in fields {
             qpack::put_int(&mut out, 3, 0x20, n.len() as u64);
             out.extend_from_slice(n.as_bytes());
             qpack::put_int(&mut out, 7, 0, v.len() as u64);
             out.extend_from_slice(v.as_bytes());
         }
-        Bytes::from(out)
+        out.freeze()
     }
 
     fn malformed(fields: &[(&str, &str)]) -> bool {

@@ -16,6 +16,7 @@
 //! last one, so a slow client slows the origin instead of growing our buffers; a request body
 //! is read from the stream as the upload to the origin asks for it.
 
+mod arena;
 mod body;
 mod frame;
 mod head;
@@ -33,13 +34,13 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-use bytes::{Buf, Bytes};
+use bytes::Bytes;
 use futures_util::stream::{FuturesUnordered, StreamExt};
 use futures_util::FutureExt;
-use h3::quic::{BidiStream, Connection, OpenStreams, SendStream, SendStreamUnframed, StreamErrorIncoming};
+use h3::quic::{BidiStream, Connection, OpenStreams, SendStream, StreamErrorIncoming};
 use tokio_util::sync::CancellationToken;
 
-use super::quic::QuicConn;
+use super::quic::{QuicConn, SendChunks};
 use super::{handler_panicked, stopping, Ended, MAX_HEADER_BYTES};
 use crate::http::service::Service;
 use frame::code;
@@ -55,7 +56,7 @@ pub(crate) fn fuzz_field_section(block: &[u8]) -> (bool, bool) {
         Ok(())
     });
     for s in strings {
-        let mut coded = Vec::new();
+        let mut coded = bytes::BytesMut::new();
         huffman::encode(&s, &mut coded);
         let mut back = bytes::BytesMut::new();
         assert_eq!(huffman::decode(&coded, &mut back), Ok(()));
@@ -126,14 +127,15 @@ impl<Q: QuicConn> Streams<Q> {
 async fn open_control<Q: QuicConn>(conn: &Q::H3) -> Result<Q::Send, String> {
     let mut opener = conn.opener();
     let mut send = poll_fn(|cx| opener.poll_open_send(cx)).await.map_err(|e| e.to_string())?;
-    write_all(&mut send, uni::control_preface(MAX_HEADER_BYTES as u64)).await.map_err(|e| e.to_string())?;
+    let mut preface = [uni::control_preface(MAX_HEADER_BYTES as u64)];
+    write_all(&mut send, &mut preface).await.map_err(|e| e.to_string())?;
     Ok(send)
 }
 
-/// Write all of `buf` to a stream, as its window takes it.
-async fn write_all<S: SendStreamUnframed<Bytes>>(send: &mut S, mut buf: impl Buf) -> Result<(), StreamErrorIncoming> {
-    while buf.has_remaining() {
-        poll_fn(|cx| send.poll_send(cx, &mut buf)).await?;
+/// Write all of `chunks` to a stream, as its window takes them.
+async fn write_all<S: SendChunks>(send: &mut S, chunks: &mut [Bytes]) -> Result<(), StreamErrorIncoming> {
+    while chunks.iter().any(|c| !c.is_empty()) {
+        poll_fn(|cx| send.poll_send_chunks(cx, chunks)).await?;
     }
     Ok(())
 }
@@ -218,7 +220,7 @@ pub(crate) async fn serve<Q: QuicConn>(
                 goaway = Some(next_id);
                 unsent = uni::goaway(next_id);
             }
-            written = poll_fn(|cx| control.poll_send(cx, &mut unsent)), if !unsent.is_empty() => {
+            written = poll_fn(|cx| control.poll_send_chunks(cx, std::slice::from_mut(&mut unsent))), if !unsent.is_empty() => {
                 if written.is_err() {
                     // The client stopped the edge's control stream (§6.2.1).
                     return broke(&quic, code::CLOSED_CRITICAL_STREAM, "the control stream stopped");

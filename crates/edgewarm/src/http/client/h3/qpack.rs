@@ -7,10 +7,11 @@
 //! A string is Huffman-coded only where that makes it shorter; the header names and values a
 //! response repeats most are in the static table.
 
-use bytes::{Bytes, BytesMut};
+use bytes::{BufMut, Bytes, BytesMut};
 use http::header::{HeaderMap, HeaderValue};
 use http::StatusCode;
 
+use super::arena::{self, Arena};
 use super::huffman;
 use super::static_table::{named, STATIC};
 
@@ -73,21 +74,17 @@ fn get_int(b: &[u8], at: &mut usize, bits: u32) -> Result<u64, Invalid> {
 }
 
 /// A string literal whose H flag sits just above its `bits`-bit length prefix: a view into the
-/// block, or, Huffman-coded, decoded into `scratch`, which all of a section's coded strings
-/// share (one allocation a section, not one a string).
-fn get_string(block: &Bytes, at: &mut usize, bits: u32, scratch: &mut BytesMut) -> Result<Bytes, Invalid> {
+/// block, or, Huffman-coded, decoded into a piece of the thread's [`arena`].
+fn get_string(block: &Bytes, at: &mut usize, bits: u32, arena: &mut Arena<'_>) -> Result<Bytes, Invalid> {
     let huffman = block.get(*at).ok_or(Invalid("truncated string"))? & (1 << bits) != 0;
     let len = get_int(block, at, bits)?;
     let len = usize::try_from(len).map_err(|_| Invalid("string too long"))?;
     let end = at.checked_add(len).filter(|&end| end <= block.len()).ok_or(Invalid("truncated string"))?;
     let raw = &block[*at..end];
     let s = if huffman {
-        if scratch.capacity() == 0 {
-            // Enough for every coded string of the section: none decodes to more than this.
-            scratch.reserve(huffman::decoded_max(block.len()));
-        }
-        huffman::decode(raw, scratch).map_err(|huffman::Invalid| Invalid("bad Huffman coding"))?;
-        scratch.split().freeze()
+        huffman::decode(raw, arena.room(huffman::decoded_max(raw.len())))
+            .map_err(|huffman::Invalid| Invalid("bad Huffman coding"))?;
+        arena.cut().unwrap_or_default()
     } else {
         block.slice(*at..end)
     };
@@ -104,8 +101,15 @@ pub(super) fn decode<E: From<Invalid>>(
     block: &Bytes,
     mut field: impl FnMut(Text, Text) -> Result<(), E>,
 ) -> Result<(), E> {
+    arena::with(|arena| decode_in(block, arena, &mut field))
+}
+
+fn decode_in<E: From<Invalid>>(
+    block: &Bytes,
+    arena: &mut Arena<'_>,
+    field: &mut impl FnMut(Text, Text) -> Result<(), E>,
+) -> Result<(), E> {
     let mut at = 0;
-    let mut scratch = BytesMut::new();
     // The prefix: Required Insert Count, which must be 0 with no dynamic table, then the Base,
     // which only matters with one.
     if get_int(block, &mut at, 8)? != 0 {
@@ -127,12 +131,12 @@ pub(super) fn decode<E: From<Invalid>>(
                 return Err(Invalid("a reference to the dynamic table, whose capacity is 0").into());
             }
             let (name, _) = static_entry(get_int(block, &mut at, 4)?)?;
-            let value = get_string(block, &mut at, 7, &mut scratch)?;
+            let value = get_string(block, &mut at, 7, arena)?;
             field(Text::Static(name), Text::Own(value))?;
         } else if first & 0x20 != 0 {
             // Literal field line with literal name: 001 N H length(3), then the value.
-            let name = get_string(block, &mut at, 3, &mut scratch)?;
-            let value = get_string(block, &mut at, 7, &mut scratch)?;
+            let name = get_string(block, &mut at, 3, arena)?;
+            let value = get_string(block, &mut at, 7, arena)?;
             field(Text::Own(name), Text::Own(value))?;
         } else {
             // Indexed with post-base index, and literal with post-base name reference: both the
@@ -144,24 +148,24 @@ pub(super) fn decode<E: From<Invalid>>(
 }
 
 /// Append a prefixed integer: `flags` are the first byte's bits above its `bits`-bit prefix.
-pub(super) fn put_int(out: &mut Vec<u8>, bits: u32, flags: u8, v: u64) {
+pub(super) fn put_int(out: &mut BytesMut, bits: u32, flags: u8, v: u64) {
     let mask = (1u64 << bits) - 1;
     if v < mask {
-        out.push(flags | v as u8);
+        out.put_u8(flags | v as u8);
         return;
     }
-    out.push(flags | mask as u8);
+    out.put_u8(flags | mask as u8);
     let mut rest = v - mask;
     while rest >= 0x80 {
-        out.push((rest as u8 & 0x7f) | 0x80);
+        out.put_u8((rest as u8 & 0x7f) | 0x80);
         rest >>= 7;
     }
-    out.push(rest as u8);
+    out.put_u8(rest as u8);
 }
 
 /// Append a string literal whose H flag sits just above its `bits`-bit length prefix: Huffman
 /// where that is shorter, as it is.
-fn put_string(out: &mut Vec<u8>, bits: u32, flags: u8, s: &[u8]) {
+fn put_string(out: &mut BytesMut, bits: u32, flags: u8, s: &[u8]) {
     let coded = huffman::encoded_len(s);
     if coded < s.len() {
         put_int(out, bits, flags | (1 << bits), coded as u64);
@@ -197,7 +201,7 @@ fn status_index(status: StatusCode) -> Option<u64> {
 /// Append one field line: the static entry where name and value match one, a reference to the
 /// entry's name where only that does, the name as a literal otherwise. `sensitive` sets the N
 /// bit: an intermediary must not put the field in a dynamic table of its own either.
-fn put_field(out: &mut Vec<u8>, name: &str, value: &[u8], sensitive: bool) {
+fn put_field(out: &mut BytesMut, name: &str, value: &[u8], sensitive: bool) {
     let entries = named(name);
     if !sensitive {
         if let Some(&i) = entries.iter().find(|&&i| STATIC[usize::from(i)].1.as_bytes() == value) {
@@ -215,7 +219,7 @@ fn put_field(out: &mut Vec<u8>, name: &str, value: &[u8], sensitive: bool) {
 
 /// Encode a response head (`status`) or trailers (none) as a field section, appending it to
 /// `out`.
-pub(super) fn encode(status: Option<StatusCode>, headers: &HeaderMap, out: &mut Vec<u8>) {
+pub(super) fn encode(status: Option<StatusCode>, headers: &HeaderMap, out: &mut BytesMut) {
     // Required Insert Count 0, Base 0.
     out.extend_from_slice(&[0, 0]);
     if let Some(status) = status {
@@ -267,7 +271,7 @@ mod tests {
         headers.insert("authorization", secret);
         headers.insert("x-empty", HeaderValue::from_static(""));
         for status in [StatusCode::OK, StatusCode::from_u16(299).unwrap(), StatusCode::from_u16(103).unwrap()] {
-            let mut out = Vec::new();
+            let mut out = BytesMut::new();
             encode(Some(status), &headers, &mut out);
             let back = fields(&out).unwrap();
             assert_eq!(back[0], (":status".into(), status.as_str().into()));
@@ -276,18 +280,18 @@ mod tests {
             assert_eq!(back[1..], want[..]);
         }
         // "content-type: text/plain" is entry 53: one byte.
-        let mut out = Vec::new();
+        let mut out = BytesMut::new();
         let mut one = HeaderMap::new();
         one.insert("content-type", HeaderValue::from_static("text/plain"));
         encode(None, &one, &mut out);
-        assert_eq!(out, [0, 0, 0xc0 | 53]);
+        assert_eq!(&out[..], [0, 0, 0xc0 | 53]);
     }
 
     #[test]
     fn long_integers_round_trip() {
         for v in [0, 14, 15, 16, 127, 128, 300, 1 << 20, u64::from(u32::MAX)] {
             for bits in [3, 4, 6, 7, 8] {
-                let mut out = Vec::new();
+                let mut out = BytesMut::new();
                 put_int(&mut out, bits, 0, v);
                 let mut at = 0;
                 assert_eq!(get_int(&out, &mut at, bits), Ok(v));

@@ -2,23 +2,26 @@
 //! then the response's heads (any 103 first, §4.1), DATA and trailers written back.
 //!
 //! A response's frames are gathered while the body has more ready: a short answer's HEADERS,
-//! DATA and end leave in one write to the QUIC stream.
+//! DATA and end leave in one write to the QUIC stream. Frame headers, heads and short body
+//! chunks are written into the thread's [`arena`]; a longer chunk goes to the stream as the
+//! origin's `Bytes`, uncopied.
 
 use std::future::poll_fn;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::task::Poll;
+use std::task::{Context, Poll};
 
-use bytes::{Buf, Bytes};
-use h3::quic::{RecvStream, SendStream, SendStreamUnframed, StreamErrorIncoming};
+use bytes::{BufMut, Bytes, BytesMut};
+use h3::quic::{RecvStream, SendStream, StreamErrorIncoming};
 use http::{HeaderMap, StatusCode};
 use http_body::Body as _;
 
+use super::arena;
 use super::body::H3Body;
 use super::frame::{self, code, Kind, ReadError, Reader};
 use super::head::{self, Refused};
 use super::{protocol_error, qpack, write_all, MAX_HEADER_BYTES};
-use crate::http::client::quic::QuicConn;
+use crate::http::client::quic::{QuicConn, SendChunks};
 use crate::http::client::{content_length, finish_head};
 use crate::http::interim::Interims;
 use crate::http::respond::plain;
@@ -26,9 +29,18 @@ use crate::http::service::Service;
 use crate::http::Body;
 use crate::metrics::{Fault, HttpError};
 
-/// Body chunks up to this size are copied in beside their frame header; larger ones are
-/// written on their own.
-const GATHER: usize = 16 * 1024;
+/// Body chunks shorter than this are copied in beside their frame header; longer ones go to
+/// the stream as they are.
+const COPY_BELOW: usize = 1024;
+
+/// A response's bytes gathered before they are written, at most (a chunk may take it over).
+const GATHER: usize = 64 * 1024;
+
+/// The pieces a write takes at most: arena pieces alternate with long chunks.
+const PIECES: usize = 8;
+
+/// The room asked of the arena for a head; a longer one grows it.
+const HEAD_ROOM: usize = 256;
 
 /// The largest encoded HEADERS frame read: Huffman coding at its worst makes a string 3.75
 /// times longer (30 bits a byte), so a head within the limit is never longer than this.
@@ -41,9 +53,9 @@ struct Writer<S: SendStream<Bytes>> {
     done: bool,
 }
 
-impl<S: SendStreamUnframed<Bytes>> Writer<S> {
-    async fn write(&mut self, buf: impl Buf) -> Result<(), StreamErrorIncoming> {
-        write_all(&mut self.send, buf).await
+impl<S: SendChunks> Writer<S> {
+    async fn write(&mut self, chunks: &mut [Bytes]) -> Result<(), StreamErrorIncoming> {
+        write_all(&mut self.send, chunks).await
     }
 
     async fn finish(&mut self) {
@@ -71,20 +83,28 @@ impl<S: SendStream<Bytes>> Drop for Writer<S> {
 /// Append a HEADERS frame with a response head (`status`) or trailers. The section is encoded
 /// in place after a two-byte length, which nearly every head fits (64 bytes to 16 KiB); the
 /// rare other one is moved to fit its length.
-fn put_headers(out: &mut Vec<u8>, status: Option<StatusCode>, headers: &HeaderMap) {
-    out.push(frame::HEADERS as u8);
+fn put_headers(out: &mut BytesMut, status: Option<StatusCode>, headers: &HeaderMap) {
+    out.put_u8(frame::HEADERS as u8);
     let at = out.len();
-    out.extend_from_slice(&[0, 0]);
+    out.put_u16(0);
     qpack::encode(status, headers, out);
     let len = out.len() - at - 2;
     if (64..16384).contains(&len) {
         out[at..at + 2].copy_from_slice(&(0x4000 | len as u16).to_be_bytes());
     } else {
-        let block = out.split_off(at + 2);
+        let section = out[at + 2..].to_vec();
         out.truncate(at);
         frame::put_varint(out, len as u64);
-        out.extend_from_slice(&block);
+        out.extend_from_slice(&section);
     }
+}
+
+/// A HEADERS frame on its own, as a piece of the arena.
+fn headers_frame(status: Option<StatusCode>, headers: &HeaderMap) -> Bytes {
+    arena::with(|arena| {
+        put_headers(arena.room(HEAD_ROOM), status, headers);
+        arena.cut().unwrap_or_default()
+    })
 }
 
 /// A stream refused both ways with `code`: H3_REQUEST_REJECTED for a request after GOAWAY
@@ -186,9 +206,8 @@ pub(super) async fn request<Q: QuicConn>(shared: Arc<Service>, quic: Q, stream: 
                 response = &mut handled => break response,
                 // A 103's head goes first, in a HEADERS frame of its own (§4.1).
                 (head, source) = interims.next() => {
-                    let mut out = Vec::new();
-                    put_headers(&mut out, Some(head.status()), head.headers());
-                    match writer.write(out.as_slice()).await {
+                    let mut frame = [headers_frame(Some(head.status()), head.headers())];
+                    match writer.write(&mut frame).await {
                         Ok(()) => interims.sent(source),
                         Err(e) => tracing::debug!(error = %e, "HTTP/3 informational head not sent"),
                     }
@@ -204,68 +223,114 @@ pub(super) async fn request<Q: QuicConn>(shared: Arc<Service>, quic: Q, stream: 
 }
 
 /// Write a response: its head, then the body as the stream takes it (a write returns once the
-/// QUIC stream has taken the bytes, within its window, so at most one chunk waits here), then
-/// the trailers or the stream's end.
-async fn respond<S: SendStreamUnframed<Bytes>>(writer: &mut Writer<S>, head: http::response::Parts, mut body: Body) {
-    let mut out = Vec::with_capacity(256);
-    put_headers(&mut out, Some(head.status), &head.headers);
+/// QUIC stream has taken the bytes, within its window, so at most one gathering waits here),
+/// then the trailers or the stream's end.
+async fn respond<S: SendChunks>(writer: &mut Writer<S>, head: http::response::Parts, mut body: Body) {
+    let mut head = Some(head);
     loop {
-        // What the body has ready joins the bytes gathered so far; they are written once it
-        // would wait.
-        let frame = match poll_fn(|cx| Poll::Ready(Pin::new(&mut body).poll_frame(cx))).await {
-            Poll::Ready(frame) => frame,
-            Poll::Pending => {
-                if !out.is_empty() && writer.write(out.as_slice()).await.is_err() {
-                    return;
-                }
-                out.clear();
-                poll_fn(|cx| Pin::new(&mut body).poll_frame(cx)).await
+        let mut frames = Frames::default();
+        let after = poll_fn(|cx| gather(cx, &mut body, &mut head, &mut frames)).await;
+        if let After::Failed = after {
+            // The origin's response failed after its head went out: the client's stream is
+            // reset, never finished as if the body were whole.
+            writer.reset(code::INTERNAL_ERROR);
+            return;
+        }
+        if writer.write(&mut frames.pieces[..frames.n]).await.is_err() {
+            // The client stopped the stream: dropping the body frees the origin's.
+            return;
+        }
+        if let After::End = after {
+            writer.finish().await;
+            return;
+        }
+    }
+}
+
+/// What a response has ready to write, in order.
+#[derive(Default)]
+struct Frames {
+    pieces: [Bytes; PIECES],
+    n: usize,
+    /// Their bytes.
+    len: usize,
+}
+
+impl Frames {
+    fn push(&mut self, piece: Option<Bytes>) {
+        if let Some(piece) = piece {
+            self.len += piece.len();
+            self.pieces[self.n] = piece;
+            self.n += 1;
+        }
+    }
+}
+
+/// What comes after the frames gathered.
+enum After {
+    /// The body has more ready.
+    More,
+    /// The body has nothing ready yet.
+    Wait,
+    /// The response is whole: the stream ends after these frames.
+    End,
+    /// The body failed.
+    Failed,
+}
+
+/// Gather `head` (once) and what the body has ready, as far as [`GATHER`] and [`PIECES`] go.
+/// `Pending` only when there is nothing to write and the body has nothing ready.
+fn gather(
+    cx: &mut Context<'_>,
+    body: &mut Body,
+    head: &mut Option<http::response::Parts>,
+    frames: &mut Frames,
+) -> Poll<After> {
+    arena::with(|arena| {
+        if let Some(head) = head.take() {
+            put_headers(arena.room(HEAD_ROOM), Some(head.status), &head.headers);
+        }
+        let after = loop {
+            // Room for a piece and a chunk, and the piece after them.
+            if frames.n + 3 > PIECES || frames.len + arena.len() >= GATHER {
+                break After::More;
             }
-        };
-        match frame {
-            None => {
-                if writer.write(out.as_slice()).await.is_ok() {
-                    writer.finish().await;
+            let frame = match Pin::new(&mut *body).poll_frame(cx) {
+                Poll::Pending => break After::Wait,
+                Poll::Ready(None) => break After::End,
+                Poll::Ready(Some(Ok(frame))) => frame,
+                Poll::Ready(Some(Err(e))) => {
+                    tracing::debug!(error = %e, "response body failed; resetting the client's stream");
+                    break After::Failed;
                 }
-                return;
-            }
-            Some(Ok(frame)) => match frame.into_data() {
+            };
+            match frame.into_data() {
                 Ok(data) if data.is_empty() => {}
+                Ok(data) if data.len() < COPY_BELOW => {
+                    let out = arena.room(frame::MAX_HEADER + data.len());
+                    frame::put_header(out, frame::DATA, data.len());
+                    out.extend_from_slice(&data);
+                }
                 Ok(data) => {
-                    frame::put_header(&mut out, frame::DATA, data.len());
-                    if data.len() <= GATHER {
-                        out.extend_from_slice(&data);
-                        if out.len() < 4 * GATHER {
-                            continue;
-                        }
-                        if writer.write(out.as_slice()).await.is_err() {
-                            return;
-                        }
-                    } else if writer.write(out.as_slice()).await.is_err() || writer.write(data).await.is_err() {
-                        // The client stopped the stream: dropping the body frees the origin's.
-                        return;
-                    }
-                    out.clear();
+                    frame::put_header(arena.room(frame::MAX_HEADER), frame::DATA, data.len());
+                    frames.push(arena.cut());
+                    frames.push(Some(data));
                 }
                 Err(frame) => {
                     if let Ok(trailers) = frame.into_trailers() {
-                        put_headers(&mut out, None, &trailers);
-                        if writer.write(out.as_slice()).await.is_ok() {
-                            writer.finish().await;
-                        }
-                        return;
+                        put_headers(arena.room(HEAD_ROOM), None, &trailers);
+                        break After::End;
                     }
                 }
-            },
-            Some(Err(e)) => {
-                // The origin's response failed after its head went out: the client's stream is
-                // reset, never finished as if the body were whole.
-                tracing::debug!(error = %e, "response body failed; resetting the client's stream");
-                writer.reset(code::INTERNAL_ERROR);
-                return;
             }
+        };
+        frames.push(arena.cut());
+        if frames.n == 0 && matches!(after, After::Wait) {
+            Poll::Pending
+        } else {
+            Poll::Ready(after)
         }
-    }
+    })
 }
 
 #[cfg(test)]
@@ -281,13 +346,13 @@ mod tests {
                 headers.append("x-n", HeaderValue::from(i));
             }
             for status in [None, Some(StatusCode::OK)] {
-                let mut out = vec![9];
+                let mut out = BytesMut::from(&[9u8][..]);
                 put_headers(&mut out, status, &headers);
                 let (t, a) = frame::varint(&out[1..]).unwrap();
                 let (len, b) = frame::varint(&out[1 + a..]).unwrap();
                 assert_eq!(t, frame::HEADERS);
                 assert_eq!(len as usize, out.len() - 1 - a - b, "{n} fields");
-                let mut want = Vec::new();
+                let mut want = BytesMut::new();
                 qpack::encode(status, &headers, &mut want);
                 assert_eq!(&out[1 + a + b..], &want[..]);
             }

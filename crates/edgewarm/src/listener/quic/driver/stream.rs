@@ -1,6 +1,7 @@
 //! h3's stream traits on a stream of a connection in the worker's loop. A read takes what
-//! quinn-proto has reassembled, a write copies into its send buffer; either waits only when
-//! the stream has nothing (or no room), and is woken by that stream's own event.
+//! quinn-proto has reassembled; a write hands it `Bytes` to keep, or copies a slice into its
+//! send buffer; either waits only when the stream has nothing (or no room), and is woken by
+//! that stream's own event.
 
 use std::task::{Context, Poll};
 
@@ -9,6 +10,7 @@ use h3::quic::{StreamErrorIncoming, StreamId as H3StreamId, WriteBuf};
 use quinn_proto::{FinishError, ReadError, ReadableError, StreamId, VarInt, WriteError};
 
 use super::conn::{incoming, Conn};
+use crate::http::client::quic::SendChunks;
 
 /// The largest piece read at once: a QUIC packet's worth is all a read usually finds.
 const READ_MAX: usize = 64 * 1024;
@@ -133,18 +135,28 @@ impl<B: Buf> SendStream<B> {
     /// Copy as much of `buf` into quinn-proto's send buffer as the stream's window takes:
     /// `Pending` only if it took none, with the stream's waker set.
     fn write(&mut self, cx: &mut Context<'_>, buf: &mut impl Buf) -> Poll<Result<usize, StreamErrorIncoming>> {
+        self.write_with(cx, |stream| {
+            buf.has_remaining().then(|| stream.write(buf.chunk()).inspect(|&n| buf.advance(n)))
+        })
+    }
+
+    /// Hand quinn-proto what `put` writes, call after call, until it has nothing left (`None`)
+    /// or the stream's window is full: `Pending` only if it took nothing, with the stream's
+    /// waker set.
+    fn write_with(
+        &mut self,
+        cx: &mut Context<'_>,
+        mut put: impl FnMut(&mut quinn_proto::SendStream<'_>) -> Option<Result<usize, WriteError>>,
+    ) -> Poll<Result<usize, StreamErrorIncoming>> {
         let id = self.id;
         let written = self.conn.with(|slot| {
             if slot.lost.is_some() {
                 return None;
             }
             let mut total = 0;
-            while buf.has_remaining() {
-                match slot.conn.send_stream(id).write(buf.chunk()) {
-                    Ok(n) => {
-                        buf.advance(n);
-                        total += n;
-                    }
+            while let Some(put) = put(&mut slot.conn.send_stream(id)) {
+                match put {
+                    Ok(n) => total += n,
                     Err(WriteError::Blocked) if total > 0 => break,
                     Err(WriteError::Blocked) => {
                         slot.wakers.write.insert(id, cx.waker());
@@ -174,6 +186,25 @@ impl<B: Buf> h3::quic::SendStreamUnframed<B> for SendStream<B> {
     fn poll_send<D: Buf>(&mut self, cx: &mut Context<'_>, buf: &mut D) -> Poll<Result<usize, StreamErrorIncoming>> {
         std::task::ready!(self.flush(cx))?;
         self.write(cx, buf)
+    }
+}
+
+/// Whole `Bytes`, kept by quinn-proto as they are: a response's frames are not copied again.
+impl SendChunks for SendStream<Bytes> {
+    fn poll_send_chunks(
+        &mut self,
+        cx: &mut Context<'_>,
+        chunks: &mut [Bytes],
+    ) -> Poll<Result<usize, StreamErrorIncoming>> {
+        std::task::ready!(self.flush(cx))?;
+        let mut at = 0;
+        self.write_with(cx, |stream| {
+            while chunks.get(at).is_some_and(Bytes::is_empty) {
+                at += 1;
+            }
+            let rest = chunks.get_mut(at..).filter(|rest| !rest.is_empty())?;
+            Some(stream.write_chunks(rest).map(|w| w.bytes))
+        })
     }
 }
 
