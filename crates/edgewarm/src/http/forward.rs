@@ -10,6 +10,9 @@
 //!   responses.
 //! - `X-Forwarded-For`, `X-Forwarded-Proto` and `Forwarded` from the client are dropped, never
 //!   trusted, and set from what edgewarm saw; `Via` gets edgewarm's hop appended.
+//! - Several `Cookie` lines (HTTP/2 and HTTP/3 clients split the header to compress it better)
+//!   become one, joined with "; " (RFC 9113 §8.2.3, RFC 9114 §4.2.1): HTTP/1.1 allows one line,
+//!   and an origin reading only the first would lose the rest of a session's cookies.
 
 use std::net::SocketAddr;
 
@@ -190,6 +193,7 @@ pub(crate) fn target<B>(client_req: &Request<B>) -> Result<Uri, BadRequest> {
 pub(crate) fn head<B>(client_req: &Request<B>, target: Uri, client: &ClientFacts) -> Request<()> {
     let mut headers = client_req.headers().clone();
     strip_hop_by_hop(&mut headers);
+    join_cookies(&mut headers);
     let authority = target.authority().map_or("", |a| a.as_str());
     let add = client.add;
     if client.trusted {
@@ -243,6 +247,25 @@ pub(crate) fn head<B>(client_req: &Request<B>, target: Uri, client: &ClientFacts
     *out.version_mut() = Version::HTTP_2;
     *out.headers_mut() = headers;
     out
+}
+
+/// Several `Cookie` lines as one, in order, joined with "; ".
+fn join_cookies(headers: &mut HeaderMap) {
+    let mut lines = headers.get_all(header::COOKIE).iter();
+    if lines.next().is_none() || lines.next().is_none() {
+        return;
+    }
+    let mut joined = Vec::new();
+    for line in headers.get_all(header::COOKIE) {
+        if !joined.is_empty() {
+            joined.extend_from_slice(b"; ");
+        }
+        joined.extend_from_slice(line.as_bytes());
+    }
+    // Valid: each line was, and so is "; ".
+    if let Ok(one) = HeaderValue::from_maybe_shared(bytes::Bytes::from(joined)) {
+        headers.insert(header::COOKIE, one);
+    }
 }
 
 /// The client-bound response headers for an origin's response (`via`: add our hop).
@@ -363,6 +386,18 @@ mod tests {
         assert_eq!(out.headers()["x-forwarded-for"], "6.6.6.6, 192.0.2.7");
         assert_eq!(out.headers()["forwarded"], "for=6.6.6.6");
         assert_eq!(out.headers()["x-forwarded-proto"], "http");
+    }
+
+    #[test]
+    fn cookie_lines_become_one_in_order() {
+        let mut req = Request::builder().uri("https://b.test/").header("cookie", "a=1").header("x", "y");
+        req = req.header("cookie", "b=2").header("cookie", "c=3");
+        let req = req.body(()).unwrap();
+        let out = request(&req, &client()).unwrap();
+        let lines: Vec<_> = out.headers().get_all("cookie").iter().collect();
+        assert_eq!(lines, ["a=1; b=2; c=3"]);
+        let one = Request::builder().uri("https://b.test/").header("cookie", "a=1").body(()).unwrap();
+        assert_eq!(request(&one, &client()).unwrap().headers()["cookie"], "a=1");
     }
 
     #[test]

@@ -33,6 +33,30 @@ async fn http1_origins_get_a_keep_alive_pool() {
     edge.stop().await;
 }
 
+/// HTTP/2 and HTTP/3 clients may split `Cookie` into several field lines (browsers do, to
+/// compress them); an HTTP/1.1 origin gets them as the one line HTTP/1.1 allows, in order.
+#[tokio::test]
+async fn split_cookies_reach_an_http1_origin_as_one_line() {
+    let fx = fixture();
+    let (origin, stats) = h1_origin(&fx.origin).await;
+    let upstream = "    upstream: {protocol: http/1.1, connections: 1}\n";
+    let edge = edge(&fx.route(origin, upstream), "", "http3: true").await;
+    let mut client = HttpClient::connect(&fx.edge, edge.addr, "b.test", true).await.unwrap();
+    let cookies = [("cookie", "a=1"), ("accept", "*/*"), ("cookie", "b=2")];
+    let (head, _) = client.send("GET", "b.test", "/h2", &cookies, vec![]).await.unwrap();
+    assert_eq!(head.status, 200);
+    let ca = fx.path.join("edge/ca.pem");
+    let args = ["--header", "cookie=c=3", "--header", "cookie=d=4", "GET:/h3"];
+    let out = h3_client(edge.addr, "b.test", &ca, &args).await;
+    assert_eq!(out["responses"][0]["status"], 200, "{out}");
+    let seen = stats.seen.lock().unwrap().clone();
+    let lines =
+        |h: &http::HeaderMap| h.get_all("cookie").iter().map(|v| v.to_str().unwrap().to_string()).collect::<Vec<_>>();
+    assert_eq!(lines(&seen[0]), ["a=1; b=2"]);
+    assert_eq!(lines(&seen[1]), ["c=3; d=4"]);
+    edge.stop().await;
+}
+
 /// An HTTP/1.1 origin pool follows demand: a burst of concurrent requests makes it grow (the
 /// estimate counts connections in use), so the next burst of the same size finds idle
 /// connections and opens none; a reload with the same origin keeps the pool and its
