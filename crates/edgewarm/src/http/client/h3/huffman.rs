@@ -124,7 +124,9 @@ pub(super) fn decode(mut s: &[u8], out: &mut BytesMut) -> Result<(), Invalid> {
             bits += 8;
             s = rest;
         }
-        if bits == 0 {
+        // The end: nothing left, or padding (fewer than 8 bits, all ones, which no code is),
+        // found here rather than by the long-code search every string would end in.
+        if bits == 0 || (bits < 8 && (!acc) >> (64 - bits) == 0) {
             return Ok(());
         }
         // Past the string's end the bits read as ones: a code cut off there is padding.
