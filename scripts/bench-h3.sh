@@ -23,11 +23,7 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 # shellcheck source=scripts/bench-lib.sh
 . "$root/scripts/bench-lib.sh"
 bench_http_setup
-bench_h2_origin $origin 2
-BENCH_HTTP3=1 bench_http_edge $edge $admin $origin > "$dir/edge.yaml"
-nginx -c "$dir/origin.conf" & pids+=($!)
-RUST_LOG=warn "$edgewarm" run --config "$dir/edge.yaml" 2>"$dir/edge.log" & pids+=($!); pid=$!
-wait_ports $origin $edge
+bench_h3_start
 declare -A port=([h2]=$edge [h3]=$edge) edge_pid=([h2]=$pid [h3]=$pid) protocol=([h2]=h2 [h3]=h3)
 columns="h2 h3"
 if [ "${BENCH_QUINN:-1}" != 0 ]; then

@@ -94,6 +94,16 @@ http { access_log off; $temp keepalive_requests 100000;
 CONF
 }
 
+# bench_h3_start: after bench_http_setup, the nginx HTTP/2 origin (two workers) and one edge with
+# HTTP/3 on its listener ($dir/edge.yaml), both up; $pid is the edge's.
+bench_h3_start() {
+  bench_h2_origin "$origin" 2
+  BENCH_HTTP3=1 bench_http_edge "$edge" "$admin" "$origin" > "$dir/edge.yaml"
+  nginx -c "$dir/origin.conf" & pids+=($!)
+  RUST_LOG=warn "$edgewarm" run --config "$dir/edge.yaml" 2>"$dir/edge.log" & pids+=($!); pid=$!
+  wait_ports "$origin" "$edge"
+}
+
 # bench_http_edge LISTEN_PORT ADMIN_PORT ORIGIN_PORT [EXTRA_ROUTE_LINE]: an edgewarm config (on
 # stdout) with one `http` route for b.test, two standing connections to the origin; with
 # BENCH_HTTP3=1, HTTP/3 on the listener too (BENCH_QUIC_DRIVER=quinn: on quinn's QUIC driver). Its upgrade socket is in $dir (the default, under

@@ -44,14 +44,15 @@ impl Arena<'_> {
     }
 }
 
-/// Run `f` with the thread's buffer. What `f` appends and does not cut is dropped. Should `f`
-/// reach here again (none of its callers does), the inner turn gets a buffer of its own.
+/// Run `f` with the thread's buffer. What `f` appends and does not cut is dropped, also when
+/// `f` panics (a response body's poll can): a turn starts empty, so no byte of one response can
+/// lead another's. Should `f` reach here again (none of its callers does), the inner turn gets
+/// a buffer of its own.
 pub(super) fn with<R>(f: impl FnOnce(&mut Arena<'_>) -> R) -> R {
     ARENA.with(|arena| match arena.try_borrow_mut() {
         Ok(mut buf) => {
-            let r = f(&mut Arena(&mut buf));
             buf.clear();
-            r
+            f(&mut Arena(&mut buf))
         }
         Err(_) => f(&mut Arena(&mut BytesMut::new())),
     })
@@ -105,6 +106,13 @@ mod tests {
     #[test]
     fn what_is_not_cut_is_dropped() {
         with(|arena| arena.room(4).extend_from_slice(b"left"));
+        let panicked = std::panic::catch_unwind(|| {
+            with(|arena| {
+                arena.room(5).extend_from_slice(b"stray");
+                panic!("a body's poll panicked mid-turn");
+            })
+        });
+        assert!(panicked.is_err());
         let piece = with(|arena| {
             arena.room(2).extend_from_slice(b"ok");
             arena.cut()
