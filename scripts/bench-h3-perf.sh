@@ -36,7 +36,7 @@ for alpn in h2 h3; do
   kill -INT "$rec"; wait "$rec" || true
   n=$(($(served $alpn) - before))
   # cpu-clock's event count is in ns.
-  total=$(perf report -i "$dir/perf.$alpn" --stdio 2>/dev/null | awk '/Event count/ {print $NF; exit}')
+  total=$(perf report -i "$dir/perf.$alpn" --stdio 2>/dev/null | awk '/Event count/ && !t {t = $NF} END {print t}')
   perf report -i "$dir/perf.$alpn" --no-children --sort sym -q --stdio -g none 2>/dev/null |
     awk -v total="$total" -v n="$n" -v alpn="$alpn" '
       { pct = $1; sub(/%/, "", pct); kind = $2; $1 = ""; $2 = ""; s = $0
@@ -44,7 +44,7 @@ for alpn in h2 h3; do
         if (kind == "[k]") g = "kernel"
         else if (s ~ /quinn_proto/) g = "quinn-proto"
         else if (s ~ /listener::quic/) g = "the own QUIC loop"
-        else if (s ~ /http::client::h3/) g = "the edge'"'"'s HTTP\/3 layer"
+        else if (s ~ /http::client::h3/) g = "the edge'"'"'s HTTP/3 layer"
         else if (s ~ /(^| |<)h2::/) g = "the h2 crate"
         else if (s ~ /aws_lc|curve25519|nistz|sha256|keccak|aes|gcm/) g = "crypto"
         else if (s ~ /(^| )(_?mi_|malloc|free$)/) g = "allocator"

@@ -249,21 +249,25 @@ pub(crate) fn head<B>(client_req: &Request<B>, target: Uri, client: &ClientFacts
     out
 }
 
-/// Several `Cookie` lines as one, in order, joined with "; ".
+/// Several `Cookie` lines as one, in order, joined with "; " (empty lines left out); marked
+/// sensitive if any line was.
 fn join_cookies(headers: &mut HeaderMap) {
     let mut lines = headers.get_all(header::COOKIE).iter();
     if lines.next().is_none() || lines.next().is_none() {
         return;
     }
     let mut joined = Vec::new();
-    for line in headers.get_all(header::COOKIE) {
+    let mut sensitive = false;
+    for line in headers.get_all(header::COOKIE).iter().filter(|l| !l.is_empty()) {
         if !joined.is_empty() {
             joined.extend_from_slice(b"; ");
         }
         joined.extend_from_slice(line.as_bytes());
+        sensitive |= line.is_sensitive();
     }
     // Valid: each line was, and so is "; ".
-    if let Ok(one) = HeaderValue::from_maybe_shared(bytes::Bytes::from(joined)) {
+    if let Ok(mut one) = HeaderValue::from_maybe_shared(bytes::Bytes::from(joined)) {
+        one.set_sensitive(sensitive);
         headers.insert(header::COOKIE, one);
     }
 }
@@ -391,7 +395,7 @@ mod tests {
     #[test]
     fn cookie_lines_become_one_in_order() {
         let mut req = Request::builder().uri("https://b.test/").header("cookie", "a=1").header("x", "y");
-        req = req.header("cookie", "b=2").header("cookie", "c=3");
+        req = req.header("cookie", "b=2").header("cookie", "").header("cookie", "c=3");
         let req = req.body(()).unwrap();
         let out = request(&req, &client()).unwrap();
         let lines: Vec<_> = out.headers().get_all("cookie").iter().collect();

@@ -9,53 +9,100 @@
 //! keep for each stream. A block no piece refers to any more is used again in place.
 
 use std::cell::RefCell;
+use std::ops::Range;
 
 use bytes::{Bytes, BytesMut};
 
-/// A block's size; a piece larger than this gets a buffer of its own size.
+/// A block's size. A piece that needs more gets a buffer of its own size, which the thread
+/// drops at the cut: the thread's buffer is never more than a block, so a small piece kept
+/// long never pins more.
 const BLOCK: usize = 4096;
 
 thread_local! {
-    static ARENA: RefCell<BytesMut> = RefCell::new(BytesMut::with_capacity(BLOCK));
+    static ARENA: RefCell<Block> = RefCell::new(Block::new());
+}
+
+/// The thread's buffer, and the addresses of the block it is cut from.
+pub(super) struct Block {
+    buf: BytesMut,
+    /// While `buf`'s bytes lie in here it is that block's; a piece that grew past the room it
+    /// asked for moved them to a larger buffer, which is not kept after the cut.
+    block: Range<usize>,
+}
+
+impl Block {
+    fn new() -> Self {
+        let buf = BytesMut::with_capacity(BLOCK);
+        let start = buf.as_ptr() as usize;
+        Self { block: start..start + buf.capacity(), buf }
+    }
+
+    /// A buffer of its own for a piece larger than a block.
+    fn own(capacity: usize) -> Self {
+        Self { buf: BytesMut::with_capacity(capacity), block: 0..0 }
+    }
+
+    fn in_block(&self) -> bool {
+        let at = self.buf.as_ptr() as usize;
+        self.block.start <= at && at <= self.block.end
+    }
 }
 
 /// A turn at the thread's buffer: bytes appended with [`Arena::room`]'s buffer become a piece
 /// at [`Arena::cut`].
-pub(super) struct Arena<'a>(&'a mut BytesMut);
+pub(super) struct Arena<'a>(&'a mut Block);
 
 impl Arena<'_> {
-    /// The buffer, with at least `n` bytes free after what is appended so far (that part moves
-    /// to a new block with it if this one is full).
+    /// The buffer, with at least `n` bytes free after what is appended so far. When the block
+    /// has less, what is pending moves to a new block, or to a buffer of its own if it and `n`
+    /// need more than a block.
     pub(super) fn room(&mut self, n: usize) -> &mut BytesMut {
-        if self.0.capacity() - self.0.len() < n {
-            self.0.reserve(n.max(BLOCK));
+        let pending = self.0.buf.len();
+        if self.0.buf.capacity() - pending < n {
+            let need = pending + n;
+            let mut next = if need <= BLOCK { Block::new() } else { Block::own(need) };
+            next.buf.extend_from_slice(&self.0.buf);
+            *self.0 = next;
         }
-        self.0
+        &mut self.0.buf
     }
 
     /// The bytes appended since the last cut.
     pub(super) fn len(&self) -> usize {
-        self.0.len()
+        self.0.buf.len()
     }
 
     /// What was appended since the last cut, as a piece; `None` if nothing was.
     pub(super) fn cut(&mut self) -> Option<Bytes> {
-        (!self.0.is_empty()).then(|| self.0.split().freeze())
+        if self.0.buf.is_empty() {
+            return None;
+        }
+        let piece = self.0.buf.split().freeze();
+        if !self.0.in_block() {
+            *self.0 = Block::new();
+        }
+        Some(piece)
     }
 }
 
 /// Run `f` with the thread's buffer. What `f` appends and does not cut is dropped, also when
 /// `f` panics (a response body's poll can): a turn starts empty, so no byte of one response can
-/// lead another's. Should `f` reach here again (none of its callers does), the inner turn gets
-/// a buffer of its own.
+/// lead another's. A turn inside a turn (a response body that reads a request's trailers
+/// could start one) gets a buffer of its own.
 pub(super) fn with<R>(f: impl FnOnce(&mut Arena<'_>) -> R) -> R {
-    ARENA.with(|arena| match arena.try_borrow_mut() {
-        Ok(mut buf) => {
-            buf.clear();
-            f(&mut Arena(&mut buf))
-        }
-        Err(_) => f(&mut Arena(&mut BytesMut::new())),
-    })
+    let mut f = Some(f);
+    let ran = ARENA.try_with(|arena| {
+        let mut block = arena.try_borrow_mut().ok()?;
+        block.buf.clear();
+        let f = f.take()?;
+        Some(f(&mut Arena(&mut block)))
+    });
+    match (ran, f) {
+        (Ok(Some(r)), _) => r,
+        // Inside a turn already, or the thread's storage gone (a task dropped as its thread ends).
+        (_, Some(f)) => f(&mut Arena(&mut Block::own(0))),
+        (_, None) => unreachable!("a turn that ran returned its result"),
+    }
 }
 
 #[cfg(test)]
@@ -88,6 +135,35 @@ mod tests {
         }
         assert_eq!((&a[..], &b[..]), (&b"abc"[..], &b"de"[..]));
         assert_eq!(with(|arena| arena.cut()), None);
+    }
+
+    #[test]
+    fn a_piece_larger_than_a_block_does_not_leave_the_thread_a_larger_buffer() {
+        // A turn that outgrows its room (a long head) and one that asks for more than a block.
+        let grown = with(|arena| {
+            arena.room(16).extend_from_slice(&[1; 3 * BLOCK]);
+            arena.cut().unwrap()
+        });
+        let big = with(|arena| {
+            arena.room(2 * BLOCK).extend_from_slice(&[2; 2 * BLOCK]);
+            arena.cut().unwrap()
+        });
+        assert!(grown.iter().all(|&x| x == 1) && grown.len() == 3 * BLOCK);
+        assert!(big.iter().all(|&x| x == 2) && big.len() == 2 * BLOCK);
+        // The next small pieces come from a block of BLOCK bytes, not from either buffer.
+        let small: Vec<Bytes> = (0..3)
+            .map(|_| {
+                with(|arena| {
+                    arena.room(10).extend_from_slice(b"0123456789");
+                    arena.cut().unwrap()
+                })
+            })
+            .collect();
+        ARENA.with_borrow(|block| assert_eq!(block.block.len(), BLOCK));
+        for piece in &small {
+            let at = piece.as_ptr() as usize;
+            ARENA.with_borrow(|block| assert!(block.block.contains(&at)));
+        }
     }
 
     #[test]

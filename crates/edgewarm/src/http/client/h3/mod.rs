@@ -65,8 +65,9 @@ pub(crate) fn fuzz_field_section(block: &[u8]) -> (bool, bool) {
     (head::request(&bytes).is_ok(), head::trailers(&bytes).is_ok())
 }
 
-/// H3_NO_ERROR (RFC 9114 §8.1): how a connection is closed when all went well.
-const H3_NO_ERROR: u32 = 0x100;
+/// H3_NO_ERROR (RFC 9114 §8.1): how a connection is closed when all went well, and a stream
+/// stopped whose rest is not needed.
+pub(crate) const H3_NO_ERROR: u32 = 0x100;
 
 /// What the connection brought.
 enum Incoming<Q: QuicConn> {

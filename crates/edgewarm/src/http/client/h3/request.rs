@@ -30,8 +30,10 @@ use crate::http::Body;
 use crate::metrics::{Fault, HttpError};
 
 /// Body chunks shorter than this are copied in beside their frame header; longer ones go to
-/// the stream as they are.
-const COPY_BELOW: usize = 1024;
+/// the stream as they are. quinn-proto keeps a chunk until it is acknowledged, and with it the
+/// buffer the chunk is a slice of (an origin connection's read buffer): only a chunk this long
+/// is worth what it may hold.
+const COPY_BELOW: usize = 16 * 1024;
 
 /// A response's bytes gathered before they are written, at most (a chunk may take it over).
 const GATHER: usize = 64 * 1024;
@@ -231,8 +233,8 @@ async fn respond<S: SendChunks>(writer: &mut Writer<S>, head: http::response::Pa
         let mut frames = Frames::default();
         let after = poll_fn(|cx| gather(cx, &mut body, &mut head, &mut frames)).await;
         if let After::Failed = after {
-            // The origin's response failed after its head went out: the client's stream is
-            // reset, never finished as if the body were whole.
+            // The origin's response failed after its head: the client's stream is reset,
+            // never finished as if the body were whole.
             writer.reset(code::INTERNAL_ERROR);
             return;
         }

@@ -10,6 +10,7 @@ use h3::quic::{StreamErrorIncoming, StreamId as H3StreamId, WriteBuf};
 use quinn_proto::{FinishError, ReadError, ReadableError, StreamId, VarInt, WriteError};
 
 use super::conn::{incoming, Conn};
+use crate::http::client::h3::H3_NO_ERROR;
 use crate::http::client::quic::SendChunks;
 
 /// The largest piece read at once: a QUIC packet's worth is all a read usually finds.
@@ -98,16 +99,13 @@ impl h3::quic::RecvStream for RecvStream {
     }
 }
 
-/// H3_NO_ERROR (RFC 9114 §8.1).
-const H3_NO_ERROR: u64 = 0x100;
-
 impl Drop for RecvStream {
     /// A stream dropped unread is stopped, or it would hold the peer's stream credit forever.
     /// This driver carries HTTP/3 only, which asks for H3_NO_ERROR when the rest of a request
     /// is not needed (RFC 9114 §4.1.2); QUIC's 0 is no HTTP/3 code.
     fn drop(&mut self) {
         if !self.done {
-            h3::quic::RecvStream::stop_sending(self, H3_NO_ERROR);
+            h3::quic::RecvStream::stop_sending(self, H3_NO_ERROR.into());
         }
     }
 }
