@@ -18,6 +18,7 @@ test origin's pattern). Options:
     --after-goaway   send the requests only once the server's GOAWAY has come (up to 30 s)
     --send-goaway    after the requests send a GOAWAY of our own (as a client going away)
     --key-update     before every request but the first, update the 1-RTT keys (RFC 9001 §6)
+    --encoder HEX    before the requests send these bytes on our QPACK encoder stream
     --hold S         after the requests keep the connection open up to S seconds, until the
                      server closes it; prints the close's error code and when it came
     --garbage        send datagrams that cannot be QUIC: 5 bytes, a long header claiming a
@@ -194,6 +195,8 @@ def parse(argv):
             args["after_goaway"] = True
         elif a == "--hold":
             args["hold"] = float(next(it))
+        elif a == "--encoder":
+            args["encoder"] = bytes.fromhex(next(it))
         else:
             parts = a.split(":")
             args["requests"].append((parts[0], parts[1], int(parts[2]) if len(parts) > 2 else None, headers))
@@ -208,6 +211,9 @@ async def one(args):
                        session_ticket_handler=tickets.append, wait_connected=not args.get("early")) as p:
         if args.get("after_goaway"):
             await asyncio.wait_for(p.goaway_seen.wait(), 30)
+        if args.get("encoder"):
+            p._quic.send_stream_data(p.h3._local_encoder_stream_id, args["encoder"])
+            p.transmit()
         if args.get("parallel"):
             out["responses"] = list(await asyncio.gather(
                 *(p.request(method, path, args["sni"], size, headers) for method, path, size, headers in args["requests"])))

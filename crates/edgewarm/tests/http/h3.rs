@@ -61,6 +61,23 @@ async fn a_body_the_edge_refuses_is_stopped() {
     edge.stop().await;
 }
 
+/// The edge's QPACK dynamic table has a capacity of 0: on the client's encoder stream, setting
+/// that capacity to 0 is allowed and the connection goes on; asking for a larger one (or
+/// inserting) closes the connection with QPACK_ENCODER_STREAM_ERROR (RFC 9204 §4.3.1).
+#[tokio::test(flavor = "multi_thread")]
+#[cfg_attr(not(feature = "system-tests"), ignore = "system test (aioquic): scripts/test.sh runs it")]
+async fn the_encoder_stream_may_only_keep_the_table_empty() {
+    let fx = fixture();
+    let (origin, _) = h2_origin(&fx.origin, H2Opts::default()).await;
+    let edge = edge(&fx.route(origin, ""), "", "http3: true").await;
+    let out = h3_client(edge.addr, "b.test", &ca(&fx), &["--encoder", "20", "GET:/after"]).await;
+    assert_eq!(out["responses"][0]["status"], 200, "{out}");
+    // Set Dynamic Table Capacity 4096: 001 11111, then 4065 as a prefixed integer.
+    let out = h3_client(edge.addr, "b.test", &ca(&fx), &["--encoder", "3fe11f", "--hold", "10"]).await;
+    assert_eq!(out["closed"]["error_code"], 0x201, "QPACK_ENCODER_STREAM_ERROR: {out}");
+    edge.stop().await;
+}
+
 /// A malformed request (here a connection-specific field, which HTTP/3 forbids: RFC 9114
 /// §4.2) is refused on its stream with H3_MESSAGE_ERROR both ways, counted as the client's bad
 /// request, and never reaches the origin; the next client is served as ever.

@@ -33,6 +33,7 @@ pub(super) mod code {
     pub(crate) const REQUEST_INCOMPLETE: u64 = 0x10d;
     pub(crate) const MESSAGE_ERROR: u64 = 0x10e;
     pub(crate) const QPACK_DECOMPRESSION_FAILED: u64 = 0x200;
+    pub(crate) const QPACK_ENCODER_STREAM_ERROR: u64 = 0x201;
 }
 
 /// What a frame type may do on a stream where it has no meaning.

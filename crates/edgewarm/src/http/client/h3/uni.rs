@@ -1,7 +1,10 @@
 //! The client's unidirectional streams (RFC 9114 §6.2): its control stream, whose SETTINGS and
 //! GOAWAY are read here, QPACK's encoder and decoder streams, which carry nothing the edge
-//! needs with no dynamic table (their bytes are read and dropped), and stream types the edge
-//! does not know, which it stops (§6.2: "MUST either abort reading ... or discard").
+//! needs with no dynamic table, and stream types the edge does not know, which it stops (§6.2:
+//! "MUST either abort reading ... or discard"). The edge's dynamic table has a capacity of 0, so
+//! the one instruction the encoder stream may carry sets that capacity to 0: any other is
+//! QPACK_ENCODER_STREAM_ERROR (RFC 9204 §3.2.3, §4.3). The decoder stream speaks of the edge's
+//! own sections, which never refer to a table: its bytes are read and dropped.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -48,7 +51,9 @@ enum State {
     },
     /// Inside a control frame to skip, with this much left.
     Skip(u64),
-    /// An encoder or decoder stream: read to nothing.
+    /// The encoder stream: checked, then dropped.
+    Encoder,
+    /// The decoder stream: read to nothing.
     Discard,
 }
 
@@ -100,6 +105,13 @@ impl<R: RecvStream> Future for Next<R> {
     }
 }
 
+/// Whether encoder-stream bytes are all Set Dynamic Table Capacity with 0 (RFC 9204 §4.3.1: the
+/// byte 0x20): every other instruction inserts into, or refers to, a table of no capacity, and a
+/// larger capacity exceeds the edge's limit of 0.
+fn only_zero_capacity(bytes: &[u8]) -> bool {
+    bytes.iter().all(|&b| b == 0x20)
+}
+
 impl<R: RecvStream> Uni<R> {
     pub(super) fn new(recv: R) -> Self {
         Self { reader: Reader::new(recv), state: State::Type }
@@ -139,10 +151,20 @@ impl<R: RecvStream> Uni<R> {
                             return Poll::Ready(Ok(None));
                         }
                     };
-                    self.state = if t == CONTROL { State::Control { settings: false } } else { State::Discard };
+                    self.state = match t {
+                        CONTROL => State::Control { settings: false },
+                        ENCODER => State::Encoder,
+                        _ => State::Discard,
+                    };
                     return Poll::Ready(Ok(Some(Event::Critical(critical))));
                 }
-                State::Discard => match ready!(self.reader.poll_some(cx, u64::MAX)) {
+                State::Encoder | State::Discard => match ready!(self.reader.poll_some(cx, u64::MAX)) {
+                    Ok(bytes) if matches!(self.state, State::Encoder) && !only_zero_capacity(&bytes) => {
+                        return Poll::Ready(Err(error(
+                            code::QPACK_ENCODER_STREAM_ERROR,
+                            "a dynamic table instruction, with a table capacity of 0",
+                        )))
+                    }
                     Ok(_) => {}
                     Err(ReadError::Truncated) => {
                         return Poll::Ready(Err(error(code::CLOSED_CRITICAL_STREAM, "a QPACK stream closed")))
