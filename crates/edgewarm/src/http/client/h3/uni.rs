@@ -96,11 +96,13 @@ impl<R: RecvStream> Future for Next<R> {
     type Output = (Uni<R>, Result<Option<Event>, ConnError>);
 
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        let Some(uni) = self.0.as_mut() else { return Poll::Pending };
-        let told = ready!(uni.poll(cx));
-        match self.0.take() {
-            Some(uni) => Poll::Ready((uni, told)),
-            None => Poll::Pending,
+        let Some(mut uni) = self.0.take() else { return Poll::Pending };
+        match uni.poll(cx) {
+            Poll::Ready(told) => Poll::Ready((uni, told)),
+            Poll::Pending => {
+                self.0 = Some(uni);
+                Poll::Pending
+            }
         }
     }
 }

@@ -200,13 +200,9 @@ impl SendChunks for SendStream<Bytes> {
         chunks: &mut [Bytes],
     ) -> Poll<Result<usize, StreamErrorIncoming>> {
         std::task::ready!(self.flush(cx))?;
-        let mut at = 0;
+        // `write_chunks` passes over the chunks already taken (left empty) itself.
         self.write_with(cx, |stream| {
-            while chunks.get(at).is_some_and(Bytes::is_empty) {
-                at += 1;
-            }
-            let rest = chunks.get_mut(at..).filter(|rest| !rest.is_empty())?;
-            Some(stream.write_chunks(rest).map(|w| w.bytes))
+            chunks.iter().any(|c| !c.is_empty()).then(|| stream.write_chunks(chunks).map(|w| w.bytes))
         })
     }
 }
