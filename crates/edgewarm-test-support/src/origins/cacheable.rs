@@ -5,7 +5,10 @@
 //! the head, `drip=` milliseconds between the body's 4 chunks, `fail_after=N` (500 from the
 //! N+1th request for this URL on). The body is `<path?query> #<n>`, n counting this URL's
 //! requests, so a test sees whether an answer is a new one. A request whose `If-None-Match`
-//! names the `etag` is answered 304.
+//! names the `etag` is answered 304. `reflect=1` makes it an origin that writes what it was told
+//! into its page, as many frameworks do when they build absolute links: every `x-…` (or
+//! `x_…`) and `forwarded` header is appended to the body as ` name=value`, sorted, then the
+//! request body's length as ` body=N` if it had one.
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -91,7 +94,17 @@ async fn answer(req: Request<hyper::body::Incoming>, log: Arc<OriginLog>) -> Res
     let ms = |k: &str| Duration::from_millis(get(k).and_then(|v| v.parse().ok()).unwrap_or(0));
     tokio::time::sleep(ms("delay")).await;
     let inm = req.headers().get(http::header::IF_NONE_MATCH).and_then(|v| v.to_str().ok()).map(str::to_string);
-    let _ = req.into_body().collect().await?;
+    let mut reflected: Vec<String> = req
+        .headers()
+        .iter()
+        .filter(|(k, _)| k.as_str().starts_with("x-") || k.as_str().starts_with("x_") || k.as_str() == "forwarded")
+        .map(|(k, v)| format!(" {k}={}", String::from_utf8_lossy(v.as_bytes())))
+        .collect();
+    reflected.sort();
+    let body = req.into_body().collect().await?.to_bytes();
+    if !body.is_empty() {
+        reflected.push(format!(" body={}", body.len()));
+    }
     let mut response = Response::new(BodyExt::boxed(http_body_util::Empty::new()));
     let failing = get("fail_after").and_then(|v| v.parse::<usize>().ok()).is_some_and(|after| n > after);
     let head = response.headers_mut();
@@ -120,6 +133,7 @@ async fn answer(req: Request<hyper::body::Incoming>, log: Arc<OriginLog>) -> Res
     }
     let text = match get("size").and_then(|s| s.parse::<usize>().ok()) {
         Some(size) => Bytes::from((0..size).map(|i| b'a' + (i % 26) as u8).collect::<Vec<u8>>()),
+        None if get("reflect").is_some() => Bytes::from(format!("{url} #{n}{}", reflected.concat())),
         None => Bytes::from(format!("{url} #{n}")),
     };
     head.insert(http::header::CONTENT_LENGTH, HeaderValue::from(text.len()));

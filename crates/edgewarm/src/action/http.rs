@@ -96,6 +96,7 @@ fn service(
     let conn = Arc::new(Conn {
         snapshot: ctx.snapshot.clone(),
         client: log.client,
+        port: ctx.port,
         metrics: ctx.metrics.http.clone(),
         trust_forwarded: ctx.trust_forwarded,
         cut: ctx.cut.clone(),

@@ -42,6 +42,8 @@ pub(crate) struct ConnCtx<'a> {
     pub metrics: &'a Metrics,
     /// The listener's peers are trusted load balancers (`listeners[].trust_forwarded`).
     pub trust_forwarded: bool,
+    /// The listener's port the connection arrived on.
+    pub port: u16,
     /// Cancelled when shutdown begins: connections that can end gracefully (HTTP keep-alive
     /// between requests) should.
     pub stop: &'a CancellationToken,

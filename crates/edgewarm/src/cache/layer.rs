@@ -20,7 +20,7 @@ use super::status::Status;
 use super::store::Entry;
 use super::{decide, key, serve};
 use crate::metrics::CacheResult;
-use crate::origin::seam::{BoxFuture, Origin, Outgoing, SendFailure, Sent, Upgrade, Upgraded};
+use crate::origin::seam::{BoxFuture, Origin, OutBody, Outgoing, SendFailure, Sent, Upgrade, Upgraded};
 
 /// A route's origin with its cache in front.
 pub(crate) struct Cached {
@@ -49,6 +49,19 @@ impl Cached {
         let store = &self.cache.store;
         if !matches!(*head.method(), Method::GET | Method::HEAD) {
             return self.other_method(out, &head).await;
+        }
+        let has_body = match &out.body {
+            OutBody::Empty => false,
+            OutBody::Replay(b) => !b.is_empty(),
+            // Of unknown length: over HTTP/3, also a GET whose stream's end came after its head
+            // (browsers send both in one packet); passing it on is the safe mistake.
+            OutBody::Stream(_) => true,
+        };
+        if has_body {
+            // A GET or HEAD with a body (a "fat GET"): the key does not hold the body, yet an
+            // origin that reads it answers by it, so that answer is no one else's to be
+            // served, and a stored one is not this request's.
+            return self.pass(out, "bypass", Some("request-body")).await;
         }
         let url = key::url(&head);
         let key = store.key(&url, &mut head);
@@ -90,7 +103,6 @@ impl Cached {
         if range || head_only || uncacheable.is_some() || decide::asks_no_store(&head) {
             // A range or a HEAD on a miss goes to the origin as asked (nothing to store); a URL
             // just found uncacheable does not wait behind another request for it (hit-for-miss).
-            let response = self.inner.send(out).await?;
             let fwd = if range {
                 "partial"
             } else if head_only {
@@ -100,10 +112,7 @@ impl Cached {
             } else {
                 "request"
             };
-            let code = response.response.status().as_u16();
-            let detail = uncacheable.map(|r| r.as_str());
-            let status = Status { fwd: Some(fwd), fwd_status: Some(code), detail, ..Status::default() };
-            return Ok(self.cache.answer(response.response, CacheResult::Bypass, &status));
+            return self.pass(out, fwd, uncacheable.map(|r| r.as_str())).await;
         }
         match self.cache.fills.join_or_lead(&key) {
             Turn::Lead(lead) => {
@@ -146,6 +155,20 @@ impl Cached {
     fn hit(&self, entry: &Arc<Entry>, head: &Request<()>, now: SystemTime, tier: CacheResult) -> Sent {
         let status = Status { ttl: Some(keep::ttl(entry, now)), ..Status::default() };
         self.cache.answer(serve::response(entry, head, now), tier, &status)
+    }
+
+    /// Passed to the origin as asked, nothing served from or kept in the cache (`fwd`, `detail`:
+    /// why, for `Cache-Status`).
+    async fn pass<'a>(
+        &'a self,
+        out: Outgoing<'a>,
+        fwd: &'static str,
+        detail: Option<&'static str>,
+    ) -> Result<Sent, SendFailure> {
+        let response = self.inner.send(out).await?;
+        let code = response.response.status().as_u16();
+        let status = Status { fwd: Some(fwd), fwd_status: Some(code), detail, ..Status::default() };
+        Ok(self.cache.answer(response.response, CacheResult::Bypass, &status))
     }
 
     /// Not GET or HEAD: passed on; a successful unsafe method invalidates what is stored for

@@ -154,11 +154,13 @@ pub enum ForwardHeader {
     XForwardedProto,
     Forwarded,
     Via,
+    XForwardedHost,
+    XForwardedPort,
 }
 
 /// The forwarding headers an `http` route adds. Whatever is left out, a client's own
-/// `X-Forwarded-For`, `X-Forwarded-Proto` and `Forwarded` are still removed unless its listener
-/// is trusted (`trust_forwarded`): leaving ours out never lets a client's through.
+/// forwarding headers (`forward::CLIENT_CLAIMS`) are still removed unless its listener is
+/// trusted (`trust_forwarded`): leaving ours out never lets a client's through.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ForwardHeaders {
     pub x_forwarded_for: bool,
@@ -166,11 +168,23 @@ pub struct ForwardHeaders {
     pub forwarded: bool,
     /// `Via` on requests and responses (RFC 9110 §7.6.3).
     pub via: bool,
+    /// `X-Forwarded-Host`: the authority the client asked for. Not by default: `Forwarded`
+    /// already carries it, and the origin gets the same `:authority` anyway.
+    pub x_forwarded_host: bool,
+    /// `X-Forwarded-Port`: the edge's port the client connected to. Not by default.
+    pub x_forwarded_port: bool,
 }
 
 impl Default for ForwardHeaders {
     fn default() -> Self {
-        Self { x_forwarded_for: true, x_forwarded_proto: true, forwarded: true, via: true }
+        Self {
+            x_forwarded_for: true,
+            x_forwarded_proto: true,
+            forwarded: true,
+            via: true,
+            x_forwarded_host: false,
+            x_forwarded_port: false,
+        }
     }
 }
 
@@ -182,6 +196,8 @@ impl From<&[ForwardHeader]> for ForwardHeaders {
             x_forwarded_proto: has(ForwardHeader::XForwardedProto),
             forwarded: has(ForwardHeader::Forwarded),
             via: has(ForwardHeader::Via),
+            x_forwarded_host: has(ForwardHeader::XForwardedHost),
+            x_forwarded_port: has(ForwardHeader::XForwardedPort),
         }
     }
 }

@@ -10,6 +10,12 @@
 //!   responses.
 //! - `X-Forwarded-For`, `X-Forwarded-Proto` and `Forwarded` from the client are dropped, never
 //!   trusted, and set from what edgewarm saw; `Via` gets edgewarm's hop appended.
+//! - So are the rest of that family ([`CLIENT_CLAIMS`]): headers that tell an application where
+//!   a request came from or what it really was (`X-Forwarded-Host`, `X-Original-URL`,
+//!   `X-HTTP-Method-Override`, …). The cache keys on the target, not on them, so a client's
+//!   value reflected in a page would be served to everyone who asks for that target: web cache
+//!   poisoning. Their `_` spellings go too (CGI and PHP read `X_Forwarded_Host` as
+//!   `X-Forwarded-Host`). Behind a trusted load balancer (`trust_forwarded`) they are its to set.
 //! - Several `Cookie` lines (HTTP/2 and HTTP/3 clients split the header to compress it better)
 //!   become one, joined with "; " (RFC 9113 §8.2.3, RFC 9114 §4.2.1): HTTP/1.1 allows one line,
 //!   and an origin reading only the first would lose the rest of a session's cookies.
@@ -51,6 +57,49 @@ static HOP_BY_HOP: [HeaderName; 7] = [
 
 static X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
 static X_FORWARDED_PROTO: HeaderName = HeaderName::from_static("x-forwarded-proto");
+static X_FORWARDED_HOST: HeaderName = HeaderName::from_static("x-forwarded-host");
+static X_FORWARDED_PORT: HeaderName = HeaderName::from_static("x-forwarded-port");
+
+/// Request headers a client has no business setting, removed unless the listener trusts its
+/// peers: each tells many applications where the request came from, or what it really was,
+/// and none is in the cache key (docs/config.md, "Headers a client cannot set"). The first
+/// three are replaced by ours where the route adds them.
+pub(crate) const CLIENT_CLAIMS: [&str; 15] = [
+    "x-forwarded-for",
+    "x-forwarded-proto",
+    "forwarded",
+    "x-forwarded-host",
+    "x-forwarded-port",
+    "x-forwarded-scheme",
+    "x-forwarded-server",
+    "x-forwarded-prefix",
+    "x-host",
+    "x-original-url",
+    "x-rewrite-url",
+    "x-original-host",
+    "x-http-method-override",
+    "x-http-method",
+    "x-method-override",
+];
+
+/// Whether `name` is one of [`CLIENT_CLAIMS`], spelled with `-` or `_`.
+fn is_client_claim(name: &str) -> bool {
+    // Every claim starts with x or f: one byte test spares most names the comparison.
+    if !matches!(name.as_bytes().first(), Some(b'x' | b'f')) {
+        return false;
+    }
+    CLIENT_CLAIMS.iter().any(|claim| {
+        claim.len() == name.len() && claim.bytes().zip(name.bytes()).all(|(c, n)| c == n || (c == b'-' && n == b'_'))
+    })
+}
+
+/// Remove every [`CLIENT_CLAIMS`] header, in either spelling.
+fn strip_client_claims(headers: &mut HeaderMap) {
+    let found: Vec<HeaderName> = headers.keys().filter(|k| is_client_claim(k.as_str())).cloned().collect();
+    for name in found {
+        headers.remove(name);
+    }
+}
 
 /// Remove hop-by-hop headers, including those the `Connection` header names.
 pub(crate) fn strip_hop_by_hop(headers: &mut HeaderMap) {
@@ -98,6 +147,8 @@ pub(crate) struct ClientFacts {
     /// Which of ours to add (`routes[].forward_headers`).
     add: ForwardHeaders,
     x_forwarded_for: HeaderValue,
+    /// The port the client connected to (`X-Forwarded-Port`).
+    port: HeaderValue,
     /// `for=…;proto=https;host=` (the host is the request's).
     forwarded_prefix: String,
     /// The `Forwarded` value for the first host asked for: a connection's requests nearly
@@ -108,10 +159,11 @@ pub(crate) struct ClientFacts {
 impl ClientFacts {
     #[cfg(test)]
     pub(crate) fn new(client: SocketAddr) -> Self {
-        Self::with_trust(client, false, ForwardHeaders::default())
+        Self::with_trust(client, 443, false, ForwardHeaders::default())
     }
 
-    pub(crate) fn with_trust(client: SocketAddr, trusted: bool, add: ForwardHeaders) -> Self {
+    /// `port`: the edge's port the client connected to.
+    pub(crate) fn with_trust(client: SocketAddr, port: u16, trusted: bool, add: ForwardHeaders) -> Self {
         let ip = client.ip().to_canonical();
         let node = if ip.is_ipv6() { format!("\"[{ip}]\"") } else { ip.to_string() };
         Self {
@@ -119,6 +171,7 @@ impl ClientFacts {
             add,
             // An IP address is always a valid header value.
             x_forwarded_for: HeaderValue::from_str(&ip.to_string()).unwrap_or(HeaderValue::from_static("unknown")),
+            port: HeaderValue::from(port),
             forwarded_prefix: format!("for={node};proto=https;host="),
             forwarded_first: OnceLock::new(),
         }
@@ -219,23 +272,36 @@ pub(crate) fn head<B>(client_req: &Request<B>, target: Uri, client: &ClientFacts
         if add.x_forwarded_proto && !headers.contains_key(&X_FORWARDED_PROTO) {
             headers.insert(&X_FORWARDED_PROTO, HeaderValue::from_static("https"));
         }
+        // Theirs describe the client; ours only fill in what they left out.
+        if add.x_forwarded_host && !headers.contains_key(&X_FORWARDED_HOST) {
+            if let Ok(v) = HeaderValue::from_str(authority) {
+                headers.insert(&X_FORWARDED_HOST, v);
+            }
+        }
+        if add.x_forwarded_port && !headers.contains_key(&X_FORWARDED_PORT) {
+            headers.insert(&X_FORWARDED_PORT, client.port.clone());
+        }
     } else {
         // A client's own claims go whether or not ours replace them.
+        strip_client_claims(&mut headers);
         if add.x_forwarded_for {
             headers.insert(&X_FORWARDED_FOR, client.x_forwarded_for.clone());
-        } else {
-            headers.remove(&X_FORWARDED_FOR);
         }
         if add.x_forwarded_proto {
             headers.insert(&X_FORWARDED_PROTO, HeaderValue::from_static("https"));
-        } else {
-            headers.remove(&X_FORWARDED_PROTO);
         }
-        headers.remove(header::FORWARDED);
         if add.forwarded {
             if let Some(v) = client.forwarded(authority) {
                 headers.insert(header::FORWARDED, v);
             }
+        }
+        if add.x_forwarded_host {
+            if let Ok(v) = HeaderValue::from_str(authority) {
+                headers.insert(&X_FORWARDED_HOST, v);
+            }
+        }
+        if add.x_forwarded_port {
+            headers.insert(&X_FORWARDED_PORT, client.port.clone());
         }
     }
     if add.via {
@@ -338,9 +404,11 @@ mod tests {
             .header("forwarded", "for=198.51.100.9")
             .body(())
             .unwrap();
-        let out =
-            request(&req, &ClientFacts::with_trust("192.0.2.7:1".parse().unwrap(), true, ForwardHeaders::default()))
-                .unwrap();
+        let out = request(
+            &req,
+            &ClientFacts::with_trust("192.0.2.7:1".parse().unwrap(), 443, true, ForwardHeaders::default()),
+        )
+        .unwrap();
         let h = out.headers();
         assert_eq!(h["x-forwarded-for"], "198.51.100.9, 192.0.2.7");
         assert_eq!(h["x-forwarded-proto"], "http");
@@ -370,8 +438,8 @@ mod tests {
             .header("via", "1.1 elsewhere")
             .body(())
             .unwrap();
-        let none = ForwardHeaders { x_forwarded_for: false, x_forwarded_proto: false, forwarded: false, via: false };
-        let client = ClientFacts::with_trust("192.0.2.7:1".parse().unwrap(), false, none);
+        let none = ForwardHeaders::from(&[][..]);
+        let client = ClientFacts::with_trust("192.0.2.7:1".parse().unwrap(), 443, false, none);
         let out = request(&req, &client).unwrap();
         for gone in ["x-forwarded-for", "x-forwarded-proto", "forwarded"] {
             assert!(!out.headers().contains_key(gone), "{gone} passed");
@@ -382,11 +450,11 @@ mod tests {
         assert!(response.is_empty());
         // Only X-Forwarded-For: the others still go.
         let only = ForwardHeaders { x_forwarded_for: true, ..none };
-        let out = request(&req, &ClientFacts::with_trust("192.0.2.7:1".parse().unwrap(), false, only)).unwrap();
+        let out = request(&req, &ClientFacts::with_trust("192.0.2.7:1".parse().unwrap(), 443, false, only)).unwrap();
         assert_eq!(out.headers()["x-forwarded-for"], "192.0.2.7");
         assert!(!out.headers().contains_key("forwarded") && !out.headers().contains_key("x-forwarded-proto"));
         // Trusted, a header of ours left out passes the balancer's as it came.
-        let out = request(&req, &ClientFacts::with_trust("192.0.2.7:1".parse().unwrap(), true, only)).unwrap();
+        let out = request(&req, &ClientFacts::with_trust("192.0.2.7:1".parse().unwrap(), 443, true, only)).unwrap();
         assert_eq!(out.headers()["x-forwarded-for"], "6.6.6.6, 192.0.2.7");
         assert_eq!(out.headers()["forwarded"], "for=6.6.6.6");
         assert_eq!(out.headers()["x-forwarded-proto"], "http");
@@ -419,5 +487,54 @@ mod tests {
         let out = request(&req, &ClientFacts::new("[2001:db8::1]:443".parse().unwrap())).unwrap();
         assert_eq!(out.headers()["forwarded"], "for=\"[2001:db8::1]\";proto=https;host=\"h\"");
         assert_eq!(out.headers()["x-forwarded-for"], "2001:db8::1");
+    }
+
+    /// Every claim in the family, in both spellings, from an untrusted client: none reaches
+    /// the origin, whatever the route adds; a trusted balancer's pass.
+    #[test]
+    fn a_client_s_forwarding_claims_never_pass() {
+        let mut req = Request::builder().uri("/").header("host", "b.test").header("accept", "*/*");
+        for claim in CLIENT_CLAIMS {
+            req = req.header(claim, "evil.test").header(claim.replace('-', "_"), "evil.test");
+        }
+        let req = req.header("x-forwarded-hostx", "kept").body(()).unwrap();
+        for add in [ForwardHeaders::from(&[][..]), ForwardHeaders::default()] {
+            let out =
+                request(&req, &ClientFacts::with_trust("192.0.2.7:1".parse().unwrap(), 8443, false, add)).unwrap();
+            for (name, value) in out.headers() {
+                assert_ne!(value, "evil.test", "{name} passed");
+            }
+            assert_eq!(out.headers()["x-forwarded-hostx"], "kept", "only the listed names go");
+            assert_eq!(out.headers()["accept"], "*/*");
+        }
+        let trusted = ClientFacts::with_trust("192.0.2.7:1".parse().unwrap(), 8443, true, ForwardHeaders::default());
+        let out = request(&req, &trusted).unwrap();
+        assert_eq!(out.headers()["x-original-url"], "evil.test", "a trusted balancer's claims are its own");
+    }
+
+    #[test]
+    fn x_forwarded_host_and_port_are_ours_when_asked_for() {
+        use crate::config::ForwardHeader::{XForwardedHost, XForwardedPort};
+        let req = Request::builder()
+            .uri("/")
+            .header("host", "b.test:8443")
+            .header("x-forwarded-host", "evil.test")
+            .header("x-forwarded-port", "1")
+            .body(())
+            .unwrap();
+        let add = ForwardHeaders::from(&[XForwardedHost, XForwardedPort][..]);
+        let out = request(&req, &ClientFacts::with_trust("192.0.2.7:1".parse().unwrap(), 8443, false, add)).unwrap();
+        assert_eq!(out.headers()["x-forwarded-host"], "b.test:8443");
+        assert_eq!(out.headers()["x-forwarded-port"], "8443");
+        assert_eq!(out.headers().get_all("x-forwarded-host").iter().count(), 1);
+        // A trusted balancer's values stand; ours fill in only what it left out.
+        let trusted = ClientFacts::with_trust("192.0.2.7:1".parse().unwrap(), 8443, true, add);
+        let out = request(&req, &trusted).unwrap();
+        assert_eq!(out.headers()["x-forwarded-host"], "evil.test");
+        assert_eq!(out.headers()["x-forwarded-port"], "1");
+        let bare = Request::builder().uri("/").header("host", "b.test").body(()).unwrap();
+        let out = request(&bare, &trusted).unwrap();
+        assert_eq!(out.headers()["x-forwarded-host"], "b.test");
+        assert_eq!(out.headers()["x-forwarded-port"], "8443");
     }
 }

@@ -45,6 +45,8 @@ pub(crate) struct Conn {
     /// The configuration this connection was accepted under (to check request names).
     pub(crate) snapshot: Arc<Snapshot>,
     pub(crate) client: SocketAddr,
+    /// The listener's port the client connected to (`X-Forwarded-Port`).
+    pub(crate) port: u16,
     pub(crate) metrics: HttpMetrics,
     /// The listener's peers are trusted load balancers (their forwarding headers are kept).
     pub(crate) trust_forwarded: bool,
@@ -121,7 +123,7 @@ impl Service {
         let origin = http.seam()?.clone();
         Some(Self {
             route_metrics: Arc::new(conn.metrics.for_route(&route, conn.protocol)),
-            facts: ClientFacts::with_trust(conn.client, conn.trust_forwarded, http.config.forward_headers),
+            facts: ClientFacts::with_trust(conn.client, conn.port, conn.trust_forwarded, http.config.forward_headers),
             conn,
             route,
             http,

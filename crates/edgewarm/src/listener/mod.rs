@@ -135,6 +135,7 @@ impl Context {
             route_metrics: route.metrics(&self.metrics),
             metrics: &self.metrics,
             trust_forwarded: config.trust_forwarded,
+            port,
             stop: &self.stop,
             cut: &self.cut,
             accepted,

@@ -78,6 +78,7 @@ mod h3;
 mod h3_drivers;
 mod h3_origin;
 mod hints;
+mod poisoning;
 mod requests;
 mod standing;
 mod upgrades;
