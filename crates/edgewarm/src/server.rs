@@ -30,6 +30,7 @@ use crate::metrics::{Metrics, ResultLabel};
 use crate::origin::registry::Origins;
 use crate::snapshot::Snapshot;
 use crate::tls::client::Resumption;
+use crate::tls::ticket_keys::TicketKeys;
 use crate::transport::{sockopt, Resolver};
 use crate::upgrade::{QuicKeys, RelayPair as Pair};
 use crate::workers::Workers;
@@ -209,6 +210,11 @@ impl Server {
         });
         let resolver = Arc::new(Resolver::new(config.dns.cache_ttl));
         let snapshot = Arc::new(Snapshot::new(config, &resumption, resolver.clone())?);
+        // The routes' load read the file and refused a bad one already.
+        let fleet = match &config.tls.ticket_keys {
+            Some(path) => Some(TicketKeys::read(path).map_err(|m| ConfigError::invalid("tls.ticket_keys", m))?),
+            None => None,
+        };
         let origins = Arc::new(Origins::new(metrics.clone(), workers.placement()));
         let caches = Arc::new(Caches::new(metrics.cache.clone()));
         let hints = Hints::default();
@@ -221,7 +227,8 @@ impl Server {
             cut: CancellationToken::new(),
             tracker: TaskTracker::new(),
             workers: workers.placement(),
-            quic: QuicProcess::new().map_err(|e| ConfigError::invalid("listeners", e.to_string()))?,
+            quic: QuicProcess::new(fleet.as_ref().map(TicketKeys::fleet_secret))
+                .map_err(|e| ConfigError::invalid("listeners", e.to_string()))?,
         });
         Ok(Arc::new(Self {
             metrics,

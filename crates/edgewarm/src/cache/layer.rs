@@ -119,7 +119,7 @@ impl Cached {
                 // The client's own validators stay here: the origin is asked for the whole
                 // object (storable, and shareable with the waiters), and the client's
                 // conditional is answered against it.
-                let Outgoing { build, body, up, timeout, affinity, interim } = out;
+                let Outgoing { build, body, up, timeout, affinity, interim, began } = out;
                 let mut whole = || {
                     let mut h = build();
                     for name in [IF_NONE_MATCH, IF_MODIFIED_SINCE] {
@@ -127,7 +127,7 @@ impl Cached {
                     }
                     h
                 };
-                let attempt = Outgoing { build: &mut whole, body, up, timeout, affinity, interim };
+                let attempt = Outgoing { build: &mut whole, body, up, timeout, affinity, interim, began };
                 let response = self.inner.send(attempt).await?;
                 let (response, status) = keep::keep(&self.cache, response.response, &head, url, lead, "uri-miss", now);
                 Ok(self.cache.answer(serve::conditional(response, &head), CacheResult::Miss, &status))

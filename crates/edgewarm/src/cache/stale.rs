@@ -85,7 +85,8 @@ impl Stale<'_> {
         let mut build = || copy(&reval);
         // A revalidation's 103s are not passed on: the origin answers a conditional request, and
         // what the client gets may well be the stored response.
-        let attempt = Outgoing { build: &mut build, body: OutBody::Empty, up, timeout, affinity, interim: None };
+        let began = tokio::time::Instant::now();
+        let attempt = Outgoing { build: &mut build, body: OutBody::Empty, up, timeout, affinity, interim: None, began };
         let response = match self.inner.send(attempt).await {
             Ok(sent) => sent.response,
             Err(_) if staleness <= grace.if_error => {
@@ -141,7 +142,8 @@ impl Stale<'_> {
             let mut build = || copy(&reval);
             let (up, affinity) = (Arc::default(), AtomicU64::default());
             let (build, body) = (&mut build, OutBody::Empty);
-            let attempt = Outgoing { build, body, up: &up, timeout, affinity: &affinity, interim: None };
+            let began = tokio::time::Instant::now();
+            let attempt = Outgoing { build, body, up: &up, timeout, affinity: &affinity, interim: None, began };
             let now = SystemTime::now();
             match inner.send(attempt).await {
                 Ok(sent) if sent.response.status() == StatusCode::NOT_MODIFIED => {

@@ -37,11 +37,11 @@ impl Origin for Hinted {
 
 impl Hinted {
     async fn send<'a>(&'a self, out: Outgoing<'a>) -> Result<Sent, SendFailure> {
-        let Outgoing { build, body, up, timeout, affinity, interim } = out;
+        let Outgoing { build, body, up, timeout, affinity, interim, began } = out;
         let config = &self.hints.config;
         let inner_interim = interim.filter(|_| config.from_origin);
         if !config.learn {
-            let out = Outgoing { build, body, up, timeout, affinity, interim: inner_interim };
+            let out = Outgoing { build, body, up, timeout, affinity, interim: inner_interim, began };
             return self.inner.send(out).await;
         }
         let head = build();
@@ -54,7 +54,7 @@ impl Hinted {
                 interim.send(early, HintSource::Learned);
             }
         }
-        let out = Outgoing { build, body, up, timeout, affinity, interim: inner_interim };
+        let out = Outgoing { build, body, up, timeout, affinity, interim: inner_interim, began };
         let sent = self.inner.send(out).await?;
         let response = &sent.response;
         match learn::lesson(&head, response.status(), response.headers(), self.hints.max_link_bytes()) {
@@ -137,6 +137,7 @@ mod tests {
             timeout: Duration::from_secs(1),
             affinity: &affinity,
             interim: Some(&interim),
+            began: tokio::time::Instant::now(),
         };
         hinted.send(out).await.map_err(|f| f.error).unwrap();
         let got = heads.0.lock().unwrap().clone();

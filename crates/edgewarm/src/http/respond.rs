@@ -113,7 +113,7 @@ impl ProxyError {
 }
 
 /// Whose fault an error reason is.
-fn fault(reason: HttpError) -> Fault {
+pub(crate) fn fault(reason: HttpError) -> Fault {
     match reason {
         HttpError::BadRequest
         | HttpError::Misdirected
@@ -121,7 +121,7 @@ fn fault(reason: HttpError) -> Fault {
         | HttpError::BodyTooLarge
         | HttpError::BadBody
         | HttpError::HandshakeFailed => Fault::Client,
-        HttpError::NoConnection | HttpError::Timeout | HttpError::OriginError => Fault::Origin,
+        HttpError::NoConnection | HttpError::Timeout | HttpError::OriginError | HttpError::BodyCut => Fault::Origin,
         HttpError::Internal => Fault::Edge,
     }
 }

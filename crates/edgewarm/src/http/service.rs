@@ -29,8 +29,8 @@ use super::respond::ProxyError;
 use super::retry::{Next, Policy};
 use super::{Body, BoxError, ClientBody};
 use crate::accesslog::RequestLog;
-use crate::metrics::{ClientProtocol, EarlyOutcome, HttpMetrics, RouteEarly, RouteHttpMetrics, RouteName};
-use crate::origin::body::OnEnd;
+use crate::metrics::{ClientProtocol, EarlyOutcome, HttpError, HttpMetrics, RouteEarly, RouteHttpMetrics, RouteName};
+use crate::origin::body::{BodyEnd, OnEnd};
 use crate::origin::seam::{Origin, OutBody, Outgoing, Sent};
 use crate::route::HttpRoute;
 use crate::snapshot::Snapshot;
@@ -285,12 +285,14 @@ impl Service {
         let up = rlog.bytes_up.get_or_insert_with(Arc::default).clone();
         // An HTTP/2 or HTTP/3 client's driver takes informational heads while it waits.
         let interim = interim.map(|to| to.sink(&self.route_metrics));
+        let began = tokio::time::Instant::now();
         loop {
             policy.attempt();
             let timeout = self.conn.snapshot.timeouts.origin_response;
             let affinity = &self.conn.affinity;
             let body = out.for_attempt();
-            let attempt = Outgoing { build: &mut build, body, up: &up, timeout, affinity, interim: interim.as_ref() };
+            let attempt =
+                Outgoing { build: &mut build, body, up: &up, timeout, affinity, interim: interim.as_ref(), began };
             match self.origin.send(attempt).await {
                 Ok(sent) => match policy.after_response(sent.response.status()) {
                     Next::AfterHandshake => {
@@ -340,10 +342,20 @@ impl Service {
     }
 
     /// What runs once a forwarded response has ended or its client has gone (what the request
-    /// held at the origin was let go just before): the request is counted and its line written.
-    pub(crate) fn on_response_end(&self, rlog: RequestLog, started: Instant) -> impl FnOnce(u64) + use<> {
-        let (metrics, conn) = (self.route_metrics.clone(), self.conn.clone());
-        move |sent| {
+    /// held at the origin was let go just before): the request is counted and its line written,
+    /// saying so when the body was cut (its status had gone out, so the line's status is what
+    /// the client was told, and `detail` what it got).
+    pub(crate) fn on_response_end(&self, mut rlog: RequestLog, started: Instant) -> impl FnOnce(u64, BodyEnd) + use<> {
+        let (metrics, conn, route) = (self.route_metrics.clone(), self.conn.clone(), self.route.clone());
+        move |sent, how| {
+            match how {
+                BodyEnd::Whole => {}
+                BodyEnd::Failed(why) => {
+                    rlog.detail = Some(format!("response body cut after {sent} bytes: {why}"));
+                    conn.metrics.error(&route, HttpError::BodyCut, crate::http::respond::fault(HttpError::BodyCut));
+                }
+                BodyEnd::Dropped => rlog.detail = Some(format!("client went away after {sent} bytes of the body")),
+            }
             conn.down.fetch_add(sent, Ordering::Relaxed);
             if let Some(n) = &rlog.bytes_up {
                 conn.up.fetch_add(n.load(Ordering::Relaxed), Ordering::Relaxed);

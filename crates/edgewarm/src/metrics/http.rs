@@ -16,6 +16,9 @@ label_enum! {
         NoConnection => "no_connection",
         Timeout => "timeout",
         OriginError => "origin_error",
+        // A response already under way whose origin body failed: the client's response is
+        // cut, the only honest signal once its status has gone.
+        BodyCut => "body_cut",
         BodyTooLarge => "body_too_large",
         // The client's faults (`fault="client"`), answered 4xx.
         BadRequest => "bad_request",

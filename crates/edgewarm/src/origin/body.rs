@@ -70,36 +70,54 @@ impl Body for OriginBody {
     }
 }
 
+/// How a body wrapped in [`OnEnd`] ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum BodyEnd {
+    /// Whole.
+    Whole,
+    /// It failed part-way (the text of its error).
+    Failed(String),
+    /// Its reader let it go before its end (a client that went away).
+    Dropped,
+}
+
 /// Any body, with `on_end` run once when it has ended or is dropped, with the data bytes
-/// passed on (the HTTP/1.1 origin path: the connection goes back to its pool then, and the
-/// request's log line is written).
-pub(crate) struct OnEnd<B, F: FnOnce(u64)> {
+/// passed on and how it ended (the HTTP/1.1 origin path: the connection goes back to its pool
+/// then; the request service: the request's log line is written).
+pub(crate) struct OnEnd<B: Body, F: FnOnce(u64, BodyEnd)> {
     inner: B,
     sent: u64,
     on_end: Option<F>,
 }
 
-impl<B, F: FnOnce(u64)> OnEnd<B, F> {
+impl<B: Body, F: FnOnce(u64, BodyEnd)> OnEnd<B, F> {
     pub(crate) fn new(inner: B, on_end: F) -> Self {
         Self { inner, sent: 0, on_end: Some(on_end) }
     }
 
-    fn end(&mut self) {
+    fn end(&mut self, how: BodyEnd) {
         if let Some(f) = self.on_end.take() {
-            f(self.sent);
+            f(self.sent, how);
         }
     }
 }
 
-impl<B, F: FnOnce(u64)> Drop for OnEnd<B, F> {
+impl<B: Body, F: FnOnce(u64, BodyEnd)> Drop for OnEnd<B, F> {
     fn drop(&mut self) {
-        self.end();
+        // An empty body (a HEAD's, a 304's) may be dropped unread: it was whole all the same.
+        let how = if self.inner.is_end_stream() { BodyEnd::Whole } else { BodyEnd::Dropped };
+        self.end(how);
     }
 }
 
-impl<B: Unpin, F: FnOnce(u64)> Unpin for OnEnd<B, F> {}
+impl<B: Body + Unpin, F: FnOnce(u64, BodyEnd)> Unpin for OnEnd<B, F> {}
 
-impl<B: Body<Data = Bytes> + Unpin, F: FnOnce(u64)> Body for OnEnd<B, F> {
+impl<B, F> Body for OnEnd<B, F>
+where
+    B: Body<Data = Bytes> + Unpin,
+    B::Error: std::fmt::Display,
+    F: FnOnce(u64, BodyEnd),
+{
     type Data = Bytes;
     type Error = B::Error;
 
@@ -111,10 +129,14 @@ impl<B: Body<Data = Bytes> + Unpin, F: FnOnce(u64)> Body for OnEnd<B, F> {
                     self.sent += data.len() as u64;
                 }
                 if self.inner.is_end_stream() {
-                    self.end();
+                    self.end(BodyEnd::Whole);
                 }
             }
-            _ => self.end(),
+            Some(Err(e)) => {
+                let why = e.to_string();
+                self.end(BodyEnd::Failed(why));
+            }
+            None => self.end(BodyEnd::Whole),
         }
         Poll::Ready(polled)
     }

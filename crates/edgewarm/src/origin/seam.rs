@@ -63,6 +63,10 @@ pub(crate) struct Outgoing<'a> {
     /// none where the client's protocol carries none (HTTP/1.1: browsers ignore a 103 there)
     /// or no client waits (a background revalidation).
     pub(crate) interim: Option<&'a Arc<dyn Interim>>,
+    /// When the request's first attempt began: a kind waits for a connection at most
+    /// `timeouts.connect` from then, across attempts, so a request whose connection died under
+    /// it (found by silence, a second later) does not wait a whole connect timeout again.
+    pub(crate) began: tokio::time::Instant,
 }
 
 /// The client's end for informational (1xx) heads of one request. Shared (`Arc`) so that a

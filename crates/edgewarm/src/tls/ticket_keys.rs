@@ -89,6 +89,13 @@ impl TicketKeys {
         Self::parse(&text)
     }
 
+    /// The secret other fleet-wide keys are derived from (the QUIC listener's stateless-reset
+    /// and connection-ID keys): the file's last key's, which stays longest through a rotation
+    /// (new keys go first). Never used as it is: each use derives its own with HKDF.
+    pub fn fleet_secret(&self) -> &[u8; 32] {
+        &self.keys.last().expect("a file has at least one key").1
+    }
+
     /// The ticketer of one route: its keys derived from the file's for `route`.
     pub fn for_route(&self, route: &str) -> Arc<dyn ProducesTickets> {
         let salt = Salt::new(HKDF_SHA256, b"edgewarm session tickets");

@@ -74,6 +74,16 @@ pub struct QuicKeys {
     /// draining): at most [`QuicKeys::EARLIER`].
     #[serde(default)]
     pub earlier: Vec<u64>,
+    /// With `tls.ticket_keys`, the ID keys of every generation of processes that share the
+    /// file ([`QuicKeys::GENERATIONS`], derived from it; empty without it). IDs signed by any
+    /// of them are valid here, so a connection of a process that crashed is answered by its
+    /// successor with a stateless reset its peer believes (the reset key is derived from the
+    /// file too): the peer learns at once, not at its idle timeout (issue 46).
+    #[serde(default)]
+    pub family: Vec<u64>,
+    /// This process's place in `family`: one more than the process it took over from.
+    #[serde(default)]
+    pub generation: usize,
 }
 
 impl QuicKeys {
@@ -85,7 +95,34 @@ impl QuicKeys {
         reset.copy_from_slice(&bytes[..32]);
         let mut cid = [0; 8];
         cid.copy_from_slice(&bytes[32..]);
-        Ok(Self { reset, cid: u64::from_ne_bytes(cid), earlier: Vec::new() })
+        Ok(Self { reset, cid: u64::from_ne_bytes(cid), earlier: Vec::new(), family: Vec::new(), generation: 0 })
+    }
+
+    /// Generations of ID keys derived from one secret: more than [`QuicKeys::EARLIER`] + 1, so
+    /// a process's own key is never one of those it relays for.
+    pub const GENERATIONS: usize = 8;
+
+    /// The keys of a process that did not take over from another, derived from `secret` (the
+    /// fleet's `tls.ticket_keys`), so that every process that reads the same file, after a
+    /// crash or on another node, resets the others' connections in a way their peers believe.
+    pub fn from_secret(secret: &[u8; 32]) -> Self {
+        use aws_lc_rs::hkdf::{Salt, HKDF_SHA256};
+        let prk = Salt::new(HKDF_SHA256, b"edgewarm quic keys").extract(secret);
+        let derive = |info: &[u8]| {
+            let mut out = [0; 32];
+            prk.expand(&[info], HKDF_SHA256)
+                .and_then(|okm| okm.fill(&mut out))
+                .expect("32 bytes is HKDF-SHA256's output length");
+            out
+        };
+        let reset = derive(b"stateless reset");
+        let family: Vec<u64> = (0..Self::GENERATIONS)
+            .map(|g| {
+                let key = derive(format!("connection ids {g}").as_bytes());
+                u64::from_le_bytes(key[..8].try_into().expect("8 of 32 bytes"))
+            })
+            .collect();
+        Self { reset, cid: family[0], earlier: Vec::new(), family, generation: 0 }
     }
 
     /// How many earlier processes' ID keys are kept: upgrades closer together than their drains.
@@ -93,11 +130,16 @@ impl QuicKeys {
 
     /// The keys of a process taking over from one that used `old`: the same reset key (so
     /// resets for the old process's connections are believed), a new ID key (so its IDs and
-    /// the old ones are told apart), and the old ID keys.
+    /// the old ones are told apart: the next generation's where they are derived), and the old
+    /// ID keys.
     pub fn after(old: &Self) -> io::Result<Self> {
-        let fresh = Self::random()?;
         let earlier = std::iter::once(old.cid).chain(old.earlier.iter().copied()).take(Self::EARLIER).collect();
-        Ok(Self { reset: old.reset, cid: fresh.cid, earlier })
+        let generation = (old.generation + 1) % Self::GENERATIONS;
+        let cid = match old.family.get(generation) {
+            Some(&key) => key,
+            None => Self::random()?.cid,
+        };
+        Ok(Self { reset: old.reset, cid, earlier, family: old.family.clone(), generation })
     }
 }
 

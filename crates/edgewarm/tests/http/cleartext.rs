@@ -122,3 +122,39 @@ async fn origins_lists_every_kind() {
     assert_eq!(kinds, ["b.test h2 tls", "c.test http/1.1 cleartext", "p.test prewarm tls"], "{json}");
     edge.stop().await;
 }
+
+/// An origin that dies in the middle of a response body (here an HTTP/1.1 origin that sends
+/// its head and 3 of the 100 bytes it declared, then closes): the client's response, already
+/// under way, is cut (never a clean end that would pass for the whole), and the edge counts it
+/// as the origin's `body_cut`, its log line saying so instead of a plain 200.
+#[tokio::test]
+async fn a_body_the_origin_cuts_is_cut_for_the_client_and_counted() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let fx = fixture();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let origin = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        while let Ok((mut tcp, _)) = listener.accept().await {
+            tokio::spawn(async move {
+                let mut head = Vec::new();
+                let mut buf = [0u8; 4096];
+                while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+                    match tcp.read(&mut buf).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => head.extend_from_slice(&buf[..n]),
+                    }
+                }
+                let _ = tcp.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\nabc").await;
+            });
+        }
+    });
+    let edge = edge(&cleartext_route(&fx, origin, "protocol: http/1.1, "), "", "").await;
+    for h2 in [false, true] {
+        let mut client = HttpClient::connect(&fx.edge, edge.addr, "b.test", h2).await.unwrap();
+        let result = client.send("GET", "b.test", "/cut", &[], vec![]).await;
+        assert!(result.is_err(), "a cut body must not read as a whole one: {result:?}");
+    }
+    let cut = [("route", "b.test"), ("reason", "body_cut"), ("fault", "origin")];
+    wait_for(&edge, "edgewarm_http_errors_total", &cut, 2.0).await;
+    edge.stop().await;
+}

@@ -235,3 +235,32 @@ async fn a_gibibyte_up_and_down_hashed_at_both_ends() {
     edge.settle().await;
     edge.stop().await;
 }
+
+/// A client that completed TLS but had not yet sent its first request when the edge began to
+/// stop (a shutdown, or the old side of an upgrade) is served that request, over HTTP/1.1 with
+/// `Connection: close` and over HTTP/2 before GOAWAY, instead of losing it to a connection
+/// closed with nothing said (issue 46). A connection that has already had its requests is
+/// asked to go at once, as before.
+#[tokio::test]
+async fn a_connection_s_first_request_is_served_after_a_stop() {
+    let fx = fixture();
+    let (origin, stats) = h2_origin(&fx.origin, H2Opts::default()).await;
+    let edge = edge(&fx.route(origin, ""), "", "").await;
+    let mut h1 = HttpClient::connect(&fx.edge, edge.addr, "b.test", false).await.unwrap();
+    let mut h2 = HttpClient::connect(&fx.edge, edge.addr, "b.test", true).await.unwrap();
+    let mut used = HttpClient::connect(&fx.edge, edge.addr, "b.test", false).await.unwrap();
+    let (head, _) = used.send("GET", "b.test", "/before", &[], vec![]).await.unwrap();
+    assert_eq!(head.status, 200);
+    edge.server.shutdown();
+    // Let every connection's task see the stop first (an ordering, not a bound: the grace is
+    // FIRST_REQUEST_GRACE, a second).
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let (head, body) = h1.send("GET", "b.test", "/first-h1", &[], vec![]).await.unwrap();
+    assert_eq!((head.status.as_u16(), &body[..]), (200, &b"hello /first-h1"[..]));
+    assert_eq!(head.headers["connection"], "close");
+    let (head, body) = h2.send("GET", "b.test", "/first-h2", &[], vec![]).await.unwrap();
+    assert_eq!((head.status.as_u16(), &body[..]), (200, &b"hello /first-h2"[..]));
+    assert!(used.send("GET", "b.test", "/after", &[], vec![]).await.is_err(), "an idle used connection goes");
+    assert_eq!(stats.seen.lock().unwrap().len(), 3);
+    edge.stop().await;
+}

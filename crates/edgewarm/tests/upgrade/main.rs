@@ -14,6 +14,7 @@ use sha2::{Digest, Sha256};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
+mod far;
 mod quic;
 
 const BIN: &str = env!("CARGO_BIN_EXE_edgewarm");
@@ -192,7 +193,15 @@ async fn clients(s: Arc<Setup>, stop: Arc<AtomicBool>, failed: Arc<AtomicUsize>,
             }
             unreachable!()
         };
-        for (route, good) in [("prewarm", prewarm.await), ("http", http.await)] {
+        // One request on a new HTTP/1.1 connection, as short-lived clients make: a connection
+        // the old process took just before it stopped is served its request, never closed
+        // with nothing said, so this client sends nothing again.
+        let http1 = async {
+            let mut c = HttpClient::connect(&s.edge_certs, s.edge, "h.test", false).await?;
+            let (parts, _) = c.send("GET", "h.test", "/x", &[], Vec::new()).await.map_err(std::io::Error::other)?;
+            Ok::<_, std::io::Error>(parts.status == 200)
+        };
+        for (route, good) in [("prewarm", prewarm.await), ("http", http.await), ("http/1.1", http1.await)] {
             match good {
                 Ok(true) => ok += 1,
                 other => {
@@ -215,7 +224,8 @@ fn unprocessed(e: &hyper::Error) -> bool {
 }
 
 /// Three upgrades back to back under load: 50 tunnels streaming both ways and a steady stream
-/// of new TLS connections through a prewarm and an http route. Nothing fails, every tunnel gets
+/// of new TLS connections through a prewarm and an http route (HTTP/2, and HTTP/1.1 with one
+/// request a connection). Nothing fails, every tunnel gets
 /// every byte back, each new process was warm before it accepted, and no client of any process
 /// missed its pool.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

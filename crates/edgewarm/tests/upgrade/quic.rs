@@ -8,7 +8,7 @@ use bytes::Buf;
 
 /// The configuration with HTTP/3 on the listener, two workers (so two sockets, steered by
 /// connection ID) and `extra` appended to the routes.
-fn config_h3(s: &Setup, extra: &str) -> PathBuf {
+pub(super) fn config_h3(s: &Setup, extra: &str) -> PathBuf {
     config_h3_driver(s, extra, "")
 }
 
@@ -131,6 +131,47 @@ async fn an_http3_client_of_a_killed_old_process_is_reset() {
         old.0.wait().unwrap();
         let reason = conn.closed().await;
         assert!(matches!(reason, quinn::ConnectionError::Reset), "{reason:?}");
+    })
+    .await;
+}
+
+/// An edge that crashed (SIGKILL, no upgrade) and is started again at once, as systemd would:
+/// with `tls.ticket_keys` its successor derives the same reset and connection-ID keys, so it
+/// answers the dead process's connection with a stateless reset the client believes, and the
+/// client learns at once instead of at its idle timeout. Without the file it cannot: the
+/// client's connection runs to its own timeout (here 8 s of silence), never reset.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_crashed_edge_s_successor_resets_its_connections_with_the_fleet_s_keys() {
+    bounded(async {
+        for fleet in [true, false] {
+            let s = setup().await;
+            let keys = s.dir.join("ticket.keys");
+            std::fs::write(&keys, "# 48 bytes\nAAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8gISIjJCUmJygpKissLS4v\n")
+                .unwrap();
+            let cfg = config_h3(&s, "");
+            if fleet {
+                let text = std::fs::read_to_string(&cfg).unwrap();
+                std::fs::write(&cfg, format!("tls: {{ticket_keys: {}}}\n{text}", keys.display())).unwrap();
+            }
+            let mut crashed = start(&cfg, false, &s.dir.join("crashed.log"));
+            logged(&s.dir.join("crashed.log"), "listening for upgrades").await;
+            let mut transport = quinn::TransportConfig::default();
+            transport.keep_alive_interval(Some(Duration::from_millis(200)));
+            // Longer than a successor takes to start, even on a busy machine.
+            transport.max_idle_timeout(Some(Duration::from_secs(8).try_into().unwrap()));
+            let endpoint = common::h3_endpoint(&s.edge_certs.ca_der, transport);
+            let conn = endpoint.connect(s.edge, "h.test").unwrap().await.unwrap();
+            crashed.0.kill().unwrap();
+            crashed.0.wait().unwrap();
+            let _successor = start(&cfg, false, &s.dir.join("successor.log"));
+            logged(&s.dir.join("successor.log"), "listening for upgrades").await;
+            let reason = conn.closed().await;
+            if fleet {
+                assert!(matches!(reason, quinn::ConnectionError::Reset), "{reason:?}");
+            } else {
+                assert!(matches!(reason, quinn::ConnectionError::TimedOut), "{reason:?}");
+            }
+        }
     })
     .await;
 }

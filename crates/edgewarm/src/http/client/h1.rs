@@ -7,6 +7,7 @@
 //! all of its request, and the answer must still reach it.
 
 use std::convert::Infallible;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -14,17 +15,37 @@ use hyper::service::service_fn;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
 use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
-use super::{Ended, MAX_CLIENT_STREAMS, MAX_HEADER_BYTES};
+use super::{Ended, FIRST_REQUEST_GRACE, MAX_CLIENT_STREAMS, MAX_HEADER_BYTES};
 use crate::http::service::Service;
 use crate::http::upgrade::is_upgrade;
 use crate::transport::linger::Linger;
 use crate::transport::Batched;
 
+/// Whether a connection's first request has come, and a wake-up when it does.
+#[derive(Default)]
+struct FirstRequest {
+    seen: AtomicBool,
+    arrived: Notify,
+}
+
+impl FirstRequest {
+    fn mark(&self) {
+        // One load on every later request: the wake-up is for the first alone.
+        if !self.seen.load(Ordering::Relaxed) && !self.seen.swap(true, Ordering::Relaxed) {
+            // A stored permit if nobody waits yet: the waiter's `notified` then returns at once.
+            self.arrived.notify_one();
+        }
+    }
+}
+
 /// Serve one client connection until it ends. `stop` (shutdown) or `retired` (a reload
 /// retired the route's origin connections) ask it to finish after the response in progress, so
-/// the client's next request comes in afresh; `cut` ends it. An upgraded connection lives on in its relay: the connection is
+/// the client's next request comes in afresh; `cut` ends it. A connection asked to finish before
+/// its first request gets [`FIRST_REQUEST_GRACE`] to send it, and that one request is served
+/// (with `Connection: close`). An upgraded connection lives on in its relay: the connection is
 /// over when that is.
 pub(crate) async fn serve<T>(
     io: T,
@@ -37,9 +58,11 @@ pub(crate) async fn serve<T>(
 where
     T: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
+    let first = Arc::new(FirstRequest::default());
     let handler = {
-        let service = service.clone();
+        let (service, first) = (service.clone(), first.clone());
         service_fn(move |req| {
+            first.mark();
             let service = service.clone();
             // Boxed: the request's future is large, and hyper spawns a task per request
             // around it; a small task allocates from the allocator's fast path. The upgrade's
@@ -70,11 +93,28 @@ where
     tokio::pin!(conn);
     let result = tokio::select! {
         r = conn.as_mut() => r,
-        () = async { tokio::select! { () = stop.cancelled() => {}, () = retired.cancelled() => {} } } => {
-            conn.as_mut().graceful_shutdown();
-            tokio::select! {
-                r = conn.as_mut() => r,
-                () = cut.cancelled() => return Ended::Cut,
+        () = super::stopping(stop, retired) => {
+            // hyper closes a connection with no request in flight at once: one that has not
+            // yet sent its first is given a moment to.
+            let ended = if first.seen.load(Ordering::Relaxed) {
+                None
+            } else {
+                tokio::select! {
+                    r = conn.as_mut() => Some(r),
+                    () = first.arrived.notified() => None,
+                    () = tokio::time::sleep(FIRST_REQUEST_GRACE) => None,
+                    () = cut.cancelled() => return Ended::Cut,
+                }
+            };
+            match ended {
+                Some(r) => r,
+                None => {
+                    conn.as_mut().graceful_shutdown();
+                    tokio::select! {
+                        r = conn.as_mut() => r,
+                        () = cut.cancelled() => return Ended::Cut,
+                    }
+                }
             }
         }
     };

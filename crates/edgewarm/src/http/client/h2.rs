@@ -35,7 +35,10 @@ use http_body_util::BodyExt;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio_util::sync::CancellationToken;
 
-use super::{content_length, finish_head, handler_panicked, stopping, Ended, MAX_CLIENT_STREAMS, MAX_HEADER_BYTES};
+use super::{
+    content_length, finish_head, handler_panicked, stopping, Ended, FIRST_REQUEST_GRACE, MAX_CLIENT_STREAMS,
+    MAX_HEADER_BYTES,
+};
 use crate::h2_stream::Frames;
 use crate::http::interim::Interims;
 use crate::http::service::Service;
@@ -49,7 +52,8 @@ const MAX_FRAME: u32 = 16 * 1024;
 const MAX_SEND_BUFFER: usize = 400 * 1024;
 
 /// Serve one HTTP/2 client connection until it ends. `stop` (shutdown, or a reload retiring
-/// the route's origin connections) sends GOAWAY and lets the streams in flight finish; `cut`
+/// the route's origin connections) sends GOAWAY and lets the streams in flight finish (on a
+/// connection with no request yet, after its first, within [`FIRST_REQUEST_GRACE`]); `cut`
 /// then ends whatever is left.
 pub(crate) async fn serve<T>(
     io: T,
@@ -84,13 +88,28 @@ where
     let mut stop_wait = pin!(stopping(stop, retired));
     let mut streams = FuturesUnordered::new();
     let mut closing = false;
+    // Asked to finish before the client's first request: GOAWAY waits for that request, at most
+    // FIRST_REQUEST_GRACE (a client sends it right after the preface; one that saw GOAWAY first
+    // would have to send it again elsewhere, and not every client does).
+    let mut accepted_any = false;
+    let mut first_wait = pin!(tokio::time::sleep(FIRST_REQUEST_GRACE));
+    let mut deferred = false;
     loop {
         tokio::select! {
             biased;
-            () = &mut cut_wait, if closing => return Ended::Cut,
-            () = &mut stop_wait, if !closing => {
+            () = &mut cut_wait, if closing || deferred => return Ended::Cut,
+            () = &mut stop_wait, if !closing && !deferred => {
+                if accepted_any {
+                    conn.graceful_shutdown();
+                    closing = true;
+                } else {
+                    first_wait.as_mut().reset(tokio::time::Instant::now() + FIRST_REQUEST_GRACE);
+                    deferred = true;
+                }
+            }
+            () = &mut first_wait, if deferred => {
                 conn.graceful_shutdown();
-                closing = true;
+                (closing, deferred) = (true, false);
             }
             // Every ready stream runs before the connection is driven (below), so responses
             // that became ready together are written together.
@@ -100,6 +119,7 @@ where
                 // otherwise end the client's whole connection (hyper's task per stream
                 // contained it; this keeps that).
                 Some(Ok((req, respond))) => {
+                    accepted_any = true;
                     streams.push(AssertUnwindSafe(stream(shared.clone(), req, respond)).catch_unwind());
                     // Every request already read is taken before any of them runs. Taken one
                     // at a time, each would run (a cache hit completes at once) and be written
@@ -113,6 +133,11 @@ where
                             Poll::Ready(None) => return Ended::Done,
                             Poll::Pending => break,
                         }
+                    }
+                    if deferred {
+                        // Everything the client sent with its first request is taken: GOAWAY now.
+                        conn.graceful_shutdown();
+                        (closing, deferred) = (true, false);
                     }
                 }
                 Some(Err(e)) => return Ended::Failed(e.to_string()),

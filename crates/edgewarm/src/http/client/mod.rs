@@ -21,6 +21,13 @@ pub(crate) const MAX_HEADER_BYTES: usize = 64 * 1024;
 /// Streams one client may have open at once over HTTP/2.
 pub(crate) const MAX_CLIENT_STREAMS: u32 = 128;
 
+/// How long a connection that has not yet sent its first request is given to send it once
+/// asked to finish. A client that has just completed its handshake sends its request at once
+/// (a browser in the same flight as its TLS Finished); closing the connection under it loses
+/// that request, which a client cannot tell from a failed one (issue 46: every upgrade under
+/// short-connection load lost a few).
+pub(crate) const FIRST_REQUEST_GRACE: std::time::Duration = std::time::Duration::from_secs(1);
+
 /// What hyper adds to a response head and the drivers on `h2` and `h3` add themselves: a
 /// `Date` on the answers edgewarm writes (origins send theirs) and `Content-Length` from a body
 /// of known size.

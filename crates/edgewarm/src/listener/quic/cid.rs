@@ -25,13 +25,21 @@ pub(crate) struct SocketCids {
     /// The earlier processes', after upgrades: their IDs are valid here too, so that once they
     /// have gone quinn answers them with a stateless reset ([`super::relay`]).
     earlier: PreviousCids,
+    /// Every generation's that shares this process's `tls.ticket_keys` (`QuicKeys::family`):
+    /// valid too, so a crashed process's connections are reset by its successor.
+    family: PreviousCids,
 }
 
 impl SocketCids {
     /// IDs for the socket at `socket` in the group, signed with `key`; `earlier`, the ID keys of
-    /// the processes this one took over from (the latest first).
-    pub(crate) fn new(socket: u8, key: u64, earlier: &[u64]) -> Self {
-        Self { socket, inner: HashedConnectionIdGenerator::from_key(key), earlier: PreviousCids::new(socket, earlier) }
+    /// the processes this one took over from (the latest first); `family`, every generation's.
+    pub(crate) fn new(socket: u8, key: u64, earlier: &[u64], family: &[u64]) -> Self {
+        Self {
+            socket,
+            inner: HashedConnectionIdGenerator::from_key(key),
+            earlier: PreviousCids::new(socket, earlier),
+            family: PreviousCids::new(socket, family),
+        }
     }
 }
 
@@ -72,7 +80,9 @@ impl ConnectionIdGenerator for SocketCids {
     }
 
     fn validate(&self, cid: &ConnectionId) -> Result<(), InvalidCid> {
-        if signed(self.socket, &self.inner, cid) || self.earlier.issued(cid) {
+        // Only IDs no connection here has are asked about (quinn looks its own up first), so
+        // the family's keys cost nothing per packet.
+        if signed(self.socket, &self.inner, cid) || self.earlier.issued(cid) || self.family.issued(cid) {
             Ok(())
         } else {
             Err(InvalidCid)
@@ -108,8 +118,8 @@ mod tests {
 
     #[test]
     fn ids_begin_with_their_socket_and_only_their_own_validate() {
-        let mut three = SocketCids::new(3, 7, &[]);
-        let mut four = SocketCids::new(4, 7, &[]);
+        let mut three = SocketCids::new(3, 7, &[], &[]);
+        let mut four = SocketCids::new(4, 7, &[], &[]);
         let a = three.generate_cid();
         let b = three.generate_cid();
         assert_eq!((a.len(), a[0], b[0]), (CID_LEN, 3, 3));
@@ -126,15 +136,15 @@ mod tests {
 
     #[test]
     fn after_an_upgrade_the_old_processs_ids_are_told_apart_and_still_valid() {
-        let mut older = SocketCids::new(2, 10, &[]);
-        let mut old = SocketCids::new(2, 11, &[10]);
-        let mut new = SocketCids::new(2, 12, &[11, 10]);
+        let mut older = SocketCids::new(2, 10, &[], &[]);
+        let mut old = SocketCids::new(2, 11, &[10], &[]);
+        let mut new = SocketCids::new(2, 12, &[11, 10], &[]);
         let previous = PreviousCids::new(2, &[11, 10]);
         let (theirs, ours) = (old.generate_cid(), new.generate_cid());
         assert!(previous.issued(&theirs));
         assert!(!previous.issued(&ours), "the new process's own");
         assert!(previous.issued(&older.generate_cid()), "two upgrades back");
-        assert!(!previous.issued(&SocketCids::new(3, 11, &[]).generate_cid()), "another socket's");
+        assert!(!previous.issued(&SocketCids::new(3, 11, &[], &[]).generate_cid()), "another socket's");
         assert!(!PreviousCids::new(2, &[]).issued(&theirs), "none before");
         assert!(new.validate(&theirs).is_ok(), "so quinn resets it once the old process has gone");
         assert!(new.validate(&ours).is_ok());

@@ -174,8 +174,8 @@ fn endpoint_parts(
     let reset = aws_lc_rs::hmac::Key::new(aws_lc_rs::hmac::HMAC_SHA256, &keys.reset);
     let mut config = quinn::EndpointConfig::new(Arc::new(reset));
     if let Some(index) = index {
-        let (key, earlier) = (keys.cid, keys.earlier.clone());
-        config.cid_generator(move || Box::new(cid::SocketCids::new(index, key, &earlier)));
+        let (key, earlier, family) = (keys.cid, keys.earlier.clone(), keys.family.clone());
+        config.cid_generator(move || Box::new(cid::SocketCids::new(index, key, &earlier, &family)));
     }
     Ok((socket, config))
 }

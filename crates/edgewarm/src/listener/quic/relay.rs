@@ -43,8 +43,13 @@ pub(crate) struct QuicProcess {
 }
 
 impl QuicProcess {
-    pub(crate) fn new() -> io::Result<Self> {
-        Ok(Self { keys: Mutex::new(QuicKeys::random()?), handed_over: Arc::default(), kept: Mutex::default() })
+    /// `secret`: the fleet's, from `tls.ticket_keys`, if it has one ([`QuicKeys::from_secret`]).
+    pub(crate) fn new(secret: Option<&[u8; 32]>) -> io::Result<Self> {
+        let keys = match secret {
+            Some(secret) => QuicKeys::from_secret(secret),
+            None => QuicKeys::random()?,
+        };
+        Ok(Self { keys: Mutex::new(keys), handed_over: Arc::default(), kept: Mutex::default() })
     }
 
     /// Whether this process has handed over and has HTTP/3 endpoints: it may be relaying.
@@ -280,7 +285,7 @@ mod tests {
         use quinn_proto::ConnectionIdGenerator;
         let (send, receive) = UnixDatagram::pair().unwrap();
         let key = 7;
-        let id = super::super::cid::SocketCids::new(3, key, &[]).generate_cid();
+        let id = super::super::cid::SocketCids::new(3, key, &[], &[]).generate_cid();
         let old =
             ToOld::new(send.into(), PreviousCids::new(3, &[key]), Counter::default(), Counter::default()).unwrap();
         let meta = RecvMeta { addr: "192.0.2.7:4433".parse().unwrap(), len: 0, stride: 0, ecn: None, dst_ip: None };
@@ -342,5 +347,40 @@ mod tests {
         }
         assert_eq!(keys.reset, first.reset);
         assert_eq!(keys.earlier.len(), QuicKeys::EARLIER, "a few generations back, no more");
+    }
+
+    /// With a fleet secret (`tls.ticket_keys`): the same keys in every process that reads it,
+    /// a new ID key per generation that is never one it relays for, and a crashed process's
+    /// IDs valid in its successor started cold, so quinn resets them.
+    #[test]
+    fn keys_from_the_fleet_secret_are_shared_and_walk_the_generations() {
+        use super::super::cid::{PreviousCids, SocketCids};
+        use quinn::ConnectionIdGenerator;
+        let first = QuicKeys::from_secret(&[7; 32]);
+        let again = QuicKeys::from_secret(&[7; 32]);
+        assert_eq!((first.reset, first.cid, &first.family), (again.reset, again.cid, &again.family));
+        assert_ne!(first.reset, QuicKeys::from_secret(&[8; 32]).reset, "another fleet's");
+        assert_eq!(first.family.len(), QuicKeys::GENERATIONS);
+        let mut keys = first.clone();
+        let mut crashed = None;
+        for n in 1..=QuicKeys::GENERATIONS + 2 {
+            keys = QuicKeys::after(&keys).unwrap();
+            assert_eq!(keys.generation, n % QuicKeys::GENERATIONS);
+            assert_eq!((keys.reset, keys.cid), (first.reset, first.family[n % QuicKeys::GENERATIONS]));
+            assert!(!keys.earlier.contains(&keys.cid), "its own ID key is never one it relays for");
+            if n == 3 {
+                crashed = Some(keys.clone());
+            }
+        }
+        // A process three upgrades on crashes; its successor starts cold, at generation 0.
+        let crashed = crashed.unwrap();
+        let theirs = SocketCids::new(1, crashed.cid, &crashed.earlier, &crashed.family).generate_cid();
+        let cold = QuicKeys::from_secret(&[7; 32]);
+        let successor = SocketCids::new(1, cold.cid, &cold.earlier, &cold.family);
+        assert!(successor.validate(&theirs).is_ok(), "so its next packet is answered with a reset");
+        assert!(!PreviousCids::new(1, &cold.earlier).issued(&theirs), "and not relayed anywhere");
+        let stranger = QuicKeys::random().unwrap();
+        let foreign = SocketCids::new(1, stranger.cid, &[], &[]).generate_cid();
+        assert!(successor.validate(&foreign).is_err(), "an ID no process of the fleet issued");
     }
 }

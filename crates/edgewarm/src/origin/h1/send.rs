@@ -39,7 +39,7 @@ impl Origin for Requests {
 }
 
 async fn send(upstream: &Arc<H1Upstream>, out: Outgoing<'_>) -> Result<Sent, SendFailure> {
-    let Outgoing { build, body, up, timeout, affinity: _, interim } = out;
+    let Outgoing { build, body, up, timeout, affinity: _, interim, began: _ } = out;
     let (parts, ()) = build().into_parts();
     // Origin-form target and a Host header: what an HTTP/1.1 server expects.
     let authority = parts.uri.authority().map(|a| a.as_str().to_string()).unwrap_or_default();
@@ -50,7 +50,7 @@ async fn send(upstream: &Arc<H1Upstream>, out: Outgoing<'_>) -> Result<Sent, Sen
         .parse()
         .map_err(|_| SendFailure::fatal(OriginError::Target))?;
     let counter = up.clone();
-    let body = OnEnd::new(body.boxed(), move |n| {
+    let body = OnEnd::new(body.boxed(), move |n, _| {
         counter.fetch_add(n, Ordering::Relaxed);
     })
     .boxed();

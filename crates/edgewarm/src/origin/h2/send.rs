@@ -47,7 +47,7 @@ impl Origin for Requests {
 }
 
 async fn send(upstream: &Arc<Upstream>, out: Outgoing<'_>) -> Result<Sent, SendFailure> {
-    let Outgoing { build, body, up, timeout, affinity, interim } = out;
+    let Outgoing { build, body, up, timeout, affinity, interim, began: _ } = out;
     let end_of_stream = matches!(body, OutBody::Empty);
     let sent = upstream
         .send(build, end_of_stream, affinity)

@@ -92,6 +92,7 @@ impl Spec for H3Spec {
             state: Mutex::new(State {
                 conns: Vec::new(),
                 connects: Connects::default(),
+                suspect: false,
                 settings: self.settings,
                 connect_timeout: self.connect_timeout,
             }),
@@ -116,6 +117,11 @@ impl Spec for H3Spec {
 struct State {
     conns: Vec<Arc<Conn>>,
     connects: Connects,
+    /// The origin went silent or refused a connection since the last completed handshake: the
+    /// next connection completes its handshake before it takes requests. In 0-RTT it would
+    /// take them at once, and to an origin that is gone each would wait for the connection's
+    /// death before being tried again (a second or more each).
+    suspect: bool,
     settings: UpstreamConfig,
     connect_timeout: Duration,
 }
@@ -173,11 +179,12 @@ impl H3Upstream {
     }
 
     /// The connection with the fewest streams that takes this request, waiting (up to the
-    /// connect timeout) while none does: at start, or while every one is being replaced.
+    /// connect timeout after the request `began`, across its attempts) while none does: at
+    /// start, or while every one is being replaced.
     /// Returns it, a request handle, the request's place, and whether it carried requests
     /// before.
-    async fn pick(&self, early_ok: bool) -> Result<(Arc<Conn>, H3Send, Slot, bool), String> {
-        let deadline = Instant::now() + self.state().connect_timeout;
+    async fn pick(&self, early_ok: bool, began: Instant) -> Result<(Arc<Conn>, H3Send, Slot, bool), String> {
+        let deadline = began + self.state().connect_timeout;
         loop {
             let mut wait = std::pin::pin!(self.room.notified());
             wait.as_mut().enable();
@@ -232,14 +239,17 @@ impl H3Upstream {
 
     /// Open one connection and add it to the set (counted in `opening` by the caller).
     async fn open(self: &Arc<Self>) {
-        let (timeout, congestion, keepalive) = {
+        let (timeout, congestion, keepalive, zero_rtt) = {
             let st = self.state();
-            (st.connect_timeout, st.settings.congestion.clone(), st.settings.keepalive)
+            (st.connect_timeout, st.settings.congestion.clone(), st.settings.keepalive, !st.suspect)
         };
         let started = Instant::now();
         let result = async {
-            let dialed = self.core.dial.connect(timeout, congestion.as_deref(), keepalive).await;
+            let dialed = self.core.dial.connect(timeout, congestion.as_deref(), keepalive, zero_rtt).await;
             let dialed = dialed.map_err(|e| e.to_string())?;
+            if dialed.early.is_none() {
+                self.state().suspect = false;
+            }
             let id = self.next_id.fetch_add(1, Ordering::Relaxed);
             let conn = tokio::time::timeout(timeout, Conn::start(id, dialed.conn, dialed.early, self)).await;
             match conn {
@@ -264,6 +274,7 @@ impl H3Upstream {
             }
             Err(e) => {
                 st.connects.failed();
+                st.suspect = true;
                 drop(st);
                 tracing::warn!(route = %self.core.labels.route, origin = %self.core.labels.origin, error = %e, "opening an HTTP/3 origin connection failed");
                 self.core.metrics.upstream.connect_errors.get_or_create(&self.core.labels).inc();
@@ -272,10 +283,20 @@ impl H3Upstream {
         self.room_changed();
     }
 
+    /// A connection found to have said GOAWAY was retired: count it, and have the upkeep open
+    /// its replacement now rather than at its next round.
+    pub(super) fn replace_retired(&self) {
+        self.core.metrics.upstream.goaways.get_or_create(&self.reason(UpstreamEnd::GoAway)).inc();
+        self.core.wake.notify_one();
+    }
+
     /// A connection's driver ended: forget it and replace it (`counted`: the upkeep retired it
     /// and counted why).
     fn closed(&self, id: u64, why: UpstreamEnd, counted: bool) {
         let mut st = self.state();
+        if matches!(why, UpstreamEnd::PingTimeout | UpstreamEnd::Error) {
+            st.suspect = true;
+        }
         let before = st.conns.len();
         st.conns.retain(|c| c.id != id);
         let was_open = st.conns.len() < before;

@@ -62,12 +62,14 @@ impl QuicDial {
     /// Connect within `timeout`: with 0-RTT if a ticket allows (returned at once), else after
     /// the handshake. `congestion`: `bbr`, `cubic` or `reno` (checked at load), or quinn's
     /// default (cubic); `keepalive`: the PING interval that keeps the path and its NAT state
-    /// alive, and proves the origin is there (a connection silent for 3 of them is dead).
+    /// alive, and proves the origin is there (a connection silent for 3 of them is dead);
+    /// `zero_rtt`: return at once in 0-RTT where a ticket allows.
     pub(crate) async fn connect(
         &self,
         timeout: Duration,
         congestion: Option<&str>,
         keepalive: Duration,
+        zero_rtt: bool,
     ) -> Result<Dialed, WarmError> {
         let addrs =
             self.resolver.resolve(&self.key.origin).await.map_err(|e| WarmError::Connect(ConnectError::Resolve(e)))?;
@@ -83,7 +85,8 @@ impl QuicDial {
         let connecting = endpoint
             .connect_with(config, addr, &self.server_name)
             .map_err(|e| WarmError::Handshake(std::io::Error::other(e)))?;
-        match connecting.into_0rtt() {
+        let early = if zero_rtt { connecting.into_0rtt() } else { Err(connecting) };
+        match early {
             Ok((conn, accepted)) => Ok(Dialed { conn, early: Some(accepted) }),
             Err(connecting) => match tokio::time::timeout(timeout, connecting).await {
                 Err(_) => Err(WarmError::HandshakeTimeout),
@@ -121,6 +124,11 @@ fn handshake_error(e: quinn::ConnectionError) -> WarmError {
     }
 }
 
+/// How long a standing connection may hear nothing from the origin before it is taken for
+/// dead and replaced (at least three PTOs: quinn's floor). Its in-flight requests then fail as
+/// lost: idempotent ones without a body go again on another connection.
+pub(crate) const DEAD_AFTER: Duration = Duration::from_secs(1);
+
 /// Transport settings for a long, possibly lossy link.
 fn transport(congestion: Option<&str>, keepalive: Duration) -> TransportConfig {
     let mut t = TransportConfig::default();
@@ -130,8 +138,12 @@ fn transport(congestion: Option<&str>, keepalive: Duration) -> TransportConfig {
     // The origin opens no request streams toward us; it opens its three HTTP/3 unidirectional
     // ones (control, QPACK encoder and decoder), within quinn's default.
     t.max_concurrent_bidi_streams(VarInt::from_u32(0));
-    t.keep_alive_interval(Some(keepalive));
-    t.max_idle_timeout((keepalive * 3).try_into().ok());
+    // A far end that crashed sends nothing to say so (its successor's stateless resets need a
+    // key it shares, `tls.ticket_keys`), so silence is the only sign: PINGs often enough that
+    // three unanswered ones take about a second, whatever `keepalive` says. quinn never lets
+    // the idle timeout fall below three PTOs, so a slow or lossy link is not taken for a dead one.
+    t.keep_alive_interval(Some(keepalive.min(DEAD_AFTER / 3)));
+    t.max_idle_timeout((keepalive * 3).min(DEAD_AFTER).try_into().ok());
     t.congestion_controller_factory(crate::transport::quic_cc::controller(congestion));
     t
 }

@@ -51,18 +51,40 @@ impl Origin for Requests {
 }
 
 async fn send(set: &Arc<H3Upstream>, out: Outgoing<'_>) -> Result<Sent, SendFailure> {
-    let Outgoing { build, body, up, timeout, affinity: _, interim } = out;
-    let request = build();
+    let Outgoing { build, body, up, timeout, affinity: _, interim, began } = out;
+    let mut request = build();
     // Only what may be replayed rides a connection still in 0-RTT (RFC 8470 §4: a safe
     // method, no body); the origin may see it twice if an attacker replays the packets.
     let early_ok =
         matches!(*request.method(), Method::GET | Method::HEAD | Method::OPTIONS) && matches!(body, OutBody::Empty);
-    let (conn, mut handle, slot, reused) = set
-        .pick(early_ok)
-        .await
-        .map_err(|e| SendFailure { kind: Failure::NotProcessed, error: OriginError::NoConnection(e) })?;
-    let stream = handle.send_request(request).await.map_err(|e| failure(&e, &conn, true))?;
-    drop(handle);
+    // A connection whose origin has said GOAWAY refuses the request before sending it (h3 marks
+    // it closing as it reads the frame, and does not tell us otherwise): the request is placed
+    // again on another, or on the replacement `pick` waits for, not spent as one of its
+    // attempts. An upgrading origin says GOAWAY on every connection at once, and those refusals
+    // used to spend all of a request's attempts (a 502). Bounded: each refusal retires the
+    // connection that gave it, and wakes the upkeep to replace it.
+    let mut refused = 0;
+    let (conn, stream, slot, reused) = loop {
+        let (conn, mut handle, slot, reused) = set
+            .pick(early_ok, began)
+            .await
+            // It waited `timeouts.connect` for a connection already: another attempt would only
+            // wait again (as the other kinds, not retried).
+            .map_err(|e| SendFailure::fatal(OriginError::NoConnection(e)))?;
+        match handle.send_request(request).await {
+            Ok(stream) => break (conn, stream, slot, reused),
+            Err(e @ StreamError::RemoteClosing { .. }) if refused < MAX_GOAWAY_REFUSALS => {
+                let first = !conn.retiring();
+                drop(failure(&e, &conn, true));
+                if first {
+                    set.replace_retired();
+                }
+                refused += 1;
+                request = build();
+            }
+            Err(e) => return Err(failure(&e, &conn, true)),
+        }
+    };
     let (mut tx, mut rx) = stream.split();
     let upload = match body {
         OutBody::Empty => {
@@ -96,6 +118,10 @@ async fn send(set: &Arc<H3Upstream>, out: Outgoing<'_>) -> Result<Sent, SendFail
         cache: None,
     })
 }
+
+/// How many connections that have said GOAWAY one request passes over before it fails as
+/// never processed: more than a set holds, fewer than would hide a loop.
+const MAX_GOAWAY_REFUSALS: usize = 8;
 
 /// How a failed request is retried. `sending`: it failed while its head was being sent.
 fn failure(e: &StreamError, conn: &Conn, sending: bool) -> SendFailure {
