@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Run every fuzz target for SECONDS each (default 300), starting from the committed seeds
 # (fuzz/seeds/<target>: the ClientHello captures, also cut into 100- and 7-byte records,
-# PROXY v1/v2 headers, and HTTP/3 request heads and trailers as QPACK field sections).
+# PROXY v1/v2 headers, HTTP/3 request heads and trailers as QPACK field sections, HTTP/3 frame
+# streams, control and QPACK streams, and decrypted QUIC packets with padding).
 # Works on the stable toolchain: cargo-fuzz's -Z flags are allowed with
 # RUSTC_BOOTSTRAP=1, and `--sanitizer none` needs no nightly runtime (the parsers are safe
 # Rust: what the fuzzer hunts is panics, hangs and runaway allocation). The targets run at the
@@ -15,7 +16,7 @@ cd "$(dirname "$0")/../fuzz"
 command -v cargo-fuzz >/dev/null 2>&1 || cargo install cargo-fuzz --locked --quiet
 export RUSTC_BOOTSTRAP=1
 cargo fuzz build --sanitizer none -O
-targets=(clienthello proxy_header http3_head)
+targets=(clienthello proxy_header http3_head http3_frames http3_uni quic_padding)
 declare -A pids logs
 # Each target in a process group of its own (job control), ended whole if this script stops early.
 set -m

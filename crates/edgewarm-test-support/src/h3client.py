@@ -19,6 +19,8 @@ test origin's pattern). Options:
     --send-goaway    after the requests send a GOAWAY of our own (as a client going away)
     --key-update     before every request but the first, update the 1-RTT keys (RFC 9001 §6)
     --encoder HEX    before the requests send these bytes on our QPACK encoder stream
+    --late-fin       end each request without a body in a packet of its own, after its head
+                     (as h3's client may): the server cannot tell from the head that no body comes
     --hold S         after the requests keep the connection open up to S seconds, until the
                      server closes it; prints the close's error code and when it came
     --garbage        send datagrams that cannot be QUIC: 5 bytes, a long header claiming a
@@ -70,6 +72,7 @@ class Client(QuicConnectionProtocol):
         self.server_uni = {}
         self.goaway = []
         self.goaway_seen = asyncio.Event()
+        self.late_fin = False
 
     def control_frames(self, stream_id, data):
         raw = self.server_uni.setdefault(stream_id, bytearray())
@@ -129,7 +132,12 @@ class Client(QuicConnectionProtocol):
               "reset": None, "done": asyncio.get_running_loop().create_future()}
         self.streams[sid] = st
         # The head leaves with the body's first chunk, as a browser's does.
-        self.h3.send_headers(sid, headers, end_stream=size is None)
+        late_fin = size is None and self.late_fin
+        self.h3.send_headers(sid, headers, end_stream=size is None and not late_fin)
+        if late_fin:
+            self.transmit()
+            await asyncio.sleep(0.05)
+            self.h3.send_data(sid, b"", end_stream=True)
         if size is not None:
             at = 0
             # Until the server asks us to stop sending (it answered without the body).
@@ -197,6 +205,8 @@ def parse(argv):
             args["hold"] = float(next(it))
         elif a == "--encoder":
             args["encoder"] = bytes.fromhex(next(it))
+        elif a == "--late-fin":
+            args["late_fin"] = True
         else:
             parts = a.split(":")
             args["requests"].append((parts[0], parts[1], int(parts[2]) if len(parts) > 2 else None, headers))
@@ -209,6 +219,7 @@ async def one(args):
     out = {"responses": []}
     async with connect(args["host"], args["port"], configuration=cfg, create_protocol=Client,
                        session_ticket_handler=tickets.append, wait_connected=not args.get("early")) as p:
+        p.late_fin = bool(args.get("late_fin"))
         if args.get("after_goaway"):
             await asyncio.wait_for(p.goaway_seen.wait(), 30)
         if args.get("encoder"):

@@ -227,7 +227,7 @@ impl Server {
             cut: CancellationToken::new(),
             tracker: TaskTracker::new(),
             workers: workers.placement(),
-            quic: QuicProcess::new(fleet.as_ref().map(TicketKeys::fleet_secret))
+            quic: QuicProcess::new(fleet.as_ref().map(TicketKeys::quic_secret))
                 .map_err(|e| ConfigError::invalid("listeners", e.to_string()))?,
         });
         Ok(Arc::new(Self {

@@ -1,5 +1,6 @@
 //! The client's request body as the HTTP core reads it: watched for its limit and its faults
-//! ([`Capped`]). (The origin's response body is the seam's: [`crate::origin::body`].)
+//! ([`Capped`]), and a body whose first frame was read ahead ([`Prepended`]). (The origin's
+//! response body is the seam's: [`crate::origin::body`].)
 
 use std::pin::Pin;
 use std::sync::{Arc, OnceLock};
@@ -82,5 +83,44 @@ where
 
     fn size_hint(&self) -> SizeHint {
         self.inner.size_hint()
+    }
+}
+
+/// A body with its first frame already read (to learn whether there was one), given out first.
+pub(crate) struct Prepended<B> {
+    first: Option<Frame<Bytes>>,
+    rest: B,
+}
+
+impl<B> Prepended<B> {
+    pub(crate) fn new(first: Frame<Bytes>, rest: B) -> Self {
+        Self { first: Some(first), rest }
+    }
+}
+
+impl<B: Body<Data = Bytes> + Unpin> Body for Prepended<B> {
+    type Data = Bytes;
+    type Error = B::Error;
+
+    fn poll_frame(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, B::Error>>> {
+        if let Some(first) = self.first.take() {
+            return Poll::Ready(Some(Ok(first)));
+        }
+        Pin::new(&mut self.rest).poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.first.is_none() && self.rest.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        let first = self.first.as_ref().and_then(|f| f.data_ref()).map_or(0, |d| d.len() as u64);
+        let rest = self.rest.size_hint();
+        let mut hint = SizeHint::new();
+        hint.set_lower(rest.lower().saturating_add(first));
+        if let Some(upper) = rest.upper() {
+            hint.set_upper(upper.saturating_add(first));
+        }
+        hint
     }
 }

@@ -64,7 +64,7 @@ static X_FORWARDED_PORT: HeaderName = HeaderName::from_static("x-forwarded-port"
 /// peers: each tells many applications where the request came from, or what it really was,
 /// and none is in the cache key (docs/config.md, "Headers a client cannot set"). The first
 /// three are replaced by ours where the route adds them.
-pub(crate) const CLIENT_CLAIMS: [&str; 15] = [
+pub(crate) const CLIENT_CLAIMS: [&str; 25] = [
     "x-forwarded-for",
     "x-forwarded-proto",
     "forwarded",
@@ -80,12 +80,26 @@ pub(crate) const CLIENT_CLAIMS: [&str; 15] = [
     "x-http-method-override",
     "x-http-method",
     "x-method-override",
+    // The client's address as other proxies and CDNs name it (nginx's realip, Akamai,
+    // Cloudflare, Fastly): access rules and logs behind the edge read them.
+    "x-real-ip",
+    "true-client-ip",
+    "x-client-ip",
+    "x-cluster-client-ip",
+    "cf-connecting-ip",
+    "fastly-client-ip",
+    // "The client used TLS" (Rails, Django, IIS), and the path it "really" asked for.
+    "x-forwarded-ssl",
+    "front-end-https",
+    "x-original-uri",
+    "x-forwarded-uri",
 ];
 
 /// Whether `name` is one of [`CLIENT_CLAIMS`], spelled with `-` or `_`.
 fn is_client_claim(name: &str) -> bool {
-    // Every claim starts with x or f: one byte test spares most names the comparison.
-    if !matches!(name.as_bytes().first(), Some(b'x' | b'f')) {
+    // Every claim starts with one of four letters: one byte test spares most names the
+    // comparison.
+    if !matches!(name.as_bytes().first(), Some(b'x' | b'f' | b't' | b'c')) {
         return false;
     }
     CLIENT_CLAIMS.iter().any(|claim| {

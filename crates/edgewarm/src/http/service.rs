@@ -20,7 +20,7 @@ use prometheus_client::metrics::family::Family;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use super::body::{BodyFault, Capped};
+use super::body::{BodyFault, Capped, Prepended};
 use super::coalesce::Coalesce;
 use super::early::{self, EarlyData, Gate, EARLY_DATA};
 use super::forward::{self, ClientFacts};
@@ -268,6 +268,17 @@ impl Service {
         } else if body.size_hint().exact().is_some_and(|n| n <= MAX_REPLAY_BODY) {
             let collected = body.collect().await.map_err(|e| ProxyError::ClientBody(e.to_string()))?;
             OutBody::Replay(collected.to_bytes())
+        } else if matches!(*client_head.method(), http::Method::GET | http::Method::HEAD) {
+            // HTTP/3 has no flag on a request's head saying "no body": a GET's end is its
+            // stream's FIN, which may come a packet after the head (h3's client sends it so).
+            // It is on its way: waiting for it tells a GET without a body from one with, which
+            // the cache must pass by (a "fat GET").
+            let mut body = body.boxed();
+            match body.frame().await {
+                None => OutBody::Empty,
+                Some(Ok(first)) => OutBody::Stream(Prepended::new(first, body).boxed()),
+                Some(Err(e)) => return Err(ProxyError::ClientBody(e.to_string())),
+            }
         } else {
             OutBody::Stream(body.boxed())
         };
@@ -337,7 +348,13 @@ impl Service {
         let (mut parts, body) = sent.response.into_parts();
         rlog.status = parts.status.as_u16();
         forward::response_headers(&mut parts.headers, self.facts.via());
-        let body = OnEnd::new(body, self.on_response_end(rlog, started));
+        // How long the body is, where the head says: a body let go once that much has gone is
+        // whole (hyper's HTTP/1.1 writer stops reading at the length, and never reads the empty
+        // body of a HEAD, a 204 or a 304).
+        let bodiless = rlog.method == http::Method::HEAD
+            || matches!(parts.status, http::StatusCode::NO_CONTENT | http::StatusCode::NOT_MODIFIED);
+        let length = if bodiless { Some(0) } else { super::client::content_length(&parts.headers) };
+        let body = OnEnd::new(body, self.on_response_end(rlog, started, length));
         Response::from_parts(parts, body.boxed())
     }
 
@@ -345,11 +362,17 @@ impl Service {
     /// held at the origin was let go just before): the request is counted and its line written,
     /// saying so when the body was cut (its status had gone out, so the line's status is what
     /// the client was told, and `detail` what it got).
-    pub(crate) fn on_response_end(&self, mut rlog: RequestLog, started: Instant) -> impl FnOnce(u64, BodyEnd) + use<> {
+    pub(crate) fn on_response_end(
+        &self,
+        mut rlog: RequestLog,
+        started: Instant,
+        length: Option<u64>,
+    ) -> impl FnOnce(u64, BodyEnd) + use<> {
         let (metrics, conn, route) = (self.route_metrics.clone(), self.conn.clone(), self.route.clone());
         move |sent, how| {
             match how {
                 BodyEnd::Whole => {}
+                BodyEnd::Dropped if length == Some(sent) => {}
                 BodyEnd::Failed(why) => {
                     rlog.detail = Some(format!("response body cut after {sent} bytes: {why}"));
                     conn.metrics.error(&route, HttpError::BodyCut, crate::http::respond::fault(HttpError::BodyCut));

@@ -89,10 +89,13 @@ impl TicketKeys {
         Self::parse(&text)
     }
 
-    /// The secret other fleet-wide keys are derived from (the QUIC listener's stateless-reset
-    /// and connection-ID keys): the file's last key's, which stays longest through a rotation
-    /// (new keys go first). Never used as it is: each use derives its own with HKDF.
-    pub fn fleet_secret(&self) -> &[u8; 32] {
+    /// The secret the QUIC listener's stateless-reset and connection-ID keys are derived from
+    /// (with the host's identity: they are shared by one host's processes, not the fleet's):
+    /// the file's last key's. A rotation adds its key first and removes the oldest later, so
+    /// this changes only at that removal; a process started after a crash across one derives
+    /// other keys, and the dead process's connections end by silence instead of a reset.
+    /// Never used as it is: each use derives its own with HKDF.
+    pub fn quic_secret(&self) -> &[u8; 32] {
         &self.keys.last().expect("a file has at least one key").1
     }
 

@@ -86,6 +86,16 @@ pub struct QuicKeys {
     pub generation: usize,
 }
 
+/// This machine's identity for [`QuicKeys::from_secret`]: systemd's machine ID, else the host
+/// name. Stable across restarts, distinct between the nodes of a fleet.
+pub fn host_identity() -> Vec<u8> {
+    ["/etc/machine-id", "/var/lib/dbus/machine-id", "/proc/sys/kernel/hostname"]
+        .iter()
+        .find_map(|p| std::fs::read(p).ok().filter(|b| !b.trim_ascii().is_empty()))
+        .map(|b| b.trim_ascii().to_vec())
+        .unwrap_or_default()
+}
+
 impl QuicKeys {
     /// Fresh keys for a process that did not take over from another.
     pub fn random() -> io::Result<Self> {
@@ -102,15 +112,20 @@ impl QuicKeys {
     /// a process's own key is never one of those it relays for.
     pub const GENERATIONS: usize = 8;
 
-    /// The keys of a process that did not take over from another, derived from `secret` (the
-    /// fleet's `tls.ticket_keys`), so that every process that reads the same file, after a
-    /// crash or on another node, resets the others' connections in a way their peers believe.
-    pub fn from_secret(secret: &[u8; 32]) -> Self {
+    /// The keys of a process that did not take over from another, derived from `secret` (from
+    /// `tls.ticket_keys`), so that a process started after another crashed on this host resets
+    /// the dead one's connections in a way their peers believe.
+    ///
+    /// `host` (this machine's identity, [`host_identity`]) goes into every derivation: only the
+    /// processes of one host share keys. Across hosts a shared reset key would be an oracle
+    /// (RFC 9000 §21.11): a packet bearing one node's connection ID, sent to another node,
+    /// would draw a reset that ends the first node's connection.
+    pub fn from_secret(secret: &[u8; 32], host: &[u8]) -> Self {
         use aws_lc_rs::hkdf::{Salt, HKDF_SHA256};
         let prk = Salt::new(HKDF_SHA256, b"edgewarm quic keys").extract(secret);
         let derive = |info: &[u8]| {
             let mut out = [0; 32];
-            prk.expand(&[info], HKDF_SHA256)
+            prk.expand(&[host, info], HKDF_SHA256)
                 .and_then(|okm| okm.fill(&mut out))
                 .expect("32 bytes is HKDF-SHA256's output length");
             out
@@ -123,6 +138,16 @@ impl QuicKeys {
             })
             .collect();
         Self { reset, cid: family[0], earlier: Vec::new(), family, generation: 0 }
+    }
+
+    /// The family's ID keys this process accepts: all but its successor's. While an upgrade
+    /// hands over, both processes read the sockets for a moment; were the successor's IDs valid
+    /// here, this process would answer a packet of the successor's new connection with a reset
+    /// (so a crashed process exactly one upgrade on from a cold start is the one whose
+    /// connections a successor started cold cannot reset: they end by silence instead).
+    pub fn family_accepted(&self) -> Vec<u64> {
+        let successor = (self.generation + 1) % Self::GENERATIONS;
+        self.family.iter().enumerate().filter(|(g, _)| *g != successor).map(|(_, &k)| k).collect()
     }
 
     /// How many earlier processes' ID keys are kept: upgrades closer together than their drains.

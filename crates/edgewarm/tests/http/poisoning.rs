@@ -11,7 +11,7 @@ use super::*;
 
 /// The headers a client has no business setting (docs/config.md): written out here rather
 /// than taken from the crate, so the test is also the list's specification.
-const CLAIMS: [&str; 15] = [
+const CLAIMS: [&str; 25] = [
     "x-forwarded-for",
     "x-forwarded-proto",
     "forwarded",
@@ -27,6 +27,16 @@ const CLAIMS: [&str; 15] = [
     "x-http-method-override",
     "x-http-method",
     "x-method-override",
+    "x-real-ip",
+    "true-client-ip",
+    "x-client-ip",
+    "x-cluster-client-ip",
+    "cf-connecting-ip",
+    "fastly-client-ip",
+    "x-forwarded-ssl",
+    "front-end-https",
+    "x-original-uri",
+    "x-forwarded-uri",
 ];
 
 /// A cached `http` route (HTTP/3 too) to the reflecting cache origin.
@@ -159,6 +169,24 @@ async fn a_get_with_a_body_is_neither_served_from_nor_stored_in_the_cache() {
     let (head, body) = get(&fx, &edge, &fresh, &[]).await;
     assert!(header(&head, "cache-status").ends_with("stored"), "a miss: {head:?}");
     assert!(!body.contains("body="), "{body}");
+    edge.stop().await;
+}
+
+/// An HTTP/3 GET whose stream ends in a packet after its head (h3's client, and so an edge
+/// whose origin is another edge over HTTP/3, may send it so) has no body: served from the cache
+/// and stored like any other, not passed by as a GET with a body.
+#[tokio::test(flavor = "multi_thread")]
+#[cfg_attr(not(feature = "system-tests"), ignore = "system test (aioquic): scripts/test.sh runs it")]
+async fn an_http3_get_whose_end_comes_late_is_cached() {
+    let (fx, edge, log) = reflecting_edge().await;
+    let path = page("late-fin");
+    let ca = fx.path.join("edge/ca.pem");
+    let out =
+        h3_client(edge.addr, "b.test", &ca, &["--late-fin", &format!("GET:{path}"), &format!("GET:{path}")]).await;
+    let status = |i: usize| out["responses"][i]["headers"]["cache-status"].as_str().unwrap_or_default().to_string();
+    assert!(status(0).ends_with("stored"), "{out}");
+    assert!(status(1).starts_with("edgewarm; hit"), "{out}");
+    assert_eq!(log.count(&path), 1);
     edge.stop().await;
 }
 

@@ -136,7 +136,8 @@ async fn an_http3_client_of_a_killed_old_process_is_reset() {
 }
 
 /// An edge that crashed (SIGKILL, no upgrade) and is started again at once, as systemd would:
-/// with `tls.ticket_keys` its successor derives the same reset and connection-ID keys, so it
+/// with `tls.ticket_keys` its successor on the same host derives the same reset and
+/// connection-ID keys, so it
 /// answers the dead process's connection with a stateless reset the client believes, and the
 /// client learns at once instead of at its idle timeout. Without the file it cannot: the
 /// client's connection runs to its own timeout (here 8 s of silence), never reset.
@@ -157,8 +158,11 @@ async fn a_crashed_edge_s_successor_resets_its_connections_with_the_fleet_s_keys
             logged(&s.dir.join("crashed.log"), "listening for upgrades").await;
             let mut transport = quinn::TransportConfig::default();
             transport.keep_alive_interval(Some(Duration::from_millis(200)));
-            // Longer than a successor takes to start, even on a busy machine.
-            transport.max_idle_timeout(Some(Duration::from_secs(8).try_into().unwrap()));
+            // With the file, far longer than a successor takes to start and the client's backed
+            // off probe to reach it, even on a busy machine: the reset is what ends it. Without,
+            // the client's own timeout ends it, sooner.
+            let idle = Duration::from_secs(if fleet { 60 } else { 8 });
+            transport.max_idle_timeout(Some(idle.try_into().unwrap()));
             let endpoint = common::h3_endpoint(&s.edge_certs.ca_der, transport);
             let conn = endpoint.connect(s.edge, "h.test").unwrap().await.unwrap();
             crashed.0.kill().unwrap();

@@ -20,7 +20,7 @@ mod connection;
 pub(crate) mod driver;
 mod initial;
 mod next_keys;
-mod padding;
+pub(crate) mod padding;
 pub(crate) mod relay;
 mod socket;
 mod tls;
@@ -174,7 +174,7 @@ fn endpoint_parts(
     let reset = aws_lc_rs::hmac::Key::new(aws_lc_rs::hmac::HMAC_SHA256, &keys.reset);
     let mut config = quinn::EndpointConfig::new(Arc::new(reset));
     if let Some(index) = index {
-        let (key, earlier, family) = (keys.cid, keys.earlier.clone(), keys.family.clone());
+        let (key, earlier, family) = (keys.cid, keys.earlier.clone(), keys.family_accepted());
         config.cid_generator(move || Box::new(cid::SocketCids::new(index, key, &earlier, &family)));
     }
     Ok((socket, config))

@@ -114,6 +114,18 @@ fn padded_to(payload: &[u8]) -> Option<usize> {
     None
 }
 
+/// [`crate::fuzzing::quic_padding`]: where `payload` (decrypted frames a client chose) would be
+/// cut, checked: only a run of padding that ends the packet is cut, one byte of it kept.
+pub(crate) fn fuzz_padded_to(payload: &[u8]) -> Option<usize> {
+    let cut = padded_to(payload);
+    if let Some(n) = cut {
+        assert!(n >= 1 && n < payload.len(), "cut inside the packet: {n} of {}", payload.len());
+        assert_eq!(payload[n - 1], 0, "one PADDING byte is kept");
+        assert!(payload[n..].iter().all(|&b| b == 0), "only padding is cut");
+    }
+    cut
+}
+
 /// A QUIC variable-length integer (RFC 9000 §16) at `*at`, which moves past it.
 fn varint(payload: &[u8], at: &mut usize) -> Option<u64> {
     let first = *payload.get(*at)?;

@@ -43,12 +43,21 @@ pub(crate) struct QuicProcess {
 }
 
 impl QuicProcess {
-    /// `secret`: the fleet's, from `tls.ticket_keys`, if it has one ([`QuicKeys::from_secret`]).
+    /// `secret`: from `tls.ticket_keys`, if there is the file ([`QuicKeys::from_secret`]).
     pub(crate) fn new(secret: Option<&[u8; 32]>) -> io::Result<Self> {
         let keys = match secret {
-            Some(secret) => QuicKeys::from_secret(secret),
+            Some(secret) => QuicKeys::from_secret(secret, &crate::upgrade::host_identity()),
             None => QuicKeys::random()?,
         };
+        tracing::debug!(
+            derived = secret.is_some(),
+            "QUIC reset and connection-ID keys {}",
+            if secret.is_some() {
+                "derived from tls.ticket_keys: a successor resets a crashed process's connections"
+            } else {
+                "random: after a crash, peers find their connections dead by silence"
+            }
+        );
         Ok(Self { keys: Mutex::new(keys), handed_over: Arc::default(), kept: Mutex::default() })
     }
 
@@ -349,17 +358,18 @@ mod tests {
         assert_eq!(keys.earlier.len(), QuicKeys::EARLIER, "a few generations back, no more");
     }
 
-    /// With a fleet secret (`tls.ticket_keys`): the same keys in every process that reads it,
+    /// With a secret from `tls.ticket_keys`: the same keys in every process of a host that reads it,
     /// a new ID key per generation that is never one it relays for, and a crashed process's
     /// IDs valid in its successor started cold, so quinn resets them.
     #[test]
-    fn keys_from_the_fleet_secret_are_shared_and_walk_the_generations() {
+    fn keys_from_the_file_are_shared_on_one_host_and_walk_the_generations() {
         use super::super::cid::{PreviousCids, SocketCids};
         use quinn::ConnectionIdGenerator;
-        let first = QuicKeys::from_secret(&[7; 32]);
-        let again = QuicKeys::from_secret(&[7; 32]);
+        let first = QuicKeys::from_secret(&[7; 32], b"host");
+        let again = QuicKeys::from_secret(&[7; 32], b"host");
         assert_eq!((first.reset, first.cid, &first.family), (again.reset, again.cid, &again.family));
-        assert_ne!(first.reset, QuicKeys::from_secret(&[8; 32]).reset, "another fleet's");
+        assert_ne!(first.reset, QuicKeys::from_secret(&[8; 32], b"host").reset, "another fleet's");
+        assert_ne!(first.reset, QuicKeys::from_secret(&[7; 32], b"other").reset, "another host's");
         assert_eq!(first.family.len(), QuicKeys::GENERATIONS);
         let mut keys = first.clone();
         let mut crashed = None;
@@ -374,13 +384,18 @@ mod tests {
         }
         // A process three upgrades on crashes; its successor starts cold, at generation 0.
         let crashed = crashed.unwrap();
-        let theirs = SocketCids::new(1, crashed.cid, &crashed.earlier, &crashed.family).generate_cid();
-        let cold = QuicKeys::from_secret(&[7; 32]);
-        let successor = SocketCids::new(1, cold.cid, &cold.earlier, &cold.family);
+        let theirs = SocketCids::new(1, crashed.cid, &crashed.earlier, &crashed.family_accepted()).generate_cid();
+        let cold = QuicKeys::from_secret(&[7; 32], b"host");
+        let successor = SocketCids::new(1, cold.cid, &cold.earlier, &cold.family_accepted());
         assert!(successor.validate(&theirs).is_ok(), "so its next packet is answered with a reset");
         assert!(!PreviousCids::new(1, &cold.earlier).issued(&theirs), "and not relayed anywhere");
         let stranger = QuicKeys::random().unwrap();
         let foreign = SocketCids::new(1, stranger.cid, &[], &[]).generate_cid();
         assert!(successor.validate(&foreign).is_err(), "an ID no process of the fleet issued");
+        // While a process hands over, its successor's new IDs are not valid to it: it would
+        // reset them.
+        let next = QuicKeys::after(&cold).unwrap();
+        let successors = SocketCids::new(1, next.cid, &next.earlier, &next.family_accepted()).generate_cid();
+        assert!(successor.validate(&successors).is_err(), "never the successor's");
     }
 }

@@ -144,16 +144,18 @@ impl Conn {
         self.opened.elapsed()
     }
 
-    /// Stop taking requests; close once the streams on it have ended.
-    pub(crate) fn retire(&self) {
-        self.retiring.store(true, Ordering::Release);
+    /// Stop taking requests; close once the streams on it have ended. Whether this call was
+    /// the one that retired it.
+    pub(crate) fn retire(&self) -> bool {
+        let first = !self.retiring.swap(true, Ordering::AcqRel);
         self.retire.cancel();
+        first
     }
 
     /// Retired by the upkeep, which counted why: its end is not counted again.
     pub(crate) fn retire_counted(&self) {
         self.counted.store(true, Ordering::Release);
-        self.retire();
+        let _ = self.retire();
     }
 
     pub(crate) fn status(&self) -> super::ConnStatus {

@@ -184,7 +184,13 @@ impl H3Upstream {
     /// Returns it, a request handle, the request's place, and whether it carried requests
     /// before.
     async fn pick(&self, early_ok: bool, began: Instant) -> Result<(Arc<Conn>, H3Send, Slot, bool), String> {
-        let deadline = began + self.state().connect_timeout;
+        // The request's whole wait for a connection is bounded by the connect timeout, so one
+        // whose connection died under it (found by a second's silence) does not wait a whole
+        // timeout again; yet a retry waits at least as long as a death takes to find, however
+        // long the request had been in flight.
+        let connect = self.state().connect_timeout;
+        let now = Instant::now();
+        let deadline = (began + connect).max(now + quic::DEAD_AFTER.min(connect));
         loop {
             let mut wait = std::pin::pin!(self.room.notified());
             wait.as_mut().enable();

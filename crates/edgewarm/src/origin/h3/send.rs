@@ -73,10 +73,9 @@ async fn send(set: &Arc<H3Upstream>, out: Outgoing<'_>) -> Result<Sent, SendFail
             .map_err(|e| SendFailure::fatal(OriginError::NoConnection(e)))?;
         match handle.send_request(request).await {
             Ok(stream) => break (conn, stream, slot, reused),
-            Err(e @ StreamError::RemoteClosing { .. }) if refused < MAX_GOAWAY_REFUSALS => {
-                let first = !conn.retiring();
-                drop(failure(&e, &conn, true));
-                if first {
+            Err(StreamError::RemoteClosing { .. }) if refused < MAX_GOAWAY_REFUSALS => {
+                // Retired here, once: a GOAWAY is counted by the request that found it first.
+                if conn.retire() {
                     set.replace_retired();
                 }
                 refused += 1;

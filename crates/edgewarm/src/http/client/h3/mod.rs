@@ -19,6 +19,7 @@
 mod arena;
 mod body;
 mod frame;
+pub(crate) mod fuzz;
 mod head;
 mod huffman;
 mod huffman_table;

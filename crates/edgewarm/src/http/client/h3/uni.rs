@@ -129,7 +129,7 @@ impl<R: RecvStream> Uni<R> {
 
     /// Read what has arrived. `Ready(Ok(Some))`: an event; `Ready(Ok(None))`: the stream is
     /// done with (an unknown type, stopped).
-    fn poll(&mut self, cx: &mut Context<'_>) -> Poll<Result<Option<Event>, ConnError>> {
+    pub(super) fn poll(&mut self, cx: &mut Context<'_>) -> Poll<Result<Option<Event>, ConnError>> {
         loop {
             match self.state {
                 State::Type => {
