@@ -17,8 +17,8 @@
 //!   body under flow control, for the HTTP/2 client driver and the HTTP/2 origin kind alike.
 //! - [`origin`]: the origin side, behind one seam the HTTP core calls (`origin::seam`), and
 //!   the standing origin connections every action but the tunnel uses, under one supervisor:
-//!   pre-warmed TLS, multiplexed HTTP/2, keep-alive HTTP/1.1, over TLS or cleartext; one
-//!   registry.
+//!   pre-warmed TLS, multiplexed HTTP/2, keep-alive HTTP/1.1, over TLS or cleartext, and
+//!   HTTP/3 over QUIC; one registry.
 //! - [`cache`]: the edge cache, a decorator on that seam (`routes[].cache`): what a far
 //!   origin already sent is served from the edge.
 //! - [`hints`]: `103 Early Hints` learned per page (`routes[].early_hints`), another decorator

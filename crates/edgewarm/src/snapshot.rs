@@ -17,7 +17,7 @@ use crate::origin::cleartext::{self, Cleartext};
 use crate::origin::connect::{Connect, TlsConnect};
 use crate::origin::dial::TlsDial;
 use crate::origin::h1::H1Upstream;
-use crate::origin::h2::Upstream;
+use crate::origin::h2::H2Upstream;
 use crate::origin::h3::H3Spec;
 use crate::origin::prewarm::{PrewarmSpec, Settings, TlsPool};
 use crate::origin::registry::{self, Origins, Spec, UpstreamSpec, Wanted};
@@ -124,7 +124,7 @@ impl Snapshot {
         };
         let (settings, timeout) = (u.clone(), self.timeouts.connect);
         match u.protocol {
-            UpstreamProtocol::H2 => Box::new(UpstreamSpec::<Upstream>::new(connect(Some(b"h2")), settings, timeout)),
+            UpstreamProtocol::H2 => Box::new(UpstreamSpec::<H2Upstream>::new(connect(Some(b"h2")), settings, timeout)),
             // No ALPN offered: the origin speaks HTTP/1.1.
             UpstreamProtocol::Http11 => Box::new(UpstreamSpec::<H1Upstream>::new(connect(None), settings, timeout)),
             // Always TLS (checked at load); upgrades go over TCP without ALPN.

@@ -31,7 +31,8 @@ pub enum ActionConfig {
     Tunnel(TunnelConfig),
     /// Terminate TLS here and continue on an origin TLS connection handshaked in advance.
     Prewarm(Box<PrewarmConfig>),
-    /// Terminate TLS and HTTP here; carry requests over standing HTTP/2 origin connections.
+    /// Terminate TLS and HTTP here; carry requests over standing origin connections (HTTP/2,
+    /// HTTP/1.1 or HTTP/3; over TLS or cleartext).
     Http(Box<HttpConfig>),
 }
 
@@ -212,7 +213,8 @@ pub struct UpstreamConfig {
     /// Ceiling when every connection's stream limit is reached.
     #[serde(default = "default_max_connections")]
     pub max_connections: usize,
-    /// HTTP/2 PING interval on each connection (liveness, and the link's RTT).
+    /// PING interval on each connection (liveness, and the link's RTT): HTTP/2 PINGs, or QUIC
+    /// PINGs for `h3` (there at most every 333 ms: a dead origin is found in a second).
     #[serde(default = "default_keepalive", with = "duration")]
     pub keepalive: Duration,
     /// A connection is replaced after this long (before the origin's own limits close it);

@@ -2,7 +2,7 @@
 //! origin. A request's path through it:
 //!
 //! - [`client`]: one driver per client protocol (HTTP/1.1 on hyper, HTTP/2 on `h2`, HTTP/3 on
-//!   `h3` over quinn) reads requests and writes responses; nothing else about the protocol
+//!   the edge's own framing and QPACK over the listener's QUIC) reads requests and writes responses; nothing else about the protocol
 //!   leaks past it.
 //! - [`service`]: the request service, `Request<ClientBody> → Response<Body>`: CONNECT refused,
 //!   the early-data gate ([`early`]), the body limit ([`body`]), the route check (421), the

@@ -1,4 +1,5 @@
-//! How the request kinds (HTTP/2 sets, HTTP/1.1 pools) make a connection to their origin,
+//! How the request kinds over TCP (HTTP/2 sets, HTTP/1.1 pools; the HTTP/3 kind dials QUIC,
+//! [`super::h3`]) make a connection to their origin,
 //! whatever carries it: [`Connect`], an object-safe [`Dial`] whose connection is a boxed byte
 //! stream. TLS ([`TlsDial`]) and cleartext ([`super::cleartext`]) implement it, so a
 //! protocol's set is written once and never learns what its bytes ride on.

@@ -1,7 +1,7 @@
 //! The one seam between the HTTP core and an origin: [`Origin`]. The request service calls
 //! [`Origin::send`] for every request and [`Origin::upgrade`] for every protocol upgrade; it
-//! never learns what kind of origin answers. A kind (streams on standing HTTP/2 connections,
-//! a keep-alive HTTP/1.1 pool, over TLS or cleartext) implements the trait; a decorator (a
+//! never learns what kind of origin answers. A kind (streams on standing HTTP/2 or HTTP/3
+//! connections, a keep-alive HTTP/1.1 pool, over TLS or cleartext) implements the trait; a decorator (a
 //! cache, a mirror, a rate limit) implements it by wrapping another `Arc<dyn Origin>`.
 //!
 //! Failures come back classified for the retry policy ([`Failure`]): the origin provably never

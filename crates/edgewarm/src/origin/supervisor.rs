@@ -1,6 +1,6 @@
 //! What every kind of standing set has, whatever it holds: how it dials, its labels, the upkeep
 //! task that keeps it at its target, its retirement, and its connects' bookkeeping. Each kind
-//! (prewarm pool, HTTP/2 set, HTTP/1.1 pool) embeds one [`Core`] and supplies only what differs:
+//! (prewarm pool, HTTP/2 set, HTTP/1.1 pool, HTTP/3 set) embeds one [`Core`] and supplies only what differs:
 //! what it holds, how many it wants, and how it hands them out.
 
 use std::sync::Arc;

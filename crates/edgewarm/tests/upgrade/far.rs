@@ -89,21 +89,39 @@ fn sample(m: &str, name: &str, labels: &[(&str, &str)]) -> f64 {
     edgewarm::metrics::sample(m, name, labels).unwrap_or(0.0)
 }
 
-/// The far edge SIGKILLed under load and started again 3 s later: every request the near edge
-/// took got an answer (503 or 502 while the far edge was gone, never a hang or a closed
-/// connection), the near edge found its connections dead by their silence and replaced them,
-/// and requests succeed again once the far edge is back.
-async fn far_edge_crash(kind: &str) {
+/// A far edge (process `far-0`) with a near edge in front of it over `kind`, and the load
+/// running for half a second already.
+struct Scene {
+    s: Arc<Setup>,
+    cfg: PathBuf,
+    procs: Vec<ChildGuard>,
+    near: common::Edge,
+    stop: Arc<AtomicBool>,
+    running: tokio::task::JoinHandle<Vec<Outcome>>,
+}
+
+async fn scene(kind: &str) -> Scene {
     let s = Arc::new(setup().await);
     let cfg = quic::config_h3(&s, "");
-    let log = |n: usize| s.dir.join(format!("far-{n}.log"));
-    let mut far = start(&cfg, false, &log(0));
-    logged(&log(0), "listening for upgrades").await;
+    let first = s.dir.join("far-0.log");
+    let procs = vec![start(&cfg, false, &first)];
+    logged(&first, "listening for upgrades").await;
     let near = near_edge(&s, kind).await;
     common::wait_for(&near, "edgewarm_pool_opened_total", &[("route", "h.test")], 2.0).await;
     let stop = Arc::new(AtomicBool::new(false));
     let running = tokio::spawn(load(s.clone(), near.addr, stop.clone()));
     tokio::time::sleep(Duration::from_millis(500)).await;
+    Scene { s, cfg, procs, near, stop, running }
+}
+
+/// The far edge SIGKILLed under load and started again 3 s later: every request the near edge
+/// took got an answer (503 or 502 while the far edge was gone, never a hang or a closed
+/// connection), the near edge found its connections dead by their silence and replaced them,
+/// and requests succeed again once the far edge is back.
+async fn far_edge_crash(kind: &str) {
+    let Scene { s, cfg, mut procs, near, stop, running } = scene(kind).await;
+    let log = |n: usize| s.dir.join(format!("far-{n}.log"));
+    let far = &mut procs[0];
     far.0.kill().unwrap();
     let killed = Instant::now();
     let _ = far.0.wait();
@@ -156,16 +174,8 @@ async fn a_far_edge_that_crashes_costs_h2_clients_answers_not_hangs() {
 /// The far edge upgraded (`run --upgrade`) under load: every standing connection to it is
 /// told GOAWAY at once; requests go on new connections to the new process, and not one fails.
 async fn far_edge_upgrade(kind: &str) {
-    let s = Arc::new(setup().await);
-    let cfg = quic::config_h3(&s, "");
+    let Scene { s, cfg, mut procs, near, stop, running } = scene(kind).await;
     let log = |n: usize| s.dir.join(format!("far-{n}.log"));
-    let mut procs = vec![start(&cfg, false, &log(0))];
-    logged(&log(0), "listening for upgrades").await;
-    let near = near_edge(&s, kind).await;
-    common::wait_for(&near, "edgewarm_pool_opened_total", &[("route", "h.test")], 2.0).await;
-    let stop = Arc::new(AtomicBool::new(false));
-    let running = tokio::spawn(load(s.clone(), near.addr, stop.clone()));
-    tokio::time::sleep(Duration::from_millis(500)).await;
     for i in 1..=2 {
         procs.push(start(&cfg, true, &log(i)));
         logged(&log(i), "took over").await;

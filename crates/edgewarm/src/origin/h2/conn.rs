@@ -19,7 +19,7 @@ use http::Request;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use super::{ConnStatus, H2Send, Room, Upstream};
+use super::{ConnStatus, H2Send, H2Upstream, Room};
 use crate::metrics::{PoolEvent, UpstreamEnd};
 use crate::origin::connect::OriginIo;
 
@@ -79,7 +79,7 @@ impl Conn {
     pub(super) async fn handshake(
         id: u64,
         io: OriginIo,
-        upstream: Arc<Upstream>,
+        upstream: Arc<H2Upstream>,
         demand: bool,
     ) -> Result<Arc<Self>, h2::Error> {
         let (send, mut connection) = h2::client::Builder::new()

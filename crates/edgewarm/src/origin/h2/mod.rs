@@ -1,6 +1,6 @@
 //! The origin side of `http` routes: a standing set of multiplexed HTTP/2 connections.
 //!
-//! Each [`Upstream`] (one per origin key: address, server name, verification, client
+//! Each [`H2Upstream`] (one per origin key: address, server name, verification, client
 //! certificate) opens `connections` HTTP/2 TLS connections when the configuration is loaded,
 //! before any client arrives, and keeps them: a client's request becomes a stream on one of
 //! them, so no request waits for a TCP or TLS handshake to the origin unless every connection
@@ -16,7 +16,7 @@
 //! whenever the connection is open, queueing requests past the origin's
 //! `SETTINGS_MAX_CONCURRENT_STREAMS` where the caller cannot see them, and hyper-util's pool
 //! never spills to a second connection. `h2` exposes the stream limit and the number of open
-//! streams, so [`Upstream::send`] can place each request on a connection with room, and open
+//! streams, so [`H2Upstream::send`] can place each request on a connection with room, and open
 //! another connection (up to `max_connections`) when all are full.
 
 pub(crate) mod conn;
@@ -116,7 +116,7 @@ struct State {
     opening_on: Vec<usize>,
 }
 
-pub struct Upstream {
+pub struct H2Upstream {
     /// Its upkeep is woken when a connection ended, settings changed, or a request found every
     /// connection full.
     core: Core<Arc<dyn Connect>>,
@@ -124,17 +124,17 @@ pub struct Upstream {
     /// A connection became usable (opened, or streams finished).
     room: Arc<Room>,
     next_id: AtomicU64,
-    /// The worker runtimes the standing connections are spread over (see [`Upstream::fill`]).
+    /// The worker runtimes the standing connections are spread over (see [`H2Upstream::fill`]).
     workers: Placement,
 }
 
-impl std::fmt::Debug for Upstream {
+impl std::fmt::Debug for H2Upstream {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Upstream").field("labels", &self.core.labels).finish_non_exhaustive()
+        f.debug_struct("H2Upstream").field("labels", &self.core.labels).finish_non_exhaustive()
     }
 }
 
-impl Upstream {
+impl H2Upstream {
     /// Create the upstream and start opening its connections. Must run inside the runtime.
     pub(crate) fn start(
         dial: Arc<dyn Connect>,
@@ -354,7 +354,7 @@ impl Upstream {
 /// Used by [`conn`] so it need not know the send side's types.
 pub(crate) type H2Send = SendRequest<Bytes>;
 
-impl crate::origin::registry::Standing for Upstream {
+impl crate::origin::registry::Standing for H2Upstream {
     /// A reload removed every route using this upstream: stop opening connections and let the
     /// existing ones finish their streams, then close.
     fn retire(&self) {
@@ -373,7 +373,7 @@ impl crate::origin::registry::Standing for Upstream {
     }
 
     fn status(&self) -> serde_json::Value {
-        serde_json::to_value(Upstream::status(self)).unwrap_or_default()
+        serde_json::to_value(H2Upstream::status(self)).unwrap_or_default()
     }
 
     fn origin(self: Arc<Self>) -> Option<Arc<dyn crate::origin::seam::Origin>> {
@@ -381,7 +381,7 @@ impl crate::origin::registry::Standing for Upstream {
     }
 }
 
-impl crate::origin::registry::RequestKind for Upstream {
+impl crate::origin::registry::RequestKind for H2Upstream {
     const NAMES: (&'static str, &'static str) = ("h2", "h2c");
 
     fn start(
@@ -390,7 +390,7 @@ impl crate::origin::registry::RequestKind for Upstream {
         shared: &crate::origin::registry::Shared,
     ) -> Arc<Self> {
         let (metrics, workers) = (shared.metrics.clone(), shared.workers.clone());
-        Upstream::start(spec.connect, labels, spec.settings, spec.connect_timeout, metrics, workers)
+        H2Upstream::start(spec.connect, labels, spec.settings, spec.connect_timeout, metrics, workers)
     }
 
     /// New settings from a reload; connections stay.

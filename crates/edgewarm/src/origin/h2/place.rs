@@ -7,10 +7,10 @@ use std::sync::Arc;
 use http::Request;
 use tokio::time::Instant;
 
-use super::{Conn, Sent, State, Upstream, UpstreamError};
+use super::{Conn, H2Upstream, Sent, State, UpstreamError};
 use crate::origin::dial::WarmError;
 
-impl Upstream {
+impl H2Upstream {
     /// Start a request: on the connection its client's requests rode before (`affinity`), else
     /// on this worker's least loaded connection with a free stream, else on another worker's
     /// (spill); if all are full, on a new connection (up to `max_connections`); else wait for

@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use http::Response;
 
-use super::{informational, websocket, Upstream};
+use super::{informational, websocket, H2Upstream};
 use crate::h2_stream::{self, Frames};
 use crate::origin::body::{OriginBody, Upload};
 use crate::origin::seam::{
@@ -15,7 +15,7 @@ use crate::origin::seam::{
 use crate::origin::upgrade;
 
 /// The route's handle on an HTTP/2 set.
-pub(crate) struct Requests(pub(crate) Arc<Upstream>);
+pub(crate) struct Requests(pub(crate) Arc<H2Upstream>);
 
 /// What a request holds until its response has ended: its stream's place on the connection
 /// and its upload, if still running.
@@ -46,7 +46,7 @@ impl Origin for Requests {
     }
 }
 
-async fn send(upstream: &Arc<Upstream>, out: Outgoing<'_>) -> Result<Sent, SendFailure> {
+async fn send(upstream: &Arc<H2Upstream>, out: Outgoing<'_>) -> Result<Sent, SendFailure> {
     let Outgoing { build, body, up, timeout, affinity, interim, began: _ } = out;
     let end_of_stream = matches!(body, OutBody::Empty);
     let sent = upstream

@@ -17,7 +17,7 @@ use http_body_util::{BodyExt, Empty};
 use hyper_util::rt::TokioIo;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
-use super::Upstream;
+use super::H2Upstream;
 use crate::h2_stream::{send_data, Frames};
 use crate::origin::body::OriginBody;
 use crate::origin::seam::{OriginError, Upgrade, Upgraded};
@@ -42,7 +42,7 @@ pub(crate) fn websocket_accept(key: &[u8]) -> String {
 /// have announced extended CONNECT). After a `101` the relay runs as a task of `up.tasks`
 /// until either side closes or `up.cut` fires; the stream's place on its connection is held
 /// as long as the relay.
-pub(crate) async fn websocket(upstream: &Arc<Upstream>, up: Upgrade<'_>) -> Result<Upgraded, OriginError> {
+pub(crate) async fn websocket(upstream: &Arc<H2Upstream>, up: Upgrade<'_>) -> Result<Upgraded, OriginError> {
     let Upgrade { mut client, head, timeout, tasks, cut } = up;
     let bad = || OriginError::Upgrade("bad upgrade request".into());
     let stream = |e: h2::Error| OriginError::Upgrade(format!("origin stream: {e}"));
