@@ -353,7 +353,8 @@ impl Service {
         // body of a HEAD, a 204 or a 304).
         let bodiless = rlog.method == http::Method::HEAD
             || matches!(parts.status, http::StatusCode::NO_CONTENT | http::StatusCode::NOT_MODIFIED);
-        let length = if bodiless { Some(0) } else { super::client::content_length(&parts.headers) };
+        let declared = || parts.headers.get(http::header::CONTENT_LENGTH)?.to_str().ok()?.trim().parse().ok();
+        let length = if bodiless { Some(0) } else { declared() };
         let body = OnEnd::new(body, self.on_response_end(rlog, started, length));
         Response::from_parts(parts, body.boxed())
     }
