@@ -9,6 +9,7 @@
 mod addr;
 mod cache;
 mod duration;
+mod forward;
 mod hints;
 mod route;
 mod size;
@@ -22,10 +23,11 @@ use serde::Deserialize;
 
 pub use addr::OriginAddr;
 pub use cache::{CacheConfig, DiskConfig};
+pub use forward::{ForwardHeader, ForwardHeaders};
 pub use hints::EarlyHintsConfig;
 pub use route::{
-    ActionConfig, EarlyData, ForwardHeader, ForwardHeaders, HttpConfig, Ktls, PrewarmConfig, ProxyVersion, RouteConfig,
-    TerminateConfig, TunnelConfig, UpstreamConfig, UpstreamProtocol,
+    ActionConfig, EarlyData, HttpConfig, Ktls, PrewarmConfig, ProxyVersion, RouteConfig, TerminateConfig, TunnelConfig,
+    UpstreamConfig, UpstreamProtocol,
 };
 pub(crate) use validate::sni_pattern;
 

@@ -2,11 +2,12 @@
 //! origin. A request's path through it:
 //!
 //! - [`client`]: one driver per client protocol (HTTP/1.1 on hyper, HTTP/2 on `h2`, HTTP/3 on
-//!   the edge's own framing and QPACK over the listener's QUIC) reads requests and writes responses; nothing else about the protocol
-//!   leaks past it.
+//!   the edge's own framing and QPACK over the listener's QUIC) reads requests and writes
+//!   responses; nothing else about the protocol leaks past it.
 //! - [`service`]: the request service, `Request<ClientBody> → Response<Body>`: CONNECT refused,
 //!   the early-data gate ([`early`]), the body limit ([`body`]), the route check (421), the
-//!   request rewritten for the origin ([`forward`]), protocol upgrades ([`upgrade`]).
+//!   request rewritten for the origin ([`forward`], less what a client may not claim:
+//!   [`claims`]), protocol upgrades ([`upgrade`]).
 //! - the origin seam, [`crate::origin::seam::Origin`]: `send(request attempt) → response` and
 //!   `upgrade`; the service holds an `Arc<dyn Origin>` and never learns which kind answers
 //!   (HTTP/2 streams, an HTTP/1.1 pool, over TLS or cleartext) or what wraps it. What a
@@ -18,6 +19,7 @@
 //!   label, whose fault.
 
 pub(crate) mod body;
+pub(crate) mod claims;
 pub(crate) mod client;
 pub(crate) mod coalesce;
 pub(crate) mod early;
