@@ -12,9 +12,19 @@ impl Drop for ChildGuard {
     }
 }
 
-/// A port that was free a moment ago (for binaries that take an address, not a listener).
+/// A port that was free a moment ago (for binaries that take an address, not a listener),
+/// and never one this process was given before: the kernel can hand a just-released port out
+/// again at once, and a test taking two would then get the same one twice.
 pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+    static GIVEN: std::sync::Mutex<Vec<u16>> = std::sync::Mutex::new(Vec::new());
+    let mut given = GIVEN.lock().unwrap_or_else(|p| p.into_inner());
+    loop {
+        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        if !given.contains(&port) {
+            given.push(port);
+            return port;
+        }
+    }
 }
 
 /// Block until something listens on 127.0.0.1:`port` (at most 20 s).

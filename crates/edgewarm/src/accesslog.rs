@@ -158,6 +158,8 @@ pub(crate) struct RequestLog {
     pub(crate) retries: u32,
     /// What the route's cache did with it, on routes with one.
     pub(crate) cache: Option<crate::metrics::CacheResult>,
+    /// The server of the route's group that answered (routes with several).
+    pub(crate) server: Option<std::sync::Arc<str>>,
     pub(crate) detail: Option<String>,
 }
 
@@ -178,6 +180,7 @@ impl RequestLog {
             origin_conn: None,
             reused: false,
             cache: None,
+            server: None,
             retries: 0,
             detail: None,
         }
@@ -227,6 +230,7 @@ impl RequestLog {
                     reused = self.reused,
                     retries = self.retries,
                     cache = %Opt(&self.cache.map(|c| c.label())),
+                    server = %Opt(&self.server.as_deref()),
                     detail = %Opt(&self.detail),
                     "request"
                 )

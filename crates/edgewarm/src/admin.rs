@@ -31,6 +31,7 @@ pub struct AdminState {
     pub ready: Arc<AtomicBool>,
     pub origins: Arc<Origins>,
     pub caches: Arc<Caches>,
+    pub groups: Arc<crate::origin::group::Groups>,
 }
 
 /// Serve until `shutdown` resolves. Each admin connection gets its own task.
@@ -108,7 +109,7 @@ fn respond(req: &Request<Incoming>, state: &AdminState) -> Response<Full<Bytes>>
             r
         }
         "/origins" => {
-            let body = serde_json::json!({ "origins": state.origins.statuses() });
+            let body = serde_json::json!({ "origins": state.origins.statuses(), "groups": state.groups.statuses() });
             let mut r = Response::new(Full::new(Bytes::from(body.to_string())));
             r.headers_mut()
                 .insert(hyper::header::CONTENT_TYPE, hyper::header::HeaderValue::from_static("application/json"));

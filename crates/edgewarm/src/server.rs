@@ -21,14 +21,12 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::admin::AdminState;
-use crate::cache::Caches;
 use crate::config::{Config, ConfigError, ListenerConfig};
-use crate::hints::Hints;
 use crate::listener::quic::relay::QuicProcess;
 use crate::listener::{self, Context};
 use crate::metrics::{Metrics, ResultLabel};
 use crate::origin::registry::Origins;
-use crate::snapshot::Snapshot;
+use crate::snapshot::{Layers, Snapshot};
 use crate::tls::client::Resumption;
 use crate::tls::ticket_keys::TicketKeys;
 use crate::transport::{sockopt, Resolver};
@@ -173,10 +171,9 @@ fn bind_plain(addr: SocketAddr) -> std::io::Result<TcpListener> {
 pub struct Server {
     metrics: Arc<Metrics>,
     origins: Arc<Origins>,
-    /// The routes' caches: kept across reloads, like the origin connections.
-    caches: Arc<Caches>,
-    /// The routes' learned early hints: kept across reloads too.
-    hints: Hints,
+    /// The routes' caches, learned early hints and groups' server health: kept across
+    /// reloads, like the origin connections.
+    layers: Layers,
     snapshot: watch::Sender<Arc<Snapshot>>,
     /// What the listeners and their connections see.
     listeners: Arc<Context>,
@@ -216,9 +213,8 @@ impl Server {
             None => None,
         };
         let origins = Arc::new(Origins::new(metrics.clone(), workers.placement()));
-        let caches = Arc::new(Caches::new(metrics.cache.clone()));
-        let hints = Hints::default();
-        snapshot.attach_origins(&origins, &caches, &hints);
+        let layers = Layers::new(metrics.clone());
+        snapshot.attach_origins(&origins, &layers);
         let (snapshot, receiver) = watch::channel(snapshot);
         let listeners = Arc::new(Context {
             metrics: metrics.clone(),
@@ -233,8 +229,7 @@ impl Server {
         Ok(Arc::new(Self {
             metrics,
             origins,
-            caches,
-            hints,
+            layers,
             snapshot,
             listeners,
             resumption,
@@ -255,7 +250,8 @@ impl Server {
             metrics: self.metrics.clone(),
             ready: self.ready.clone(),
             origins: self.origins.clone(),
-            caches: self.caches.clone(),
+            caches: self.layers.caches.clone(),
+            groups: self.layers.groups.clone(),
         }
     }
 
@@ -307,7 +303,7 @@ impl Server {
         *bound = config.clone();
         self.resolver.set_ttl(config.dns.cache_ttl);
         // Pools first: a connection that sees the new snapshot must find its pools.
-        snapshot.attach_origins(&self.origins, &self.caches, &self.hints);
+        snapshot.attach_origins(&self.origins, &self.layers);
         self.snapshot.send_replace(Arc::new(snapshot));
         Ok(())
     }

@@ -4,28 +4,48 @@
 //! when it is accepted and keeps it to its end, so a reload changes where *new* connections go
 //! and never touches open ones.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
-use crate::cache::layer::Cached;
 use crate::cache::Caches;
 use crate::config::{Config, ConfigError, RelayMode, Timeouts, UpstreamProtocol};
-use crate::hints::layer::Hinted;
 use crate::hints::Hints;
-use crate::metrics::RouteName;
+use crate::metrics::{Metrics, RouteName};
 use crate::origin::cleartext::{self, Cleartext};
 use crate::origin::connect::{Connect, TlsConnect};
 use crate::origin::dial::TlsDial;
+use crate::origin::group::{Groups, Serving};
 use crate::origin::h1::H1Upstream;
 use crate::origin::h2::H2Upstream;
 use crate::origin::h3::H3Spec;
+use crate::origin::layer::Layer;
 use crate::origin::prewarm::{PrewarmSpec, Settings, TlsPool};
 use crate::origin::registry::{self, Origins, Spec, UpstreamSpec, Wanted};
 use crate::origin::seam::Origin;
 use crate::relay;
-use crate::route::{HttpRoute, RouteTable};
+use crate::route::{HttpRoute, RouteTable, ServerRoute};
 use crate::tls::client::Resumption;
 use crate::transport::Resolver;
+
+/// What wraps or stands for routes' origins, kept by the server across reloads.
+pub(crate) struct Layers {
+    /// The decorators on every route's seam, innermost first: a route's cache wraps its origin,
+    /// its early hints wrap both (hints go out before the cache is asked).
+    pub(crate) wrap: Vec<Arc<dyn Layer>>,
+    /// The routes' caches again, as their own type: the admin listener purges and reads them.
+    pub(crate) caches: Arc<Caches>,
+    /// The health of groups' servers.
+    pub(crate) groups: Arc<Groups>,
+    pub(crate) metrics: Arc<Metrics>,
+}
+
+impl Layers {
+    pub(crate) fn new(metrics: Arc<Metrics>) -> Self {
+        let caches = Arc::new(Caches::new(metrics.cache.clone()));
+        let wrap: Vec<Arc<dyn Layer>> = vec![caches.clone(), Arc::new(Hints::default())];
+        Self { wrap, caches, groups: Arc::default(), metrics }
+    }
+}
 
 #[derive(Debug)]
 pub(crate) struct Snapshot {
@@ -55,7 +75,8 @@ impl Snapshot {
     /// Start, update or retire the server's standing origin connections to match this
     /// snapshot's routes, and give each route its own. Runs before the snapshot is published,
     /// so a connection that sees this snapshot finds its route's connections in place.
-    pub(crate) fn attach_origins(&self, origins: &Origins, caches: &Caches, hints: &Hints) {
+    pub(crate) fn attach_origins(&self, origins: &Origins, layers: &Layers) {
+        let Layers { groups, metrics, .. } = layers;
         let mut wanted = Vec::new();
         // Each route's sets, by the id the registry gives them, to attach once they run.
         let mut prewarm = Vec::new();
@@ -72,52 +93,66 @@ impl Snapshot {
             }
             prewarm.push((route, ids));
         }
+        // Each route's servers: the id of each one's set, to attach once they run.
         let mut http = Vec::new();
         for (name, route) in self.routes.http_routes() {
-            let spec = self.request_kind(name, route);
-            http.push((name, route, registry::id(&*spec)));
-            wanted.push(Wanted { route: name.clone(), spec });
+            let mut ids = Vec::new();
+            for server in &route.servers {
+                let spec = self.request_kind(name, route, server);
+                ids.push(registry::id(&*spec));
+                wanted.push(Wanted { route: name.clone(), spec });
+            }
+            http.push((name, route, ids));
         }
         let started = origins.sync(wanted);
         for (route, ids) in prewarm {
             let pool = |id: &registry::Id| started.get(id)?.clone().into_any().downcast::<TlsPool>().ok();
             route.attach_pools(ids.into_iter().filter_map(|(alpn, id)| Some((alpn, pool(&id)?))).collect());
         }
-        let (mut cached, mut hinted) = (HashSet::new(), HashSet::new());
-        for (name, route, id) in http {
-            if let Some(origin) = started.get(&id).and_then(|set| set.clone().origin()) {
-                // A route's cache wraps its origin, and its early hints wrap both (decorators on
-                // the seam; the service does not know): hints go out before the cache is asked.
-                let origin: Arc<dyn Origin> = match &route.config.cache {
-                    Some(config) => {
-                        cached.insert(name.clone());
-                        Arc::new(Cached { inner: origin, cache: caches.route(name, config) })
-                    }
-                    None => origin,
-                };
-                let origin: Arc<dyn Origin> = match &route.config.early_hints {
-                    Some(config) => {
-                        hinted.insert(name.clone());
-                        Arc::new(Hinted { inner: origin, hints: hints.route(name, config) })
-                    }
-                    None => origin,
-                };
-                route.attach(origin);
+        // The routes each layer wrapped, to forget the state of the others.
+        let (mut wrapped, mut grouped) = (vec![HashSet::new(); layers.wrap.len()], HashMap::new());
+        for (name, route, ids) in http {
+            let sets: Option<Vec<_>> = ids.iter().map(|id| started.get(id).cloned()).collect();
+            let Some(sets) = sets else { continue };
+            let seams: Option<Vec<_>> = sets.iter().map(|set| set.clone().origin()).collect();
+            let Some(mut seams) = seams else { continue };
+            // One server is its own seam, as it always was; several are a group of them.
+            let mut origin: Arc<dyn Origin> = if route.config.origins.is_none() {
+                seams.remove(0)
+            } else {
+                grouped.insert(name.clone(), route.servers.iter().map(|s| s.config.address.clone()).collect());
+                let members = route.servers.iter().zip(seams).zip(sets).map(|((s, seam), set)| Serving {
+                    config: &s.config,
+                    name: s.tls.key(None).server_name,
+                    seam,
+                    set,
+                });
+                groups.group(name, &route.config.upstream, members.collect(), metrics)
+            };
+            for (layer, names) in layers.wrap.iter().zip(&mut wrapped) {
+                if let Some(wrapped) = layer.wrap(name, &route.config, &origin) {
+                    names.insert(name.clone());
+                    origin = wrapped;
+                }
             }
+            route.attach(origin);
         }
-        caches.retain(&cached);
-        hints.retain(&hinted);
+        groups.retain(&grouped, metrics);
+        for (layer, names) in layers.wrap.iter().zip(&wrapped) {
+            layer.retain(names);
+        }
     }
 
     /// The registration of the request kinds: which set an `http` route's `upstream` section
     /// asks for. The one place that maps the configured protocol and transport to a kind.
-    fn request_kind(&self, name: &RouteName, route: &HttpRoute) -> Box<dyn Spec> {
+    fn request_kind(&self, name: &RouteName, route: &HttpRoute, server: &ServerRoute) -> Box<dyn Spec> {
         let u = &route.config.upstream;
+        let origin = &server.tls;
         let connect = |alpn: Option<&[u8]>| -> Arc<dyn Connect> {
             if u.tls {
-                Arc::new(TlsConnect::new(route.origin.clone(), alpn, self.resolver.clone()))
+                Arc::new(TlsConnect::new(origin.clone(), alpn, self.resolver.clone()))
             } else {
-                let origin = route.origin.key(None).origin;
+                let origin = origin.key(None).origin;
                 cleartext::warn_if_public(name, &origin);
                 Arc::new(Cleartext::new(origin, self.resolver.clone()))
             }
@@ -129,7 +164,7 @@ impl Snapshot {
             UpstreamProtocol::Http11 => Box::new(UpstreamSpec::<H1Upstream>::new(connect(None), settings, timeout)),
             // Always TLS (checked at load); upgrades go over TCP without ALPN.
             UpstreamProtocol::H3 => {
-                Box::new(H3Spec::new(&route.origin, connect(None), self.resolver.clone(), settings, timeout))
+                Box::new(H3Spec::new(origin, connect(None), self.resolver.clone(), settings, timeout))
             }
         }
     }

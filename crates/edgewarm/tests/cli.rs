@@ -55,6 +55,30 @@ fn check_names_an_unusable_upgrade_socket() {
     assert!(check(&config).status.success());
 }
 
+/// `origins` beside `origin` is refused by `check`, naming the key, exit 64 (issue 47); the
+/// list alone is taken.
+#[test]
+fn check_refuses_origin_beside_origins() {
+    let dir = tempfile::tempdir().unwrap();
+    common::certs(&["a.test"]).write(dir.path());
+    let (config, d) = (dir.path().join("edge.yaml"), dir.path().display());
+    let route = |origin: &str| {
+        format!(
+            "listeners: [{{listen: \"127.0.0.1:0\"}}]\nroutes:\n  - {{sni: a.test, action: http, {origin}\
+             origins: [{{address: \"127.0.0.1:9\"}}, {{address: \"127.0.0.1:10\", backup: true}}], \
+             cert: {d}/cert.pem, key: {d}/key.pem}}\n"
+        )
+    };
+    std::fs::write(&config, route("origin: \"127.0.0.1:8\", ")).unwrap();
+    let out = check(&config);
+    assert_eq!(out.status.code(), Some(64));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("routes[0].origins: not beside origin"), "{err}");
+    std::fs::write(&config, route("")).unwrap();
+    let out = check(&config);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+}
+
 /// `cache.disk`: a relative path, a zero size and a directory two routes share are refused by
 /// `check`, naming the key, exit 64.
 #[test]

@@ -109,13 +109,15 @@ fn service(
         down: AtomicU64::new(0),
         upgrades: TaskTracker::new(),
         early_seen: AtomicBool::new(false),
-        affinity: AtomicU64::new(0),
+        affinity: Default::default(),
     });
     let Some(service) = Service::new(conn, ctx.route.name.clone(), route.clone()) else {
         log.detail = Some("no upstream for this route".into());
         return None;
     };
-    log.origin = Some(route.origin.key(None).origin.to_string());
+    // The server, or a group's servers (its requests' lines name the one each went to).
+    let servers: Vec<&str> = route.servers.iter().map(|s| s.config.address.as_str()).collect();
+    log.origin = Some(servers.join(","));
     let retired = service.origin.retired().clone();
     // A connection without SNI was routed by that and serves any name on its own route.
     let service = if &*ctx.route.name != crate::route::NO_SNI { service.with_coalescing() } else { service };

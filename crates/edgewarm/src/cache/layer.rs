@@ -5,6 +5,7 @@
 //! (`stale-if-error`); a miss fetches once per key while concurrent misses read that fetch
 //! as it arrives ([`super::fill`]); anything else passes through untouched.
 
+use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::SystemTime;
 
@@ -14,18 +15,33 @@ use http_cache_semantics::BeforeRequest;
 
 use super::fill::Turn;
 use super::keep;
-use super::routes::RouteCache;
+use super::routes::{Caches, RouteCache};
 use super::stale::Stale;
 use super::status::Status;
 use super::store::Entry;
 use super::{decide, key, serve};
-use crate::metrics::CacheResult;
+use crate::config::HttpConfig;
+use crate::metrics::{CacheResult, RouteName};
+use crate::origin::layer::Layer;
 use crate::origin::seam::{BoxFuture, Origin, OutBody, Outgoing, SendFailure, Sent, Upgrade, Upgraded};
 
 /// A route's origin with its cache in front.
 pub(crate) struct Cached {
     pub(crate) inner: Arc<dyn Origin>,
     pub(crate) cache: Arc<RouteCache>,
+}
+
+/// A route with `cache:` gets its cache in front of its origin, the same cache across reloads
+/// while its settings stay.
+impl Layer for Caches {
+    fn wrap(&self, route: &RouteName, config: &HttpConfig, inner: &Arc<dyn Origin>) -> Option<Arc<dyn Origin>> {
+        let settings = config.cache.as_ref()?;
+        Some(Arc::new(Cached { inner: inner.clone(), cache: self.route(route, settings) }))
+    }
+
+    fn retain(&self, routes: &HashSet<RouteName>) {
+        self.keep_only(routes);
+    }
 }
 
 impl Origin for Cached {
@@ -92,7 +108,7 @@ impl Cached {
                 BeforeRequest::Fresh(_) => return Ok(self.hit(&entry, &head, now, tier)),
                 BeforeRequest::Stale { request, matches: true } => {
                     let job = Stale { cache: &self.cache, inner: &self.inner, key, entry, head: &head };
-                    return job.run(request, out.timeout, out.up, out.affinity).await;
+                    return job.run(request, out.timeout, out.up, out.affinity, out.tried).await;
                 }
                 // Another variant, or a request the stored one cannot answer.
                 BeforeRequest::Stale { matches: false, .. } => {}
@@ -119,7 +135,7 @@ impl Cached {
                 // The client's own validators stay here: the origin is asked for the whole
                 // object (storable, and shareable with the waiters), and the client's
                 // conditional is answered against it.
-                let Outgoing { build, body, up, timeout, affinity, interim, began } = out;
+                let Outgoing { build, body, up, timeout, affinity, tried, interim, began } = out;
                 let mut whole = || {
                     let mut h = build();
                     for name in [IF_NONE_MATCH, IF_MODIFIED_SINCE] {
@@ -127,7 +143,7 @@ impl Cached {
                     }
                     h
                 };
-                let attempt = Outgoing { build: &mut whole, body, up, timeout, affinity, interim, began };
+                let attempt = Outgoing { build: &mut whole, body, up, timeout, affinity, tried, interim, began };
                 let response = self.inner.send(attempt).await?;
                 let (response, status) = keep::keep(&self.cache, response.response, &head, url, lead, "uri-miss", now);
                 Ok(self.cache.answer(serve::conditional(response, &head), CacheResult::Miss, &status))

@@ -41,7 +41,7 @@ impl RouteCache {
     pub(crate) fn answer(&self, mut response: Response<OriginBody>, result: CacheResult, status: &Status) -> Sent {
         status.append_to(response.headers_mut());
         self.count(result);
-        Sent { response, conn: None, reused: false, cache: Some(result) }
+        Sent { response, conn: None, reused: false, cache: Some(result), server: None }
     }
 
     /// A request that joined another's fetch: its head, and its body as it arrives (`fwd`:
@@ -160,7 +160,7 @@ impl Caches {
     }
 
     /// Drop the caches of routes not in `keep` (no longer configured, or without `cache`).
-    pub(crate) fn retain(&self, keep: &HashSet<RouteName>) {
+    pub(crate) fn keep_only(&self, keep: &HashSet<RouteName>) {
         self.routes().retain(|name, _| keep.contains(name));
     }
 

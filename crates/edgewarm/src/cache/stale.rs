@@ -23,7 +23,7 @@ use super::status::Status;
 use super::store::{self, Entry};
 use super::{decide, directives};
 use crate::metrics::CacheResult;
-use crate::origin::seam::{Origin, OutBody, Outgoing, SendFailure, Sent};
+use crate::origin::seam::{Affinity, Origin, OutBody, Outgoing, OwnRequest, SendFailure, Sent};
 
 /// Headers a 304 does not change in the stored response: they describe its body, or belong
 /// to one client.
@@ -47,7 +47,8 @@ impl Stale<'_> {
         reval: http::request::Parts,
         timeout: Duration,
         up: &Arc<AtomicU64>,
-        affinity: &AtomicU64,
+        affinity: &Affinity,
+        tried: &AtomicU64,
     ) -> Result<Sent, SendFailure> {
         let now = SystemTime::now();
         let staleness = self.entry.staleness(now);
@@ -86,7 +87,8 @@ impl Stale<'_> {
         // A revalidation's 103s are not passed on: the origin answers a conditional request, and
         // what the client gets may well be the stored response.
         let began = tokio::time::Instant::now();
-        let attempt = Outgoing { build: &mut build, body: OutBody::Empty, up, timeout, affinity, interim: None, began };
+        let body = OutBody::Empty;
+        let attempt = Outgoing { build: &mut build, body, up, timeout, affinity, tried, interim: None, began };
         let response = match self.inner.send(attempt).await {
             Ok(sent) => sent.response,
             Err(_) if staleness <= grace.if_error => {
@@ -140,10 +142,8 @@ impl Stale<'_> {
             (self.cache.clone(), self.inner.clone(), self.key.clone(), self.entry.clone(), copy(self.head));
         tokio::spawn(async move {
             let mut build = || copy(&reval);
-            let (up, affinity) = (Arc::default(), AtomicU64::default());
-            let (build, body) = (&mut build, OutBody::Empty);
-            let began = tokio::time::Instant::now();
-            let attempt = Outgoing { build, body, up: &up, timeout, affinity: &affinity, interim: None, began };
+            let own = OwnRequest::default();
+            let attempt = own.outgoing(&mut build, timeout);
             let now = SystemTime::now();
             match inner.send(attempt).await {
                 Ok(sent) if sent.response.status() == StatusCode::NOT_MODIFIED => {

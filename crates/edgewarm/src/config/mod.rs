@@ -11,6 +11,7 @@ mod cache;
 mod duration;
 mod forward;
 mod hints;
+pub(crate) mod origins;
 mod route;
 mod size;
 mod validate;
@@ -25,6 +26,7 @@ pub use addr::OriginAddr;
 pub use cache::{CacheConfig, DiskConfig};
 pub use forward::{ForwardHeader, ForwardHeaders};
 pub use hints::EarlyHintsConfig;
+pub use origins::{Balance, HealthConfig, OriginServer};
 pub use route::{
     ActionConfig, EarlyData, HttpConfig, Ktls, PrewarmConfig, ProxyVersion, RouteConfig, TerminateConfig, TunnelConfig,
     UpstreamConfig, UpstreamProtocol,

@@ -10,6 +10,7 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
+use super::origins::{Balance, HealthConfig, OriginServer};
 use super::{
     duration, size, CacheConfig, EarlyHintsConfig, ForwardHeader, ForwardHeaders, OriginTls, PoolConfig, TlsVersion,
 };
@@ -128,8 +129,10 @@ pub struct PrewarmConfig {
 
 #[derive(Debug, Clone)]
 pub struct HttpConfig {
-    /// `host:port` of the origin. Required.
+    /// `host:port` of the origin: one server. Required, or `origins`.
     pub origin: Option<String>,
+    /// Several servers (`origins:`), instead of `origin` ([`HttpConfig::servers`]).
+    pub origins: Option<Vec<OriginServer>>,
     /// Client-facing TLS; ALPN defaults to `h2, http/1.1`.
     pub tls: TerminateConfig,
     /// The TLS client side towards the origin (ALPN `h2`).
@@ -147,6 +150,18 @@ pub struct HttpConfig {
     /// `103 Early Hints` learned per URL (`early_hints: {}`); without it, only the origin's own
     /// 103s are passed on.
     pub early_hints: Option<EarlyHintsConfig>,
+}
+
+impl HttpConfig {
+    /// The route's servers: `origins`, or the one `origin` (none while neither is set, which
+    /// validation refuses).
+    pub fn servers(&self) -> Vec<OriginServer> {
+        match (&self.origins, &self.origin) {
+            (Some(list), _) => list.clone(),
+            (None, Some(one)) => vec![OriginServer::single(one)],
+            (None, None) => Vec::new(),
+        }
+    }
 }
 
 /// The standing origin connections of an `http` route.
@@ -184,6 +199,16 @@ pub struct UpstreamConfig {
     /// system's (`net.ipv4.tcp_congestion_control`).
     #[serde(default)]
     pub congestion: Option<String>,
+    /// How a route with several `origins` picks a request's server (`latency` by default).
+    #[serde(default)]
+    pub balance: Balance,
+    /// A server that returns (from down or ejected) gets its share back over this long, from a
+    /// tenth (0: at once, the default, as HAProxy's and Envoy's).
+    #[serde(default, with = "duration")]
+    pub slow_start: Duration,
+    /// When a server of several is ejected (passive health).
+    #[serde(default)]
+    pub health: HealthConfig,
 }
 
 fn yes() -> bool {
@@ -215,6 +240,9 @@ impl Default for UpstreamConfig {
             protocol: UpstreamProtocol::default(),
             tls: true,
             congestion: None,
+            balance: Balance::default(),
+            slow_start: Duration::ZERO,
+            health: HealthConfig::default(),
         }
     }
 }
@@ -255,6 +283,8 @@ struct RouteFile {
     action: Action,
     #[serde(default)]
     origin: Option<String>,
+    #[serde(default)]
+    origins: Option<Vec<OriginServer>>,
     #[serde(default)]
     origin_tcp_fastopen: bool,
     #[serde(default)]
@@ -306,8 +336,14 @@ impl From<RouteFile> for RouteConfig {
         // and what an operator who set it on another action is told. A new route key is one
         // row here (and its field): the first row set that the action does not take is the
         // error.
-        let keys: [(&'static str, bool, &[Action], &'static str); 18] = [
+        let keys: [(&'static str, bool, &[Action], &'static str); 19] = [
             ("origin", r.origin.is_some(), &[Tunnel, Prewarm, Http], "action reject takes no origin"),
+            (
+                "origins",
+                r.origins.is_some(),
+                &[Http],
+                "only for action http (a list of servers; others take one origin)",
+            ),
             ("origin_tcp_fastopen", r.origin_tcp_fastopen, &[Tunnel], fastopen_why),
             ("cert", r.cert.is_some(), TERMINATING, TERMINATING_ONLY),
             ("key", r.key.is_some(), TERMINATING, TERMINATING_ONLY),
@@ -371,6 +407,7 @@ impl From<RouteFile> for RouteConfig {
                 }
                 let http = HttpConfig {
                     origin: r.origin.clone(),
+                    origins: r.origins.clone(),
                     tls,
                     origin_tls: r.origin_tls.clone().unwrap_or_default(),
                     origin_tls_set: r.origin_tls.is_some(),

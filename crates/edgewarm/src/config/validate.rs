@@ -104,16 +104,35 @@ impl Config {
             if let Some((field, message)) = r.misplaced {
                 return Err(ConfigError::invalid(key(field), message));
             }
+            // The one origin the route names, where it names one (not a list of servers).
             let origin = match &r.action {
                 ActionConfig::Reject => continue,
-                ActionConfig::Tunnel(t) => &t.origin,
-                ActionConfig::Prewarm(p) => &p.origin,
-                ActionConfig::Http(h) => &h.origin,
+                ActionConfig::Tunnel(t) => Some(&t.origin),
+                ActionConfig::Prewarm(p) => Some(&p.origin),
+                ActionConfig::Http(h) => match &h.origins {
+                    Some(_) if h.origin.is_some() => {
+                        return Err(ConfigError::invalid(
+                            key("origins"),
+                            "not beside origin: origin is one server, origins a list (write the one server as \
+                             its only entry)",
+                        ))
+                    }
+                    Some(list) => {
+                        super::origins::validate(list, &h.upstream.health, &key)?;
+                        None
+                    }
+                    None => Some(&h.origin),
+                },
             };
-            let Some(origin) = origin else {
-                return Err(ConfigError::invalid(key("origin"), "required for actions tunnel, prewarm and http"));
-            };
-            OriginAddr::parse(origin).map_err(|m| ConfigError::invalid(key("origin"), m))?;
+            if let Some(origin) = origin {
+                let Some(origin) = origin else {
+                    return Err(ConfigError::invalid(
+                        key("origin"),
+                        "required for actions tunnel, prewarm and http (or, on http, origins: a list)",
+                    ));
+                };
+                OriginAddr::parse(origin).map_err(|m| ConfigError::invalid(key("origin"), m))?;
+            }
             match &r.action {
                 ActionConfig::Prewarm(p) => {
                     validate_terminating(&r.sni, "prewarm", &p.tls, &p.origin_tls, false, &key)?;
@@ -128,7 +147,9 @@ impl Config {
                     validate_pool(&p.pool, &key)?;
                 }
                 ActionConfig::Http(h) => {
-                    validate_terminating(&r.sni, "http", &h.tls, &h.origin_tls, !h.upstream.tls, &key)?;
+                    // Every server naming itself stands for the route's one name.
+                    let named = h.servers().iter().all(|s| s.sni.is_some());
+                    validate_terminating(&r.sni, "http", &h.tls, &h.origin_tls, !h.upstream.tls || named, &key)?;
                     if h.tls.early_data == EarlyData::Opaque {
                         return Err(ConfigError::invalid(
                             key("early_data"),

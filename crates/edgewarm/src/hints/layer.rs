@@ -5,20 +5,37 @@
 //! response ([`super::learn`]). A response already there when the client's driver next looks
 //! (a cache hit) goes out alone: the queued 103 is dropped, there is nothing left to hint.
 
+use std::collections::HashSet;
 use std::sync::Arc;
 
 use http::{Response, StatusCode};
 
 use super::learn::{self, Lesson};
+use super::routes::Hints;
 use super::store::RouteHints;
 use crate::cache::key;
-use crate::metrics::HintSource;
+use crate::config::HttpConfig;
+use crate::metrics::{HintSource, RouteName};
+use crate::origin::layer::Layer;
 use crate::origin::seam::{BoxFuture, Origin, OriginError, Outgoing, SendFailure, Sent, Upgrade, Upgraded};
 
 /// A route's origin with early hints in front.
 pub(crate) struct Hinted {
     pub(crate) inner: Arc<dyn Origin>,
     pub(crate) hints: Arc<RouteHints>,
+}
+
+/// A route with `early_hints:` gets its learned hints in front of its origin (and its cache:
+/// hints go out before the cache is asked), kept across reloads while its settings stay.
+impl Layer for Hints {
+    fn wrap(&self, route: &RouteName, config: &HttpConfig, inner: &Arc<dyn Origin>) -> Option<Arc<dyn Origin>> {
+        let settings = config.early_hints.as_ref()?;
+        Some(Arc::new(Hinted { inner: inner.clone(), hints: self.route(route, settings) }))
+    }
+
+    fn retain(&self, routes: &HashSet<RouteName>) {
+        self.keep_only(routes);
+    }
 }
 
 impl Origin for Hinted {
@@ -37,11 +54,11 @@ impl Origin for Hinted {
 
 impl Hinted {
     async fn send<'a>(&'a self, out: Outgoing<'a>) -> Result<Sent, SendFailure> {
-        let Outgoing { build, body, up, timeout, affinity, interim, began } = out;
+        let Outgoing { build, body, up, timeout, affinity, tried, interim, began } = out;
         let config = &self.hints.config;
         let inner_interim = interim.filter(|_| config.from_origin);
         if !config.learn {
-            let out = Outgoing { build, body, up, timeout, affinity, interim: inner_interim, began };
+            let out = Outgoing { build, body, up, timeout, affinity, tried, interim: inner_interim, began };
             return self.inner.send(out).await;
         }
         let head = build();
@@ -54,7 +71,7 @@ impl Hinted {
                 interim.send(early, HintSource::Learned);
             }
         }
-        let out = Outgoing { build, body, up, timeout, affinity, interim: inner_interim, began };
+        let out = Outgoing { build, body, up, timeout, affinity, tried, interim: inner_interim, began };
         let sent = self.inner.send(out).await?;
         let response = &sent.response;
         match learn::lesson(&head, response.status(), response.headers(), self.hints.max_link_bytes()) {
@@ -77,7 +94,7 @@ mod tests {
     use super::*;
     use crate::config::EarlyHintsConfig;
     use crate::origin::body::OriginBody;
-    use crate::origin::seam::{Interim, OutBody};
+    use crate::origin::seam::{Affinity, Interim, OutBody};
 
     /// An origin answering every request with the page (its preloads in `Link`), after a 103
     /// of its own.
@@ -94,7 +111,7 @@ mod tests {
             let mut response = Response::new(OriginBody::new(http_body_util::Empty::new(), Box::new(())));
             response.headers_mut().insert("content-type", HeaderValue::from_static("text/html"));
             response.headers_mut().insert("link", HeaderValue::from_static("</a.css>; rel=preload; as=style"));
-            Box::pin(async move { Ok(Sent { response, conn: None, reused: false, cache: None }) })
+            Box::pin(async move { Ok(Sent { response, conn: None, reused: false, cache: None, server: None }) })
         }
 
         fn upgrade<'a>(&'a self, _: Upgrade<'a>) -> BoxFuture<'a, Result<Upgraded, OriginError>> {
@@ -129,13 +146,14 @@ mod tests {
             }
             head
         };
-        let (up, affinity) = (Arc::default(), AtomicU64::default());
+        let (up, affinity, tried) = (Arc::default(), Affinity::default(), AtomicU64::default());
         let out = Outgoing {
             build: &mut build,
             body: OutBody::Empty,
             up: &up,
             timeout: Duration::from_secs(1),
             affinity: &affinity,
+            tried: &tried,
             interim: Some(&interim),
             began: tokio::time::Instant::now(),
         };

@@ -32,7 +32,7 @@ impl Hints {
     }
 
     /// Drop the hints of routes not in `keep`.
-    pub(crate) fn retain(&self, keep: &HashSet<RouteName>) {
+    pub(crate) fn keep_only(&self, keep: &HashSet<RouteName>) {
         self.routes().retain(|name, _| keep.contains(name));
     }
 }

@@ -31,7 +31,7 @@ use super::{Body, BoxError, ClientBody};
 use crate::accesslog::RequestLog;
 use crate::metrics::{ClientProtocol, EarlyOutcome, HttpError, HttpMetrics, RouteEarly, RouteHttpMetrics, RouteName};
 use crate::origin::body::{BodyEnd, OnEnd};
-use crate::origin::seam::{Origin, OutBody, Outgoing, Sent};
+use crate::origin::seam::{Affinity, Origin, OutBody, Outgoing, Sent};
 use crate::route::HttpRoute;
 use crate::snapshot::Snapshot;
 
@@ -69,7 +69,7 @@ pub(crate) struct Conn {
     pub(crate) early_seen: AtomicBool,
     /// The origin connection this client's requests rode last (a placement hint:
     /// [`Outgoing::affinity`]).
-    pub(crate) affinity: AtomicU64,
+    pub(crate) affinity: Affinity,
 }
 
 impl Conn {
@@ -296,14 +296,14 @@ impl Service {
         let up = rlog.bytes_up.get_or_insert_with(Arc::default).clone();
         // An HTTP/2 or HTTP/3 client's driver takes informational heads while it waits.
         let interim = interim.map(|to| to.sink(&self.route_metrics));
-        let began = tokio::time::Instant::now();
+        let (began, tried) = (tokio::time::Instant::now(), AtomicU64::new(0));
         loop {
             policy.attempt();
             let timeout = self.conn.snapshot.timeouts.origin_response;
-            let affinity = &self.conn.affinity;
+            let (affinity, tried) = (&self.conn.affinity, &tried);
             let body = out.for_attempt();
-            let attempt =
-                Outgoing { build: &mut build, body, up: &up, timeout, affinity, interim: interim.as_ref(), began };
+            let interim = interim.as_ref();
+            let attempt = Outgoing { build: &mut build, body, up: &up, timeout, affinity, tried, interim, began };
             match self.origin.send(attempt).await {
                 Ok(sent) => match policy.after_response(sent.response.status()) {
                     Next::AfterHandshake => {
@@ -320,6 +320,7 @@ impl Service {
                         rlog.origin_conn = sent.conn;
                         rlog.reused = sent.reused;
                         rlog.cache = sent.cache;
+                        rlog.server = sent.server.clone();
                         rlog.ttfb = Some(started.elapsed());
                         return Ok(sent);
                     }

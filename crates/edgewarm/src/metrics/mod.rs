@@ -151,6 +151,7 @@ pub struct Metrics {
     pub http: HttpMetrics,
     pub cache: CacheMetrics,
     pub upstream: UpstreamMetrics,
+    pub servers: ServerMetrics,
     pub early: EarlyMetrics,
     pub quic: QuicMetrics,
     pub ktls: Family<KtlsLabels, Counter>,
@@ -214,6 +215,7 @@ impl Metrics {
             http: HttpMetrics::new(),
             cache: CacheMetrics::default(),
             upstream: UpstreamMetrics::new(),
+            servers: ServerMetrics::default(),
             early: EarlyMetrics::default(),
             quic: QuicMetrics::new(),
             ktls: Family::default(),
@@ -256,6 +258,7 @@ impl Metrics {
         m.http.register(registry.sub_registry_with_prefix("http"));
         m.cache.register(registry.sub_registry_with_prefix("cache"));
         m.upstream.register(registry.sub_registry_with_prefix("upstream"));
+        m.servers.register(registry.sub_registry_with_prefix("origin"));
         m.early.register(registry.sub_registry_with_prefix("tls"));
         m.quic.register(registry.sub_registry_with_prefix("quic"));
         registry.register(

@@ -118,6 +118,51 @@ impl UpstreamMetrics {
         r.register("zero_rtt", "HTTP/3 origin reconnects that sent 0-RTT, by result", self.zero_rtt.clone());
     }
 }
+/// One server of a route's group (`origins:`).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ServerLabels {
+    pub route: RouteName,
+    pub server: String,
+}
+label_enum! {
+    /// Why a server of a group was taken out: its standing connections gone and a reconnect
+    /// refused (`down`, active), a wrong answer to the health probe (`probe`), or failures in a
+    /// row (passive): connects, timeouts, resets, 5xx answers.
+    ServerFault {
+        Down => "down",
+        Connect => "connect",
+        Timeout => "timeout",
+        Reset => "reset",
+        Status => "5xx",
+        Probe => "probe",
+    }
+}
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ServerEjection {
+    pub route: RouteName,
+    pub server: String,
+    pub reason: ServerFault,
+}
+/// The servers of routes with several (`origin_*`).
+#[derive(Default)]
+pub struct ServerMetrics {
+    /// 1 while the server takes requests (healthy), 0 while it is down or ejected.
+    pub up: Family<ServerLabels, Gauge>,
+    pub ejections: Family<ServerEjection, Counter>,
+    /// Requests sent to another server after this one failed them before a response.
+    pub retried_elsewhere: Family<ServerLabels, Counter>,
+}
+impl ServerMetrics {
+    pub(super) fn register(&self, r: &mut Registry) {
+        r.register("server_up", "1 while a server of a route's group takes requests", self.up.clone());
+        r.register("ejections", "Servers taken out of a route's group, by reason", self.ejections.clone());
+        r.register(
+            "retried_elsewhere",
+            "Requests a server failed before any response, sent again to another",
+            self.retried_elsewhere.clone(),
+        );
+    }
+}
 /// Per-pool metrics (labels route, origin, alpn).
 pub struct PoolMetrics {
     pub hits: Family<PoolLabels, Counter>,

@@ -1,6 +1,8 @@
 //! The origin side: everything between the HTTP core (or a prewarm route's client) and an
 //! origin server. The map:
 //!
+//! - [`layer`]: the one shape of a decorator on a route's seam (its cache, its early hints):
+//!   wrap it where the route asks, keep per-route state across reloads.
 //! - [`seam`]: the one seam the request service calls, the [`seam::Origin`] trait: `send` a
 //!   request (a response, or a failure classified for retrying), `upgrade` a protocol
 //!   (WebSocket), `retired`. Kinds implement it; decorators (a cache) wrap it. What a request
@@ -13,6 +15,9 @@
 //!     stalls only the streams it hit), resumed with 0-RTT;
 //!   - [`prewarm`]: pre-handshaked TLS connections, each handed to exactly one client
 //!     (`prewarm` routes), sized from the arrival rate and the warm time.
+//! - [`group`]: a route's several servers (`origins:`) as one origin: each attempt goes to a
+//!   server in service chosen by `upstream.balance`, through that server's own standing set;
+//!   a server found down or failing is taken out, backups stand in, a retry goes elsewhere.
 //! - What carries a request kind's bytes, [`connect::Connect`]: TLS ([`connect::TlsConnect`])
 //!   or cleartext ([`cleartext`]). A protocol's set is written once for both.
 //! - [`registry`]: the running sets, keyed by (pool key, kind, transport); a kind is a
@@ -32,9 +37,11 @@ pub(crate) mod body;
 pub(crate) mod cleartext;
 pub(crate) mod connect;
 pub mod dial;
+pub mod group;
 pub(crate) mod h1;
 pub mod h2;
 pub(crate) mod h3;
+pub(crate) mod layer;
 pub mod prewarm;
 pub mod registry;
 pub(crate) mod seam;

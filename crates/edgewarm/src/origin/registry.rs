@@ -69,6 +69,12 @@ pub(crate) trait Standing: AsAny {
     fn warm(&self) -> bool;
     /// Its numbers for `/origins` (a JSON object with at least `route`, `origin`, `kind`).
     fn status(&self) -> serde_json::Value;
+    /// Whether its server can take a request now: false once every standing connection is
+    /// gone and a reconnect failed (a server group sends elsewhere at once). A set that has
+    /// not failed yet, still opening its first connections, is up.
+    fn up(&self) -> bool {
+        true
+    }
     /// The route's seam, for the kinds that carry requests ([`Origin`]).
     fn origin(self: Arc<Self>) -> Option<Arc<dyn Origin>> {
         None

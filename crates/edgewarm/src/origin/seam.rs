@@ -56,9 +56,12 @@ pub(crate) struct Outgoing<'a> {
     pub(crate) up: &'a Arc<AtomicU64>,
     /// Bounds the wait for the response head (`timeouts.origin_response`).
     pub(crate) timeout: Duration,
-    /// The client connection's placement hint: a multiplexed kind puts its requests on one
-    /// origin connection while it has room (see `h2::place`), and notes which here.
-    pub(crate) affinity: &'a AtomicU64,
+    /// The client connection's placement hints: which server and which origin connection its
+    /// requests went to last.
+    pub(crate) affinity: &'a Affinity,
+    /// The servers of a group this request was already sent to (a bit each, by the group's
+    /// index): a retry goes to another while one is left.
+    pub(crate) tried: &'a AtomicU64,
     /// Where an informational head for the client goes while the final response is awaited;
     /// none where the client's protocol carries none (HTTP/1.1: browsers ignore a 103 there)
     /// or no client waits (a background revalidation).
@@ -67,6 +70,46 @@ pub(crate) struct Outgoing<'a> {
     /// `timeouts.connect` from then, across attempts, so a request whose connection died under
     /// it (found by silence, a second later) does not wait a whole connect timeout again.
     pub(crate) began: tokio::time::Instant,
+}
+
+/// What a request the edge makes of its own accord (a health probe, a background
+/// revalidation) holds for its attempt: no client, so no hints and no informational heads.
+#[derive(Default)]
+pub(crate) struct OwnRequest {
+    up: Arc<AtomicU64>,
+    affinity: Affinity,
+    tried: AtomicU64,
+}
+
+impl OwnRequest {
+    /// Its attempt, without a body, waiting `timeout` for the response head.
+    pub(crate) fn outgoing<'a>(
+        &'a self,
+        build: &'a mut (dyn FnMut() -> Request<()> + Send),
+        timeout: Duration,
+    ) -> Outgoing<'a> {
+        Outgoing {
+            build,
+            body: OutBody::Empty,
+            up: &self.up,
+            timeout,
+            affinity: &self.affinity,
+            tried: &self.tried,
+            interim: None,
+            began: tokio::time::Instant::now(),
+        }
+    }
+}
+
+/// A client connection's placement hints, kept across its requests.
+#[derive(Debug, Default)]
+pub(crate) struct Affinity {
+    /// A multiplexed kind puts the client's requests on one origin connection while it has
+    /// room (see `h2::place`), and notes which here (its id + 1; 0: none).
+    pub(crate) conn: AtomicU64,
+    /// A group sends the client's requests to the server its last one went to while that server
+    /// is healthy (its index + 1; 0: none): one origin connection, one HPACK table.
+    pub(crate) server: AtomicU64,
 }
 
 /// The client's end for informational (1xx) heads of one request. Shared (`Arc`) so that a
@@ -116,6 +159,8 @@ pub(crate) struct Sent {
     pub(crate) reused: bool,
     /// What a cache in front of the origin did with it (none without a cache).
     pub(crate) cache: Option<CacheResult>,
+    /// Which server of the route's group answered (none for a route of one server).
+    pub(crate) server: Option<Arc<str>>,
 }
 
 /// How a send failed, as far as retrying is concerned.

@@ -9,8 +9,8 @@ use std::collections::HashMap;
 use std::sync::{Arc, OnceLock};
 
 use crate::config::{
-    self, sni_pattern, ActionConfig, Config, ConfigError, HttpConfig, OriginAddr, PrewarmConfig, TerminateConfig,
-    TunnelConfig,
+    self, sni_pattern, ActionConfig, Config, ConfigError, HttpConfig, OriginAddr, OriginServer, PrewarmConfig,
+    TerminateConfig, TunnelConfig,
 };
 use crate::metrics::{Metrics, RouteMetrics, RouteName};
 use crate::origin::prewarm::TlsPool;
@@ -32,8 +32,8 @@ pub enum RouteAction {
 /// An `http` route: client TLS, and where its requests go.
 pub struct HttpRoute {
     pub client: ClientTls,
-    /// How to reach and verify the origin (unused with `upstream.tls: false`).
-    pub origin: Arc<OriginTls>,
+    /// Its origin servers: one (`origin:`), or the group of `origins:`.
+    pub servers: Vec<ServerRoute>,
     /// The route's section as configured: a new route key is read where it is used, not copied
     /// here.
     pub config: HttpConfig,
@@ -57,6 +57,14 @@ impl HttpRoute {
     pub(crate) fn attach(&self, origin: Arc<dyn Origin>) {
         let _ = self.seam.set(origin);
     }
+}
+
+/// One origin server of an `http` route.
+pub struct ServerRoute {
+    /// How to reach and verify it (unused with `upstream.tls: false`).
+    pub tls: Arc<OriginTls>,
+    /// Its entry as configured (`weight`, `backup`, `host`…).
+    pub config: OriginServer,
 }
 
 /// A `tunnel` route: where to, and whether the replayed hello rides in the SYN.
@@ -176,10 +184,26 @@ impl RouteTable {
                     }))
                 }
                 ActionConfig::Http(h) => {
-                    let (client, origin) = terminating(&h.tls, &h.origin_tls, &h.origin)?;
+                    let client = ClientTls::new(&h.tls, &label, resumption, ticket_keys.as_ref())
+                        .map_err(|(field, m)| ConfigError::invalid(key(field), m))?;
+                    let mut servers = Vec::new();
+                    for (j, server) in h.servers().into_iter().enumerate() {
+                        // A server's own name, where it has one, stands for the route's.
+                        let mut origin_tls = h.origin_tls.clone();
+                        origin_tls.sni = server.sni.clone().or(origin_tls.sni);
+                        let field = |f: &str| match &h.origins {
+                            Some(_) => key(&format!("origins[{j}].{f}")),
+                            None => key("origin"),
+                        };
+                        let addr = OriginAddr::parse(&server.address)
+                            .map_err(|m| ConfigError::invalid(field("address"), m))?;
+                        let tls = OriginTls::new(&origin_tls, &name, addr)
+                            .map_err(|(f, m)| ConfigError::invalid(key(f), m))?;
+                        servers.push(ServerRoute { tls: Arc::new(tls), config: server });
+                    }
                     RouteAction::Http(Arc::new(HttpRoute {
                         client,
-                        origin: Arc::new(origin),
+                        servers,
                         config: (**h).clone(),
                         seam: OnceLock::new(),
                     }))

@@ -123,7 +123,7 @@ fn keys_the_action_does_not_take_are_named() {
     let e = err(&GOOD.replace("action: tunnel", "action: prewarm\n    origin_tcp_fastopen: true"));
     assert!(e.starts_with("routes[0].origin_tcp_fastopen: origin connections are made before"), "{e}");
     let e = err(&GOOD.replace("    origin: origin-a.internal:443\n", ""));
-    assert_eq!(e, "routes[0].origin: required for actions tunnel, prewarm and http");
+    assert_eq!(e, "routes[0].origin: required for actions tunnel, prewarm and http (or, on http, origins: a list)");
     let e = err(&GOOD.replace("action: tunnel", "action: tunnel\n    upstream: {connections: 3}"));
     assert_eq!(e, "routes[0].upstream: only for action http");
     let e = err(&GOOD.replace("action: tunnel", "action: tunnel\n    forward_headers: [via]"));
@@ -258,4 +258,64 @@ fn origin_addresses() {
     for bad in ["::1:443", "o.internal:0", "o.internal:https", ":443", "o internal:443"] {
         assert!(OriginAddr::parse(bad).is_err(), "{bad}");
     }
+}
+
+/// `origins:` lists servers: exclusive with `origin`, every entry checked and named, and
+/// `origin: X` still one server.
+#[test]
+fn origins_are_checked_entry_by_entry() {
+    let http = |origins: &str| {
+        GOOD.replace(
+            "action: tunnel\n    origin: origin-a.internal:443",
+            &format!("action: http\n    cert: c.pem\n    key: k.pem\n    {origins}"),
+        )
+    };
+    let ok = http("origins: [{address: a.internal:443}, {address: b.internal:443, weight: 3}, {address: c.internal:443, backup: true, host: c.example, sni: c.internal}]");
+    let c = Config::parse(&ok).unwrap();
+    c.validate().unwrap();
+    let ActionConfig::Http(h) = &c.routes[0].action else { panic!() };
+    let servers = h.servers();
+    assert_eq!((servers.len(), servers[1].weight, servers[2].backup), (3, 3, true));
+    assert_eq!(h.upstream.balance, super::super::Balance::Latency);
+    let single = Config::parse(&http("origin: a.internal:443")).unwrap();
+    let ActionConfig::Http(h) = &single.routes[0].action else { panic!() };
+    assert_eq!(h.servers(), vec![super::super::OriginServer::single("a.internal:443")]);
+    let cases = [
+        ("origin: a.internal:443\n    origins: [{address: b.internal:443}]", "routes[0].origins: not beside origin"),
+        ("origins: []", "routes[0].origins: needs at least one server"),
+        ("origins: [{address: a.internal}]", "routes[0].origins[0].address"),
+        (
+            "origins: [{address: a.internal:443}, {address: A.internal:443}]",
+            "routes[0].origins[1].address: A.internal:443 is listed twice",
+        ),
+        ("origins: [{address: a.internal:443, weight: 0}]", "routes[0].origins[0].weight"),
+        ("origins: [{address: a.internal:443, backup: true}]", "routes[0].origins: every server is a backup"),
+        ("origins: [{address: a.internal:443, host: \"a b\"}]", "routes[0].origins[0].host"),
+        ("origins: [{address: a.internal:443, sni: \"-\"}]", "routes[0].origins[0].sni"),
+        ("origins: [{address: a.internal:443, port: 1}]", "port"),
+        ("origins: [{address: a.internal:443}]\n    upstream: {health: {fails: 0}}", "routes[0].upstream.health.fails"),
+        (
+            "origins: [{address: a.internal:443}]\n    upstream: {health: {eject: 20s, max_eject: 10s}}",
+            "routes[0].upstream.health.eject",
+        ),
+        ("origins: [{address: a.internal:443}]\n    upstream: {balance: fastest}", "balance"),
+        (
+            "origins: [{address: a.internal:443}]\n    upstream: {health: {path: healthz}}",
+            "routes[0].upstream.health.path",
+        ),
+        (
+            "origins: [{address: a.internal:443}]\n    upstream: {health: {path: /h, status: 99}}",
+            "routes[0].upstream.health.status",
+        ),
+        (
+            "origins: [{address: a.internal:443}]\n    upstream: {health: {path: /h, interval: 10ms}}",
+            "routes[0].upstream.health.interval",
+        ),
+    ];
+    for (yaml, want) in cases {
+        let e = err(&http(yaml));
+        assert!(e.starts_with(want) || (want.len() < 10 && e.contains(want)), "{yaml}: {e}");
+    }
+    let e = err(&GOOD.replace("origin: origin-a.internal:443", "origins: [{address: a.internal:443}]"));
+    assert!(e.starts_with("routes[0].origins: only for action http"), "{e}");
 }

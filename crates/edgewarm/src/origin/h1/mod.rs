@@ -338,6 +338,11 @@ impl crate::origin::registry::Standing for H1Upstream {
         serde_json::to_value(status).unwrap_or_default()
     }
 
+    fn up(&self) -> bool {
+        let st = self.state();
+        st.connects.backoff.failures == 0 || st.idle.len() + st.in_use > 0
+    }
+
     fn origin(self: Arc<Self>) -> Option<Arc<dyn crate::origin::seam::Origin>> {
         Some(Arc::new(Requests(self)))
     }

@@ -22,6 +22,7 @@ use tokio_util::sync::CancellationToken;
 use super::{ConnStatus, H2Send, H2Upstream, Room};
 use crate::metrics::{PoolEvent, UpstreamEnd};
 use crate::origin::connect::OriginIo;
+use crate::origin::supervisor::Held;
 
 /// Flow-control windows toward the origin, sized for a long link: a window caps one stream's
 /// throughput at window / RTT, and 4 MiB over 100 ms is ~335 Mbit/s per stream (h2's 64 KiB
@@ -189,25 +190,6 @@ impl Conn {
         now.saturating_duration_since(*idle.1.get_or_insert(now))
     }
 
-    pub(crate) fn age(&self) -> Duration {
-        self.opened.elapsed()
-    }
-
-    pub(crate) fn retiring(&self) -> bool {
-        self.retiring.load(Ordering::Relaxed)
-    }
-
-    pub(crate) fn is_closed(&self) -> bool {
-        self.closed.is_cancelled()
-    }
-
-    /// [`Conn::retire`], for a reason the caller counts (`max_age`, `idle`): the connection's
-    /// end is then not counted again as `closed`.
-    pub(crate) fn retire_counted(&self) {
-        self.counted.store(true, Ordering::Relaxed);
-        self.retire();
-    }
-
     /// Stop using this connection; streams on it finish.
     pub(crate) fn retire(&self) {
         self.retiring.store(true, Ordering::Relaxed);
@@ -273,5 +255,30 @@ impl Conn {
             retiring: self.retiring(),
             worker: self.worker,
         }
+    }
+}
+
+impl Held for Conn {
+    fn id(&self) -> u64 {
+        self.id
+    }
+
+    fn age(&self) -> Duration {
+        self.opened.elapsed()
+    }
+
+    fn retiring(&self) -> bool {
+        self.retiring.load(Ordering::Relaxed)
+    }
+
+    fn is_closed(&self) -> bool {
+        self.closed.is_cancelled()
+    }
+
+    /// [`Conn::retire`], for a reason the caller counts (`max_age`, `idle`): the connection's
+    /// end is then not counted again as `closed`.
+    fn retire_counted(&self) {
+        self.counted.store(true, Ordering::Relaxed);
+        self.retire();
     }
 }

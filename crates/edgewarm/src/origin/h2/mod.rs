@@ -43,7 +43,7 @@ use crate::metrics::{Metrics, PoolLabels, UpstreamEnd};
 use crate::origin::backoff::Connects;
 use crate::origin::connect::Connect;
 use crate::origin::dial::WarmError;
-use crate::origin::supervisor::Core;
+use crate::origin::supervisor::{self, Core, Held};
 use crate::tls::origin::PoolKey;
 use crate::workers::Placement;
 use conn::Conn;
@@ -196,13 +196,7 @@ impl H2Upstream {
     fn fill(self: &Arc<Self>) {
         let mut st = self.state();
         let max_age = st.settings.max_age;
-        for c in &st.conns {
-            if !c.retiring() && c.age() >= max_age {
-                c.retire_counted();
-                self.core.metrics.upstream.replaced.get_or_create(&self.reason(UpstreamEnd::MaxAge)).inc();
-            }
-        }
-        st.conns.retain(|c| !c.is_closed());
+        self.core.age_out(&mut st.conns, max_age);
         // Connections opened for demand go once they have carried no stream for
         // `idle_timeout`, down to `connections`. Newest first: first fit uses them least.
         let (idle_timeout, now) = (st.settings.idle_timeout, Instant::now());
@@ -214,15 +208,13 @@ impl H2Upstream {
             if c.demand && !c.retiring() && c.idle_for(now) >= idle_timeout {
                 c.retire_counted();
                 live -= 1;
-                self.core.metrics.upstream.replaced.get_or_create(&self.reason(UpstreamEnd::Idle)).inc();
+                self.core.replaced(UpstreamEnd::Idle);
             }
         }
-        if st.connects.in_backoff(Instant::now()) {
-            return;
-        }
-        let live = st.conns.iter().filter(|c| !c.retiring()).count();
-        let missing = st.settings.connections.saturating_sub(live + st.connects.opening);
-        let start = st.connects.start(missing);
+        let start = {
+            let st = &mut *st;
+            supervisor::to_open(&st.conns, &mut st.connects, st.settings.connections)
+        };
         let places: Vec<_> = (0..start).map(|_| self.place(&mut st)).collect();
         drop(st);
         for worker in places {
@@ -268,16 +260,14 @@ impl H2Upstream {
                 }
                 st.conns.push(conn.clone());
                 drop(st);
-                self.core.metrics.upstream.open.get_or_create(&self.conn_label()).inc();
-                self.core.opened(started.elapsed());
+                self.core.joined(started.elapsed());
                 self.room.changed();
                 Ok(conn)
             }
             Err(e) => {
                 st.connects.failed();
                 drop(st);
-                tracing::warn!(route = %self.core.labels.route, origin = %self.core.labels.origin, error = %e, "opening an HTTP/2 origin connection failed");
-                self.core.metrics.upstream.connect_errors.get_or_create(&self.core.labels).inc();
+                self.core.connect_failed("HTTP/2", &e);
                 self.room.changed();
                 Err(e)
             }
@@ -288,28 +278,12 @@ impl H2Upstream {
     /// `counted`: the upkeep retired it and counted why (`max_age`, `idle`); its end is not
     /// counted a second time.
     pub(crate) fn closed(&self, id: u64, why: UpstreamEnd, counted: bool) {
-        let mut st = self.state();
-        let before = st.conns.len();
-        st.conns.retain(|c| c.id != id);
-        let was_open = st.conns.len() < before;
-        drop(st);
-        if was_open {
-            self.core.metrics.upstream.open.get_or_create(&self.conn_label()).dec();
-        }
-        if !counted {
-            self.core.metrics.upstream.replaced.get_or_create(&self.reason(why)).inc();
-        }
-        self.core.wake.notify_one();
+        self.core.forget(&mut self.state().conns, id, why, counted);
         self.room.changed();
     }
 
     pub(crate) fn conn_label(&self) -> crate::metrics::UpstreamConn {
-        crate::metrics::UpstreamConn { route: self.core.labels.route.clone(), origin: self.core.labels.origin.clone() }
-    }
-
-    fn reason(&self, reason: UpstreamEnd) -> crate::metrics::PoolEvent {
-        let l = &self.core.labels;
-        crate::metrics::PoolEvent { route: l.route.clone(), origin: l.origin.clone(), reason }
+        self.core.conn_label()
     }
 
     /// Numbers for `/origins`.
@@ -374,6 +348,11 @@ impl crate::origin::registry::Standing for H2Upstream {
 
     fn status(&self) -> serde_json::Value {
         serde_json::to_value(H2Upstream::status(self)).unwrap_or_default()
+    }
+
+    fn up(&self) -> bool {
+        let st = self.state();
+        st.connects.backoff.failures == 0 || st.conns.iter().any(|c| !c.retiring() && !c.is_closed())
     }
 
     fn origin(self: Arc<Self>) -> Option<Arc<dyn crate::origin::seam::Origin>> {

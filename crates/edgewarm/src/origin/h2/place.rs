@@ -1,7 +1,7 @@
 //! Placement: which standing connection a request rides, when the set grows for demand, and
 //! which worker a new connection runs on.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use http::Request;
@@ -9,6 +9,8 @@ use tokio::time::Instant;
 
 use super::{Conn, H2Upstream, Sent, State, UpstreamError};
 use crate::origin::dial::WarmError;
+use crate::origin::seam::Affinity;
+use crate::origin::supervisor::Held;
 
 impl H2Upstream {
     /// Start a request: on the connection its client's requests rode before (`affinity`), else
@@ -20,11 +22,11 @@ impl H2Upstream {
     /// connection found going away at that moment means placing it again elsewhere.
     /// `affinity`: the client connection's hint (its last origin connection's id + 1, 0 for
     /// none), updated here.
-    pub async fn send(
+    pub(crate) async fn send(
         self: &Arc<Self>,
         build: &mut (dyn FnMut() -> Request<()> + Send),
         end_of_stream: bool,
-        affinity: &AtomicU64,
+        affinity: &Affinity,
     ) -> Result<Sent, UpstreamError> {
         // Waiting for room is bounded like a connect, from the moment the request came (a
         // connect it spilled into counts too): a busy origin gets a 503, not a hang.
@@ -54,7 +56,7 @@ impl H2Upstream {
                 // loss").
                 let worker = crate::workers::current();
                 let mine = |c: &&Arc<Conn>| !c.retiring() && c.worker == worker;
-                let pinned = affinity.load(Ordering::Relaxed);
+                let pinned = affinity.conn.load(Ordering::Relaxed);
                 let local = st
                     .conns
                     .iter()
@@ -100,7 +102,7 @@ impl H2Upstream {
             if let Some((conn, slot)) = best {
                 match conn.send(build(), end_of_stream) {
                     Ok((response, body, reused)) => {
-                        affinity.store(conn.id.wrapping_add(1), Ordering::Relaxed);
+                        affinity.conn.store(conn.id.wrapping_add(1), Ordering::Relaxed);
                         return Ok(Sent { response, body, slot, conn_id: conn.id, reused });
                     }
                     // The connection is going away (GOAWAY seen) or broken: the request was

@@ -56,7 +56,7 @@ pub(crate) async fn websocket(upstream: &Arc<H2Upstream>, up: Upgrade<'_>) -> Re
     h.remove(header::SEC_WEBSOCKET_KEY);
     connect.extensions_mut().insert(h2::ext::Protocol::from_static("websocket"));
     let sent = upstream
-        .send(&mut || connect.clone(), false, &AtomicU64::new(0))
+        .send(&mut || connect.clone(), false, &Default::default())
         .await
         .map_err(|e| OriginError::Upgrade(e.to_string()))?;
     let response = tokio::time::timeout(timeout, sent.response)

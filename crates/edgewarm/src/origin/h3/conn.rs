@@ -22,6 +22,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::H3Upstream;
 use crate::metrics::{UpstreamEnd, ZeroRtt};
+use crate::origin::supervisor::Held;
 
 /// A request handle on the connection.
 pub(crate) type H3Send = h3::client::SendRequest<h3_quinn::OpenStreams, Bytes>;
@@ -132,30 +133,12 @@ impl Conn {
         self.early.load(Ordering::Acquire) == REJECTED
     }
 
-    pub(crate) fn retiring(&self) -> bool {
-        self.retiring.load(Ordering::Acquire)
-    }
-
-    pub(crate) fn is_closed(&self) -> bool {
-        self.closed.is_cancelled()
-    }
-
-    pub(crate) fn age(&self) -> Duration {
-        self.opened.elapsed()
-    }
-
     /// Stop taking requests; close once the streams on it have ended. Whether this call was
     /// the one that retired it.
     pub(crate) fn retire(&self) -> bool {
         let first = !self.retiring.swap(true, Ordering::AcqRel);
         self.retire.cancel();
         first
-    }
-
-    /// Retired by the upkeep, which counted why: its end is not counted again.
-    pub(crate) fn retire_counted(&self) {
-        self.counted.store(true, Ordering::Release);
-        let _ = self.retire();
     }
 
     pub(crate) fn status(&self) -> super::ConnStatus {
@@ -238,5 +221,30 @@ fn end_reason(e: &h3::error::ConnectionError) -> UpstreamEnd {
         E::Remote { 0: h3::quic::ConnectionErrorIncoming::Timeout, .. } => UpstreamEnd::PingTimeout,
         E::Local { .. } => UpstreamEnd::Closed,
         _ => UpstreamEnd::Error,
+    }
+}
+
+impl Held for Conn {
+    fn id(&self) -> u64 {
+        self.id
+    }
+
+    fn retiring(&self) -> bool {
+        self.retiring.load(Ordering::Acquire)
+    }
+
+    fn is_closed(&self) -> bool {
+        self.closed.is_cancelled()
+    }
+
+    fn age(&self) -> Duration {
+        self.opened.elapsed()
+    }
+
+    /// [`Conn::retire`], for a reason the caller counts (`max_age`, `idle`): the connection's
+    /// end is then not counted again as `closed`.
+    fn retire_counted(&self) {
+        self.counted.store(true, Ordering::Release);
+        let _ = self.retire();
     }
 }

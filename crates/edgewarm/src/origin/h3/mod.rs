@@ -35,12 +35,12 @@ use tokio::sync::Notify;
 use tokio::time::Instant;
 
 use crate::config::UpstreamConfig;
-use crate::metrics::{Metrics, PoolEvent, PoolLabels, UpstreamConn, UpstreamEnd, UpstreamZeroRttLabel, ZeroRtt};
+use crate::metrics::{Metrics, PoolLabels, UpstreamConn, UpstreamEnd, UpstreamZeroRttLabel, ZeroRtt};
 use crate::origin::backoff::Connects;
 use crate::origin::connect::Connect;
 use crate::origin::registry::{Shared, Spec, Standing};
 use crate::origin::seam::Origin;
-use crate::origin::supervisor::Core;
+use crate::origin::supervisor::{self, Core};
 use crate::tls::origin::{OriginTls, PoolKey};
 use crate::transport::Resolver;
 use conn::{Conn, H3Send, Slot};
@@ -160,12 +160,7 @@ impl H3Upstream {
     }
 
     pub(crate) fn conn_label(&self) -> UpstreamConn {
-        UpstreamConn { route: self.core.labels.route.clone(), origin: self.core.labels.origin.clone() }
-    }
-
-    fn reason(&self, reason: UpstreamEnd) -> PoolEvent {
-        let l = &self.core.labels;
-        PoolEvent { route: l.route.clone(), origin: l.origin.clone(), reason }
+        self.core.conn_label()
     }
 
     fn room_changed(&self) {
@@ -223,19 +218,11 @@ impl H3Upstream {
     fn fill(self: &Arc<Self>) {
         let mut st = self.state();
         let max_age = st.settings.max_age;
-        for c in &st.conns {
-            if !c.retiring() && c.age() >= max_age {
-                c.retire_counted();
-                self.core.metrics.upstream.replaced.get_or_create(&self.reason(UpstreamEnd::MaxAge)).inc();
-            }
-        }
-        st.conns.retain(|c| !c.is_closed());
-        if st.connects.in_backoff(Instant::now()) {
-            return;
-        }
-        let live = st.conns.iter().filter(|c| !c.retiring()).count();
-        let missing = st.settings.connections.saturating_sub(live + st.connects.opening);
-        let start = st.connects.start(missing);
+        self.core.age_out(&mut st.conns, max_age);
+        let start = {
+            let st = &mut *st;
+            supervisor::to_open(&st.conns, &mut st.connects, st.settings.connections)
+        };
         drop(st);
         for _ in 0..start {
             let me = self.clone();
@@ -275,15 +262,13 @@ impl H3Upstream {
                 }
                 st.conns.push(conn);
                 drop(st);
-                self.core.metrics.upstream.open.get_or_create(&self.conn_label()).inc();
-                self.core.opened(started.elapsed());
+                self.core.joined(started.elapsed());
             }
             Err(e) => {
                 st.connects.failed();
                 st.suspect = true;
                 drop(st);
-                tracing::warn!(route = %self.core.labels.route, origin = %self.core.labels.origin, error = %e, "opening an HTTP/3 origin connection failed");
-                self.core.metrics.upstream.connect_errors.get_or_create(&self.core.labels).inc();
+                self.core.connect_failed("HTTP/3", &e);
             }
         }
         self.room_changed();
@@ -292,7 +277,7 @@ impl H3Upstream {
     /// A connection found to have said GOAWAY was retired: count it, and have the upkeep open
     /// its replacement now rather than at its next round.
     pub(super) fn replace_retired(&self) {
-        self.core.metrics.upstream.goaways.get_or_create(&self.reason(UpstreamEnd::GoAway)).inc();
+        self.core.metrics.upstream.goaways.get_or_create(&self.core.reason(UpstreamEnd::GoAway)).inc();
         self.core.wake.notify_one();
     }
 
@@ -303,17 +288,8 @@ impl H3Upstream {
         if matches!(why, UpstreamEnd::PingTimeout | UpstreamEnd::Error) {
             st.suspect = true;
         }
-        let before = st.conns.len();
-        st.conns.retain(|c| c.id != id);
-        let was_open = st.conns.len() < before;
+        self.core.forget(&mut st.conns, id, why, counted);
         drop(st);
-        if was_open {
-            self.core.metrics.upstream.open.get_or_create(&self.conn_label()).dec();
-        }
-        if !counted {
-            self.core.metrics.upstream.replaced.get_or_create(&self.reason(why)).inc();
-        }
-        self.core.wake.notify_one();
         self.room_changed();
     }
 }
@@ -346,6 +322,11 @@ impl Standing for H3Upstream {
             "opening": st.connects.opening,
             "consecutive_failures": st.connects.backoff.failures,
         })
+    }
+
+    fn up(&self) -> bool {
+        let st = self.state();
+        st.connects.backoff.failures == 0 || st.conns.iter().any(|c| c.usable(false))
     }
 
     fn origin(self: Arc<Self>) -> Option<Arc<dyn Origin>> {
