@@ -346,3 +346,36 @@ async fn a_server_failing_its_health_probe_takes_no_request() {
     assert!(probes.contains("GET /health"), "{probes}");
     edge.stop().await;
 }
+
+/// A server that takes requests and dies under them (its connection drops with the request in
+/// flight): a GET it lost goes again to the other server and is answered; a POST it lost is
+/// answered 502 and never sent to the other (it may have been acted on).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_lost_in_flight_goes_elsewhere_only_if_it_may() {
+    let pki = pki("http");
+    let dying = H2Opts { drop_first_request_on: usize::MAX, ..H2Opts::default() };
+    let (a, a_stats) = h2_origin(&pki.origin, dying).await;
+    let (b, b_stats) = h2_origin(&pki.origin, H2Opts::default()).await;
+    let servers_yaml = format!("{{address: \"{a}\"}}, {{address: \"{b}\"}}");
+    let edge = edge(&pki, &servers_yaml, ", balance: round_robin").await;
+    wait_for(&edge, "edgewarm_pool_opened_total", &[("route", "b.test"), ("origin", &a.to_string())], 2.0).await;
+    wait_for(&edge, "edgewarm_pool_opened_total", &[("route", "b.test"), ("origin", &b.to_string())], 2.0).await;
+    let send = |method: &'static str, path: &'static str| {
+        let certs = pki.edge.clone();
+        async move {
+            let mut client = HttpClient::connect(&certs, edge.addr, "b.test", true).await.unwrap();
+            let body = if method == "POST" { b"x".to_vec() } else { Vec::new() };
+            let (head, body) = client.send(method, "b.test", path, &[], body).await.unwrap();
+            (head.status.as_u16(), String::from_utf8_lossy(&body).into_owned())
+        }
+    };
+    // Round robin: a, then b, then a.
+    assert_eq!(send("GET", "/one").await, (200, "hello /one".to_string()), "lost at a, answered by b");
+    assert_eq!(send("POST", "/two").await.0, 200, "b's turn");
+    assert_eq!(send("POST", "/three").await.0, 502, "lost at a: not sent again");
+    assert_eq!(a_stats.requests.load(Ordering::Relaxed), 2, "a saw /one and /three");
+    assert_eq!(b_stats.requests.load(Ordering::Relaxed), 2, "b saw /one again and /two, never /three");
+    let b_name = b.to_string();
+    assert_eq!(edge.metric("edgewarm_origin_retried_elsewhere_total", &[("server", &b_name)]), 1.0);
+    edge.stop().await;
+}

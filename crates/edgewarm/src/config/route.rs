@@ -424,13 +424,13 @@ impl From<RouteFile> for RouteConfig {
     }
 }
 
-/// Whether `name` is a congestion control this kernel has (`tcp_available_congestion_control`;
-/// when that cannot be read, any well-formed name): the reason if not. (The kernel takes names
-/// of up to 15 bytes.)
 /// The congestion controllers QUIC origin connections can use (quinn's, in user space): the
 /// kernel's list does not apply to them.
 pub(crate) const QUIC_CONGESTION: [&str; 3] = ["bbr", "cubic", "reno"];
 
+/// Whether `name` is a congestion control this kernel has (`tcp_available_congestion_control`;
+/// when that cannot be read, any well-formed name): the reason if not. (The kernel takes names
+/// of up to 15 bytes.)
 pub(crate) fn congestion_available(name: &str) -> Result<(), String> {
     if name.is_empty() || name.len() > 15 || !name.bytes().all(|b| b.is_ascii_graphic()) {
         return Err(format!("{name:?} is not a congestion control name"));

@@ -137,6 +137,10 @@ label_enum! {
         Probe => "probe",
     }
 }
+impl ServerFault {
+    /// Every reason (to remove a server's series when a reload drops it).
+    pub const ALL: [Self; 6] = [Self::Down, Self::Connect, Self::Timeout, Self::Reset, Self::Status, Self::Probe];
+}
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ServerEjection {
     pub route: RouteName,
@@ -149,7 +153,8 @@ pub struct ServerMetrics {
     /// 1 while the server takes requests (healthy), 0 while it is down or ejected.
     pub up: Family<ServerLabels, Gauge>,
     pub ejections: Family<ServerEjection, Counter>,
-    /// Requests sent to another server after this one failed them before a response.
+    /// Attempts a server was sent after another of its group failed them before a response
+    /// (or answered 425 to early data), by the server that took them.
     pub retried_elsewhere: Family<ServerLabels, Counter>,
 }
 impl ServerMetrics {
@@ -158,7 +163,7 @@ impl ServerMetrics {
         r.register("ejections", "Servers taken out of a route's group, by reason", self.ejections.clone());
         r.register(
             "retried_elsewhere",
-            "Requests a server failed before any response, sent again to another",
+            "Requests sent to this server after another of the group failed them before a response",
             self.retried_elsewhere.clone(),
         );
     }

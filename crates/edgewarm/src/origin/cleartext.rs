@@ -47,8 +47,8 @@ impl Connect for Cleartext {
         &self.key
     }
 
-    fn transport(&self) -> &'static str {
-        "cleartext"
+    fn transport(&self) -> super::connect::Transport {
+        super::connect::Transport::Cleartext
     }
 
     fn connect<'a>(

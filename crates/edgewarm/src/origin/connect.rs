@@ -25,14 +25,26 @@ impl<T: AsyncRead + AsyncWrite + Unpin + Send + 'static> Io for T {}
 /// A connection to an origin, ready for its protocol's handshake.
 pub(crate) type OriginIo = Box<dyn Io>;
 
+/// What carries a set's bytes: part of its identity (a cleartext set never serves a route
+/// that asked for TLS), and its `transport` in `/origins`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Transport {
+    /// TCP and TLS, the certificate verified by `origin_tls`.
+    Tls,
+    /// TCP without TLS (`upstream.tls: false`).
+    Cleartext,
+    /// QUIC (always TLS 1.3).
+    Quic,
+}
+
 /// Makes the connections of one request kind's set.
 pub(crate) trait Connect: Send + Sync + 'static {
     /// Everything that decides which requests may ride this set's connections.
     fn key(&self) -> &PoolKey;
 
-    /// Whether the bytes are encrypted (`tls`) or not (`cleartext`): part of a set's identity,
-    /// and shown in `/origins`.
-    fn transport(&self) -> &'static str;
+    /// Whether the bytes are encrypted (TLS) or not (cleartext).
+    fn transport(&self) -> Transport;
 
     /// Make one connection within `timeout` per step, its socket using the congestion control
     /// `congestion` (`None`: the system's).
@@ -77,8 +89,8 @@ impl Connect for TlsConnect {
         &self.dial.key
     }
 
-    fn transport(&self) -> &'static str {
-        "tls"
+    fn transport(&self) -> Transport {
+        Transport::Tls
     }
 
     fn connect<'a>(

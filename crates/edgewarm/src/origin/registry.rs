@@ -16,7 +16,7 @@ use std::marker::PhantomData;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
-use super::connect::Connect;
+use super::connect::{Connect, Transport};
 use super::seam::Origin;
 use crate::config::UpstreamConfig;
 use crate::metrics::{Metrics, PoolLabels, RouteName};
@@ -35,8 +35,8 @@ pub(crate) trait Spec: Send {
     fn key(&self) -> &PoolKey;
     /// The kind's name: part of the set's identity, and its `kind` in `/origins`.
     fn kind(&self) -> &'static str;
-    /// What carries the set's bytes (`tls`, `cleartext`): part of its identity too.
-    fn transport(&self) -> &'static str;
+    /// What carries the set's bytes: part of its identity too.
+    fn transport(&self) -> Transport;
     /// Start a new set (inside the runtime); `labels` name it in every metric.
     fn start(self: Box<Self>, labels: PoolLabels, shared: &Shared) -> Arc<dyn Standing>;
     /// New settings for the running set of this key and kind (a reload).
@@ -88,7 +88,7 @@ pub(crate) struct Wanted {
 }
 
 /// A set's identity: routes whose wants have equal ones share it.
-pub(crate) type Id = (PoolKey, &'static str, &'static str);
+pub(crate) type Id = (PoolKey, &'static str, Transport);
 
 pub(crate) fn id(spec: &dyn Spec) -> Id {
     (spec.key().clone(), spec.kind(), spec.transport())
@@ -127,7 +127,7 @@ impl Origins {
                 continue;
             }
             let key = &id.0;
-            if id.2 != "cleartext" && !key.verify {
+            if id.2 != Transport::Cleartext && !key.verify {
                 tracing::warn!(route = %w.route, origin = %key.origin, "origin_tls.verify is false: origin certificates are NOT verified");
             }
             let labels = PoolLabels { route: w.route, origin: key.origin.to_string(), alpn: key.alpn_label() };
@@ -207,7 +207,7 @@ impl<K: RequestKind> Spec for UpstreamSpec<K> {
         kind_name::<K>(&*self.connect)
     }
 
-    fn transport(&self) -> &'static str {
+    fn transport(&self) -> Transport {
         self.connect.transport()
     }
 
@@ -226,7 +226,7 @@ impl<K: RequestKind> Spec for UpstreamSpec<K> {
 
 /// A request kind's name over `connect`'s transport.
 pub(crate) fn kind_name<K: RequestKind>(connect: &dyn Connect) -> &'static str {
-    if connect.transport() == "cleartext" {
+    if connect.transport() == Transport::Cleartext {
         K::NAMES.1
     } else {
         K::NAMES.0

@@ -21,7 +21,7 @@ mod probe;
 pub(crate) mod server;
 
 use std::collections::HashMap;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -30,7 +30,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::registry::Standing;
-use super::seam::{BoxFuture, Failure, Origin, OriginError, Outgoing, SendFailure, Sent, Upgrade, Upgraded};
+use super::seam::{Affinity, BoxFuture, Failure, Origin, OriginError, Outgoing, SendFailure, Sent, Upgrade, Upgraded};
 use crate::config::{Balance, HealthConfig, OriginServer, UpstreamConfig};
 use crate::metrics::{Metrics, RouteName, ServerEjection, ServerFault, ServerLabels};
 use choose::Candidate;
@@ -67,6 +67,15 @@ pub(crate) struct Group {
     slow_start: Duration,
     /// Smooth weighted round robin's running counts, by member.
     turns: Mutex<Vec<f64>>,
+    /// Held while deciding an ejection, so two servers failing at once cannot both pass the
+    /// "at most half out" check.
+    ejecting: Mutex<()>,
+    /// This group's number among every group the process made: a client connection's sticky
+    /// server ([`Affinity::server`]) names its group too, so a connection that also carries
+    /// another route's requests (coalescing) never applies one group's index to another.
+    id: u64,
+    /// Cancelled when the group is replaced (a reload) or goes: its probes stop.
+    probes: CancellationToken,
     /// Cancelled when any server's set is retired (a reload took a server away): the route's
     /// clients come back afresh, to the new group.
     retired: CancellationToken,
@@ -130,6 +139,12 @@ impl Groups {
             })
             .collect();
         drop(states);
+        if upstream.health.path.is_none() {
+            // A probe's verdict from a configuration that had one does not outlive it.
+            for m in &members {
+                m.state.probed(true);
+            }
+        }
         let retired = CancellationToken::new();
         let gone = CancellationToken::new();
         for m in &members {
@@ -141,9 +156,13 @@ impl Groups {
                 }
             });
         }
+        static GROUPS: AtomicU64 = AtomicU64::new(1);
         let group = Arc::new(Group {
             route: route.clone(),
             turns: Mutex::new(vec![0.0; members.len()]),
+            ejecting: Mutex::new(()),
+            id: GROUPS.fetch_add(1, Ordering::Relaxed),
+            probes: gone.child_token(),
             members,
             balance: upstream.balance,
             health: upstream.health.clone(),
@@ -156,10 +175,28 @@ impl Groups {
             for (i, authority) in probes.into_iter().enumerate() {
                 let Some(authority) = authority else { continue };
                 let (weak, health) = (Arc::downgrade(&group), upstream.health.clone());
-                tokio::spawn(probe::run(weak, i, authority, health, gone.clone()));
+                tokio::spawn(probe::run(weak, i, authority, health, group.probes.clone()));
             }
         }
-        self.current.lock().unwrap_or_else(|p| p.into_inner()).insert(route.clone(), group.clone());
+        // Every second, whether or not requests come: `server_up`, a server found down, and
+        // the moment one comes back (slow start counts from it) do not wait for traffic.
+        let weak = Arc::downgrade(&group);
+        tokio::spawn(async move {
+            let mut every = tokio::time::interval(Duration::from_secs(1));
+            loop {
+                tokio::select! {
+                    _ = every.tick() => {}
+                    () = gone.cancelled() => return,
+                }
+                let Some(group) = weak.upgrade() else { return };
+                group.observe(Instant::now());
+            }
+        });
+        let replaced = self.current.lock().unwrap_or_else(|p| p.into_inner()).insert(route.clone(), group.clone());
+        if let Some(old) = replaced {
+            // The old group lives on while connections hold it; its probes stop here.
+            old.probes.cancel();
+        }
         group
     }
 
@@ -167,12 +204,24 @@ impl Groups {
     /// their `server_up` series.
     pub(crate) fn retain(&self, kept: &HashMap<RouteName, Vec<String>>, metrics: &Metrics) {
         let mut current = self.current.lock().unwrap_or_else(|p| p.into_inner());
-        current.retain(|route, _| kept.contains_key(route));
+        current.retain(|route, group| {
+            let keep = kept.contains_key(route);
+            if !keep {
+                group.probes.cancel();
+            }
+            keep
+        });
         let mut states = self.states.lock().unwrap_or_else(|p| p.into_inner());
         states.retain(|(route, server), _| {
             let keep = kept.get(route).is_some_and(|s| s.contains(server));
             if !keep {
-                metrics.servers.up.remove(&ServerLabels { route: route.clone(), server: server.clone() });
+                let labels = ServerLabels { route: route.clone(), server: server.clone() };
+                metrics.servers.up.remove(&labels);
+                metrics.servers.retried_elsewhere.remove(&labels);
+                for reason in ServerFault::ALL {
+                    let ejection = ServerEjection { route: route.clone(), server: server.clone(), reason };
+                    metrics.servers.ejections.remove(&ejection);
+                }
             }
             keep
         });
@@ -205,8 +254,8 @@ impl Group {
 
     /// The server for an attempt: the request's client's last server while it is in service,
     /// else one by `balance`, from the primaries in service, else the backups in service, else
-    /// (panic: better a try than a refusal) every server; never one the request already tried.
-    /// `None`: every server was tried.
+    /// (panic: better a try than a refusal) every server; one the request already tried only
+    /// when it tried them all.
     fn choose(&self, out: &mut Outgoing<'_>, now: Instant) -> Option<usize> {
         let tried = out.tried.load(Ordering::Relaxed);
         let serving = self.observe(now);
@@ -222,14 +271,17 @@ impl Group {
             tier = pick(&|_, _| true);
         }
         if tier.is_empty() {
-            return None;
+            // Every server was tried: the retry policy still allows an attempt, so it goes
+            // where one server's would (a 425's replay, a refused stream on a lone server).
+            tier = (0..self.members.len()).collect();
         }
         if tier.len() == 1 {
             return Some(tier[0]);
         }
-        let sticky = out.affinity.server.load(Ordering::Relaxed);
-        if self.balance != Balance::Hash && sticky > 0 && tier.contains(&((sticky - 1) as usize)) {
-            return Some((sticky - 1) as usize);
+        if self.balance != Balance::Hash {
+            if let Some(i) = self.sticky(out.affinity).filter(|i| tier.contains(i)) {
+                return Some(i);
+            }
         }
         let floor = self.members.iter().filter_map(|m| m.state.latency(now, f64::MAX)).fold(f64::MAX, f64::min);
         let candidates: Vec<Candidate> = tier
@@ -260,6 +312,17 @@ impl Group {
         })
     }
 
+    /// The client connection's server in this group, if it has one.
+    fn sticky(&self, affinity: &Affinity) -> Option<usize> {
+        let pinned = affinity.server.load(Ordering::Relaxed);
+        (pinned >> 32 == self.id & 0xffff_ffff).then_some((pinned & 0xffff_ffff) as usize)
+    }
+
+    /// Note that the client connection's requests go to member `i` of this group.
+    fn stick(&self, affinity: &Affinity, i: usize) {
+        affinity.server.store((self.id & 0xffff_ffff) << 32 | i as u64, Ordering::Relaxed);
+    }
+
     /// What an attempt's outcome says of member `i`'s server.
     fn judge(&self, i: usize, outcome: Result<u16, &OriginError>, took: Duration) {
         let m = &self.members[i];
@@ -273,7 +336,9 @@ impl Group {
             // The request's own fault, not the server's.
             Err(OriginError::Target) => return,
         };
-        // Never more than half of the servers of its kind out at once.
+        // Never more than half of the servers of its kind out at once (so a lone primary or a
+        // lone backup is never ejected: it is all there is).
+        let _deciding = self.ejecting.lock().unwrap_or_else(|p| p.into_inner());
         let peers: Vec<&Member> = self.members.iter().filter(|o| o.backup == m.backup).collect();
         let out = peers.iter().filter(|o| o.state.ejected(now)).count();
         let may_eject = (out + 1) * 2 <= peers.len();
@@ -291,13 +356,13 @@ impl Group {
     async fn send_one(&self, mut out: Outgoing<'_>) -> Result<Sent, SendFailure> {
         let now = Instant::now();
         let Some(i) = self.choose(&mut out, now) else {
-            return Err(SendFailure::fatal(OriginError::NoConnection("every server of the route failed".into())));
+            return Err(SendFailure::fatal(OriginError::NoConnection("the route has no server".into())));
         };
         if out.tried.fetch_or(1 << i, Ordering::Relaxed) != 0 {
             let labels = ServerLabels { route: self.route.clone(), server: self.members[i].state.name.to_string() };
             self.metrics.servers.retried_elsewhere.get_or_create(&labels).inc();
         }
-        out.affinity.server.store(i as u64 + 1, Ordering::Relaxed);
+        self.stick(out.affinity, i);
         let m = &self.members[i];
         let Outgoing { build, body, up, timeout, affinity, tried, interim, began } = out;
         let mut build_here = || {
@@ -308,9 +373,11 @@ impl Group {
             head
         };
         let attempt = Outgoing { build: &mut build_here, body, up, timeout, affinity, tried, interim, began };
-        m.state.in_flight.fetch_add(1, Ordering::Relaxed);
-        let result = m.seam.send(attempt).await;
-        m.state.in_flight.fetch_sub(1, Ordering::Relaxed);
+        let result = {
+            // Counted down however the attempt ends, its client gone included.
+            let _in_flight = InFlight::new(&m.state.in_flight);
+            m.seam.send(attempt).await
+        };
         let took = now.elapsed();
         match result {
             Ok(mut sent) => {
@@ -319,7 +386,11 @@ impl Group {
                 Ok(sent)
             }
             Err(mut failure) => {
-                self.judge(i, Err(&failure.error), took);
+                // A graceful refusal (REFUSED_STREAM, above a GOAWAY's last id) is an origin
+                // at its limit or restarting in order, not a failing one.
+                if !(failure.kind == Failure::NotProcessed && matches!(failure.error, OriginError::Protocol(_))) {
+                    self.judge(i, Err(&failure.error), took);
+                }
                 // Refused before it left (no connection could be had): another server may
                 // take it, whatever its method.
                 if matches!(failure.error, OriginError::NoConnection(_)) {
@@ -340,11 +411,9 @@ impl Group {
             .zip(serving)
             .map(|(m, serving)| {
                 let ejected = m.state.ejected_until(now);
-                // What keeps it out, the plainest reason first: gone, then failing its probe,
+                // What keeps it out, the plainest reason first: down, then failing its probe,
                 // then ejected for failures (`ejected_for_ms` is shown whatever the state).
-                let state = if m.seam.retired().is_cancelled() {
-                    "draining"
-                } else if serving {
+                let state = if serving {
                     "healthy"
                 } else if !m.set.up() {
                     "down"
@@ -376,6 +445,22 @@ impl Group {
             },
             "servers": servers,
         })
+    }
+}
+
+/// A request in flight at a server, for as long as this lives.
+struct InFlight<'a>(&'a AtomicU64);
+
+impl<'a> InFlight<'a> {
+    fn new(count: &'a AtomicU64) -> Self {
+        count.fetch_add(1, Ordering::Relaxed);
+        Self(count)
+    }
+}
+
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
     }
 }
 

@@ -150,10 +150,13 @@ impl ServerState {
         let mut h = self.health();
         let changed = h.probe_failed == right;
         h.probe_failed = !right;
-        if !right && h.serving {
-            h.serving = false;
-            self.up_gauge.set(0);
+        if changed && !right {
+            // Counted once per wrong turn, as `/origins` and the metric both show it.
             h.ejections += 1;
+            if h.serving {
+                h.serving = false;
+                self.up_gauge.set(0);
+            }
         }
         changed
     }

@@ -291,7 +291,7 @@ pub(crate) struct H1Status {
     /// `http/1.1`.
     pub kind: &'static str,
     /// `tls` or `cleartext`.
-    pub transport: &'static str,
+    pub transport: crate::origin::connect::Transport,
     pub sni: String,
     pub verify: bool,
     /// Open and waiting for a request.

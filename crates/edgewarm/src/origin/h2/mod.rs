@@ -94,7 +94,7 @@ pub struct UpstreamStatus {
     /// `h2`, or `h2c` (cleartext, prior knowledge).
     pub kind: &'static str,
     /// `tls` or `cleartext`.
-    pub transport: &'static str,
+    pub transport: crate::origin::connect::Transport,
     pub sni: String,
     pub verify: bool,
     pub connections: Vec<ConnStatus>,

@@ -37,7 +37,7 @@ use tokio::time::Instant;
 use crate::config::UpstreamConfig;
 use crate::metrics::{Metrics, PoolLabels, UpstreamConn, UpstreamEnd, UpstreamZeroRttLabel, ZeroRtt};
 use crate::origin::backoff::Connects;
-use crate::origin::connect::Connect;
+use crate::origin::connect::{Connect, Transport};
 use crate::origin::registry::{Shared, Spec, Standing};
 use crate::origin::seam::Origin;
 use crate::origin::supervisor::{self, Core};
@@ -80,8 +80,8 @@ impl Spec for H3Spec {
         KIND
     }
 
-    fn transport(&self) -> &'static str {
-        "quic"
+    fn transport(&self) -> Transport {
+        Transport::Quic
     }
 
     fn start(self: Box<Self>, mut labels: PoolLabels, shared: &Shared) -> Arc<dyn Standing> {
@@ -315,7 +315,7 @@ impl Standing for H3Upstream {
             "route": self.core.labels.route.to_string(),
             "origin": k.origin.to_string(),
             "kind": KIND,
-            "transport": "quic",
+            "transport": Transport::Quic,
             "sni": k.server_name,
             "verify": k.verify,
             "connections": st.conns.iter().map(|c| c.status()).collect::<Vec<_>>(),

@@ -4,6 +4,7 @@ use std::sync::Arc;
 
 use super::{Pool, Settings, TlsPool};
 use crate::metrics::PoolLabels;
+use crate::origin::connect::Transport;
 use crate::origin::dial::TlsDial;
 use crate::origin::registry::{Shared, Spec, Standing};
 use crate::tls::origin::PoolKey;
@@ -23,8 +24,8 @@ impl Spec for PrewarmSpec {
         KIND
     }
 
-    fn transport(&self) -> &'static str {
-        "tls"
+    fn transport(&self) -> Transport {
+        Transport::Tls
     }
 
     fn start(self: Box<Self>, labels: PoolLabels, shared: &Shared) -> Arc<dyn Standing> {
@@ -56,7 +57,7 @@ impl Standing for TlsPool {
         let mut v = serde_json::to_value(Pool::status(self)).unwrap_or_default();
         if let Some(o) = v.as_object_mut() {
             o.insert("kind".into(), KIND.into());
-            o.insert("transport".into(), "tls".into());
+            o.insert("transport".into(), serde_json::to_value(Transport::Tls).unwrap_or_default());
         }
         v
     }
