@@ -3,7 +3,7 @@
 #[derive(Debug, thiserror::Error)]
 pub enum LabError {
     #[error(
-        "unknown scenario {0:?}: default, ats-poc, far-origin, ramp, tfo, floor, lossy, pages, upgrade or two-tier"
+        "unknown scenario {0:?}: default, ats-poc, far-origin, ramp, tfo, floor, lossy, pages, upgrade, two-tier or failover"
     )]
     Scenario(String),
     #[error("scenario file {0}")]

@@ -23,6 +23,9 @@
 //! - [`plot`]: SVG plots of a run.
 //! - [`pages_lab`]: `lab --scenario pages`, the browser lab: Chromium loads [`pages`] through
 //!   every mode ([`browse`]); [`pages_report`] and [`plot_pages`] report it.
+//! - [`failover`]: `lab --scenario failover`, a route's two origin servers killed, slowed and
+//!   failing under an open-loop GET/POST mix, through edgewarm and (`--peers`) HAProxy and
+//!   nginx side by side, on loopback.
 //! - [`upgrade_lab`]: `lab --scenario upgrade`, the first clients' TTFB before and after an
 //!   upgrade and after a restart.
 //! - [`two_tier`]: `lab --scenario two-tier`, edges whose origin is a shield (a second
@@ -42,6 +45,7 @@ pub mod cache_suite;
 pub mod cache_tests;
 pub mod delaybox;
 pub mod error;
+pub mod failover;
 pub(crate) mod files;
 pub(crate) mod hosts;
 pub mod impair;

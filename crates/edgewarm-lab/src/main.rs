@@ -71,10 +71,11 @@ fn main() -> ExitCode {
 }
 
 async fn lab(opts: edgewarm_lab::run::LabOpts) -> ExitCode {
-    use edgewarm_lab::{pages_lab, run, two_tier, upgrade_lab};
+    use edgewarm_lab::{failover, pages_lab, run, two_tier, upgrade_lab};
     match opts.scenario.as_str() {
         "pages" => finish(&opts, pages_lab::run(&opts), |r| (r.markdown(), r.run_dir.clone(), r.failed())).await,
         "upgrade" => finish(&opts, upgrade_lab::run(&opts), |r| (r.markdown(), r.run_dir.clone(), 0)).await,
+        "failover" => finish(&opts, failover::run(&opts), |r| (r.markdown(), r.run_dir.clone(), r.failed())).await,
         "two-tier" => finish(&opts, two_tier::run(&opts), |r| (r.markdown(), r.run_dir.clone(), r.failed())).await,
         _ => finish(&opts, run::run(&opts), |r| (r.markdown(), r.run_dir.clone(), 0)).await,
     }

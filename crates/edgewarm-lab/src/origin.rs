@@ -49,6 +49,11 @@ pub struct OriginOpts {
     /// built per request takes while its static assets do not: the time a 103 can use.
     #[arg(long, value_parser = humantime::parse_duration, default_value = "0s")]
     pub html_think: Duration,
+    /// Read before each answer (the failover lab's faults): `slow DURATION` answers that much
+    /// later (a brown-out), `status N` answers N with an empty body and is not logged (nothing
+    /// was done); absent or empty, answers as usual.
+    #[arg(long)]
+    pub fault_file: Option<std::path::PathBuf>,
     /// Close a connection after this long without a byte either way (like an origin's
     /// keep-alive timeout; pre-warmed pools must retire connections before it).
     #[arg(long, value_parser = humantime::parse_duration)]
@@ -75,6 +80,7 @@ pub fn tls_config(opts: &OriginOpts) -> Result<Option<Arc<rustls::ServerConfig>>
 
 /// What every connection's requests are answered with.
 struct Answers {
+    fault_file: Option<std::path::PathBuf>,
     body: Bytes,
     think: Duration,
     html_think: Duration,
@@ -99,6 +105,7 @@ pub async fn serve(
         None => None,
     };
     let answers = Arc::new(Answers {
+        fault_file: opts.fault_file.clone(),
         body: Bytes::from(vec![b'x'; opts.body]),
         think: opts.think,
         html_think: opts.html_think,
@@ -139,8 +146,15 @@ where
             let path = req.uri().path();
             let think =
                 answers.think + if path.len() > 1 && path.ends_with('/') { answers.html_think } else { Duration::ZERO };
+            let (slower, status) = answers.fault();
+            let think = think + slower;
             if !think.is_zero() {
                 tokio::time::sleep(think).await;
+            }
+            if let Some(status) = status {
+                let mut response = hyper::Response::new(Full::new(Bytes::new()));
+                *response.status_mut() = status;
+                return Ok(response);
             }
             answers.record(&req);
             Ok::<_, std::convert::Infallible>(respond(&req, &answers))
@@ -163,6 +177,18 @@ where
 }
 
 impl Answers {
+    /// The fault to play now (`--fault-file`): extra time, and a status to answer instead.
+    fn fault(&self) -> (Duration, Option<hyper::StatusCode>) {
+        let Some(text) = self.fault_file.as_ref().and_then(|p| std::fs::read_to_string(p).ok()) else {
+            return (Duration::ZERO, None);
+        };
+        match text.trim().split_once(' ') {
+            Some(("slow", d)) => (humantime::parse_duration(d).unwrap_or_default(), None),
+            Some(("status", n)) => (Duration::ZERO, n.parse().ok().and_then(|n| hyper::StatusCode::from_u16(n).ok())),
+            _ => (Duration::ZERO, None),
+        }
+    }
+
     /// One access-log line. Written (a blocking write of one short line: a lab origin answers a
     /// few requests a second) before the response leaves, so whoever has the response finds
     /// its request counted in the file.

@@ -24,7 +24,9 @@ pub struct LabOpts {
     /// lossy (r 20 ms, R 150 ms: page loads of direct, prewarm and http at 40 new clients a
     /// second for 20 s while link B loses 0, 0.5, 1 and 2 % of its packets), two-tier (r 20 ms,
     /// R 100 ms: caching edges whose origin is a caching shield 1 ms from the origin; cold, warm
-    /// shield and warm edge visits, and the origin's request count).
+    /// shield and warm edge visits, and the origin's request count), failover (on loopback: a
+    /// route's two origin servers, one killed, slowed by 200 ms and answering 503 in turn, with
+    /// `--peers` HAProxy and nginx beside edgewarm; `--requests`: each fault's seconds, 10).
     #[arg(long, default_value = "default")]
     pub scenario: String,
     /// A scenario file (YAML; see docs/lab.md) instead of a named scenario.

@@ -24,6 +24,7 @@ async fn start(idle_close: Option<Duration>) -> (std::net::SocketAddr, tempfile:
         body: 5000,
         think: Duration::ZERO,
         html_think: Duration::ZERO,
+        fault_file: None,
         idle_close,
     };
     let tls = origin::tls_config(&opts).unwrap();
@@ -149,6 +150,7 @@ async fn a_cleartext_origin_logs_every_request_and_marks_it_cacheable() {
         body: 10,
         think: Duration::ZERO,
         html_think: Duration::ZERO,
+        fault_file: None,
         idle_close: None,
     };
     let tls = origin::tls_config(&opts).unwrap();

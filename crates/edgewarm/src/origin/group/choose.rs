@@ -18,19 +18,31 @@ pub(crate) struct Candidate {
 
 /// `latency`: of two servers drawn by weight, the one with the lower in-flight requests ×
 /// response-time average per unit of weight (power of two choices: near the best choice's
-/// spread, without herding every edge onto the one server that looked fastest).
+/// spread, without herding every edge onto the one server that looked fastest). Costs within
+/// twice each other are a tie, settled by the draw: servers about as fast share the load by
+/// weight, rather than the one a hair faster (or luckier in its last answers) taking it all,
+/// and the other, unasked, never showing it is as fast. A brown-out is far beyond twice.
 pub(crate) fn latency(c: &[Candidate]) -> usize {
-    let known: Vec<f64> = c.iter().filter_map(|c| c.latency).collect();
-    // A server that has not answered yet is taken to be as fast as the others' average.
-    let guess = if known.is_empty() { 0.001 } else { known.iter().sum::<f64>() / known.len() as f64 };
-    let cost = |c: &Candidate| c.latency.unwrap_or(guess).max(1e-6) * (c.in_flight as f64 + 1.0) / c.share;
+    let cost = costs(c);
     let first = draw(c, None);
     if c.len() == 1 {
         return c[first].index;
     }
     let second = draw(c, Some(first));
-    let best = if cost(&c[second]) < cost(&c[first]) { second } else { first };
+    let best = if cost[second] < TIE * cost[first] { second } else { first };
     c[best].index
+}
+
+/// A cost below this share of another's is better; above, a tie.
+const TIE: f64 = 0.5;
+
+/// Each candidate's cost for `latency` (seconds of waiting per unit of weight): its
+/// response-time average × (its requests in flight + 1) ÷ its share. A server that has not
+/// answered yet is taken to be as fast as the others' average.
+pub(crate) fn costs(c: &[Candidate]) -> Vec<f64> {
+    let known: Vec<f64> = c.iter().filter_map(|c| c.latency).collect();
+    let guess = if known.is_empty() { 0.001 } else { known.iter().sum::<f64>() / known.len() as f64 };
+    c.iter().map(|c| c.latency.unwrap_or(guess).max(1e-6) * (c.in_flight as f64 + 1.0) / c.share).collect()
 }
 
 /// One candidate drawn at random by share, `not` left out.
@@ -120,8 +132,11 @@ mod tests {
         c[1].latency = Some(0.01);
         c[0].in_flight = 9;
         assert!((0..100).all(|_| latency(&c) == 1));
-        // Equal: both get a share.
+        // Equal, or a hair apart: both get a share.
         c[0].in_flight = 0;
+        let zeros = (0..1000).filter(|_| latency(&c) == 0).count();
+        assert!((300..700).contains(&zeros), "{zeros}");
+        c[1].latency = Some(0.018);
         let zeros = (0..1000).filter(|_| latency(&c) == 0).count();
         assert!((300..700).contains(&zeros), "{zeros}");
     }

@@ -278,11 +278,6 @@ impl Group {
         if tier.len() == 1 {
             return Some(tier[0]);
         }
-        if self.balance != Balance::Hash {
-            if let Some(i) = self.sticky(out.affinity).filter(|i| tier.contains(i)) {
-                return Some(i);
-            }
-        }
         let floor = self.members.iter().filter_map(|m| m.state.latency(now, f64::MAX)).fold(f64::MAX, f64::min);
         let candidates: Vec<Candidate> = tier
             .iter()
@@ -297,6 +292,19 @@ impl Group {
                 }
             })
             .collect();
+        if self.balance != Balance::Hash {
+            if let Some(c) = self.sticky(out.affinity).and_then(|i| candidates.iter().find(|c| c.index == i)) {
+                // With `latency`, a client stays while its server is not clearly the worse (at
+                // most twice the best cost): a server whose requests pile up or slow down loses
+                // its clients at once, before many have waited on it.
+                let costs = choose::costs(&candidates);
+                let best = costs.iter().copied().fold(f64::MAX, f64::min);
+                let mine = costs[candidates.iter().position(|x| x.index == c.index).unwrap_or(0)];
+                if self.balance != Balance::Latency || mine <= 2.0 * best {
+                    return Some(c.index);
+                }
+            }
+        }
         Some(match self.balance {
             Balance::Latency => choose::latency(&candidates),
             Balance::RoundRobin => {

@@ -114,13 +114,14 @@ impl ServerState {
         }
         let sample = took.as_secs_f64();
         h.latency = Some(match h.latency {
-            // Peak-sensitive: a slower answer counts at once, a faster one is averaged in.
-            // (Each answer moves it at least a tenth of the way, however close together they come.)
-            Some((avg, at)) if sample < avg => {
-                let moved = (1.0 - decay(now.duration_since(at))).max(0.1);
+            // Peak-leaning: a slower answer moves it at least halfway at once (a brown-out shows
+            // in one answer; one stray slow answer does not make a server look like it), a
+            // faster one is averaged in over time, each answer at least a tenth of the way.
+            Some((avg, at)) => {
+                let moved = (1.0 - decay(now.duration_since(at))).max(if sample > avg { 0.5 } else { 0.1 });
                 (avg * (1.0 - moved) + sample * moved, now)
             }
-            _ => (sample, now),
+            None => (sample, now),
         });
     }
 
@@ -287,14 +288,17 @@ mod tests {
         assert_eq!(s.share(4, slow, Instant::now()), 4.0);
     }
 
-    /// A slow answer counts at once; with no answers since, the average drifts to the floor.
+    /// A slow answer moves the average halfway at once; with no answers since, it drifts to
+    /// the floor.
     #[tokio::test(start_paused = true)]
-    async fn latency_is_peak_sensitive_and_forgets() {
+    async fn latency_leans_to_the_peak_and_forgets() {
         let (s, cfg) = (state(), HealthConfig::default());
         assert_eq!(s.latency(Instant::now(), 0.001), None);
         s.succeeded(Duration::from_millis(10), Instant::now(), &cfg);
-        s.succeeded(Duration::from_millis(200), Instant::now(), &cfg);
-        assert_eq!(s.latency(Instant::now(), 0.001), Some(0.2), "the peak at once");
+        s.succeeded(Duration::from_millis(210), Instant::now(), &cfg);
+        assert_eq!(s.latency(Instant::now(), 0.001), Some(0.11), "halfway to the peak at once");
+        s.succeeded(Duration::from_millis(10), Instant::now(), &cfg);
+        assert!((s.latency(Instant::now(), 0.001).unwrap() - 0.1).abs() < 1e-9, "a tenth of the way back");
         tokio::time::advance(Duration::from_secs(60)).await;
         let drifted = s.latency(Instant::now(), 0.001).unwrap();
         assert!(drifted < 0.002, "{drifted}");
