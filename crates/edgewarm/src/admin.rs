@@ -1,6 +1,7 @@
 //! The admin listener: `/metrics` (OpenMetrics text), `/pools` (JSON, per warm pool),
-//! `/origins` (JSON, every standing set of every kind: an `http` route's HTTP/2 connections with age, streams and PING RTT, its HTTP/1.1 pool, a `prewarm` route's pools),
-//! `/cache` (JSON, each cache's occupancy), `POST /cache/purge?url=…|prefix=…|tag=…`, `/ready` (200 while accepting, 503 while
+//! `/origins` (JSON, every standing set of every kind: an `http` route's HTTP/2 connections with age, streams and PING RTT, its HTTP/1.1 pool, a `prewarm` route's pools;
+//! and each server group's servers and their states), `/certificates` (JSON, each terminating route's certificate: names, issuer,
+//! validity, days left), `/cache` (JSON, each cache's occupancy), `POST /cache/purge?url=…|prefix=…|tag=…`, `/ready` (200 while accepting, 503 while
 //! starting or draining, so a load balancer stops sending first), `/live` (200 while the
 //! process runs). Plain HTTP/1.1 on loopback by default; hyper does the HTTP.
 
@@ -32,6 +33,8 @@ pub struct AdminState {
     pub origins: Arc<Origins>,
     pub caches: Arc<Caches>,
     pub groups: Arc<crate::origin::group::Groups>,
+    /// The routes' certificates: names, issuer, validity, days left (each load's).
+    pub certificates: Arc<std::sync::Mutex<Vec<serde_json::Value>>>,
 }
 
 /// Serve until `shutdown` resolves. Each admin connection gets its own task.
@@ -116,10 +119,14 @@ fn respond(req: &Request<Incoming>, state: &AdminState) -> Response<Full<Bytes>>
             r
         }
         "/cache" => json(serde_json::json!({ "caches": state.caches.occupancy() })),
+        "/certificates" => {
+            let list = state.certificates.lock().unwrap_or_else(|p| p.into_inner()).clone();
+            json(serde_json::json!({ "certificates": list }))
+        }
         "/ready" if state.ready.load(Ordering::Relaxed) => text(StatusCode::OK, "ready\n"),
         "/ready" => text(StatusCode::SERVICE_UNAVAILABLE, "not ready\n"),
         "/live" => text(StatusCode::OK, "live\n"),
-        _ => text(StatusCode::NOT_FOUND, "not found: try /metrics /pools /origins /cache /ready /live\n"),
+        _ => text(StatusCode::NOT_FOUND, "not found: try /metrics /pools /origins /cache /certificates /ready /live\n"),
     }
 }
 

@@ -174,6 +174,8 @@ pub struct Server {
     /// The routes' caches, learned early hints and groups' server health: kept across
     /// reloads, like the origin connections.
     layers: Layers,
+    /// The routes' certificates as `/certificates` shows them (each load's survey).
+    certificates: Arc<std::sync::Mutex<Vec<serde_json::Value>>>,
     snapshot: watch::Sender<Arc<Snapshot>>,
     /// What the listeners and their connections see.
     listeners: Arc<Context>,
@@ -215,6 +217,7 @@ impl Server {
         let origins = Arc::new(Origins::new(metrics.clone(), workers.placement()));
         let layers = Layers::new(metrics.clone());
         snapshot.attach_origins(&origins, &layers);
+        let certificates = Arc::new(std::sync::Mutex::new(snapshot.survey_certificates(&metrics, &[])));
         let (snapshot, receiver) = watch::channel(snapshot);
         let listeners = Arc::new(Context {
             metrics: metrics.clone(),
@@ -230,6 +233,7 @@ impl Server {
             metrics,
             origins,
             layers,
+            certificates,
             snapshot,
             listeners,
             resumption,
@@ -252,6 +256,7 @@ impl Server {
             origins: self.origins.clone(),
             caches: self.layers.caches.clone(),
             groups: self.layers.groups.clone(),
+            certificates: self.certificates.clone(),
         }
     }
 
@@ -304,6 +309,10 @@ impl Server {
         self.resolver.set_ttl(config.dns.cache_ttl);
         // Pools first: a connection that sees the new snapshot must find its pools.
         snapshot.attach_origins(&self.origins, &self.layers);
+        {
+            let mut certificates = self.certificates.lock().unwrap_or_else(|p| p.into_inner());
+            *certificates = snapshot.survey_certificates(&self.metrics, &certificates);
+        }
         self.snapshot.send_replace(Arc::new(snapshot));
         Ok(())
     }

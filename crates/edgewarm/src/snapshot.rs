@@ -72,6 +72,37 @@ impl Snapshot {
 }
 
 impl Snapshot {
+    /// Every terminating route's certificate: its expiry into the metrics (series of routes
+    /// gone removed), a warning for one with under 30 days left or expired, and the list
+    /// `/certificates` shows.
+    pub(crate) fn survey_certificates(
+        &self,
+        metrics: &Metrics,
+        before: &[serde_json::Value],
+    ) -> Vec<serde_json::Value> {
+        let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs() as i64);
+        let mut list = Vec::new();
+        for (name, tls) in self.routes.terminating() {
+            let Some(leaf) = &tls.leaf else { continue };
+            metrics.cert_expiry.get_or_create(&crate::metrics::RouteLabel { route: name.clone() }).set(leaf.not_after);
+            let days = leaf.days_left(now);
+            if days < crate::tls::certinfo::WARN_DAYS {
+                tracing::warn!(route = %name, days_left = days, names = ?leaf.names, "the route's certificate expires soon (or has): replace it and reload");
+            }
+            let mut entry = serde_json::to_value(leaf).unwrap_or_default();
+            entry["route"] = name.to_string().into();
+            entry["days_left"] = days.into();
+            list.push(entry);
+        }
+        list.sort_by_key(|v| v["route"].as_str().unwrap_or_default().to_string());
+        for gone in before.iter().filter(|b| !list.iter().any(|l| l["route"] == b["route"])) {
+            if let Some(route) = gone["route"].as_str() {
+                metrics.cert_expiry.remove(&crate::metrics::RouteLabel { route: RouteName::new(route) });
+            }
+        }
+        list
+    }
+
     /// Start, update or retire the server's standing origin connections to match this
     /// snapshot's routes, and give each route its own. Runs before the snapshot is published,
     /// so a connection that sees this snapshot finds its route's connections in place.

@@ -156,6 +156,8 @@ pub struct Metrics {
     pub quic: QuicMetrics,
     pub ktls: Family<KtlsLabels, Counter>,
     pub relay_fallbacks: Family<RouteFallback, Counter>,
+    /// When each route's certificate expires (Unix seconds; `prewarm` and `http` routes).
+    pub cert_expiry: Family<RouteLabel, Gauge>,
     registry: Registry,
 }
 /// One route's hot-path metric handles (see [`Metrics::route`]).
@@ -220,6 +222,7 @@ impl Metrics {
             quic: QuicMetrics::new(),
             ktls: Family::default(),
             relay_fallbacks: Family::default(),
+            cert_expiry: Family::default(),
             registry: Registry::default(),
         };
         registry.register("connections_accepted", "Client connections accepted", m.accepted.clone());
@@ -270,6 +273,11 @@ impl Metrics {
             "relay_copy_fallbacks",
             "Relay directions that fell back from splice to copying through user space, by reason",
             m.relay_fallbacks.clone(),
+        );
+        registry.register(
+            "tls_certificate_expiry_seconds",
+            "When each route's certificate expires, in Unix seconds (alert on it minus time())",
+            m.cert_expiry.clone(),
         );
         Self { registry, ..m }
     }

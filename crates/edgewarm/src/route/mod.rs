@@ -244,6 +244,17 @@ impl RouteTable {
         })
     }
 
+    /// Every route that presents a certificate (`prewarm`, `http`), with its client TLS, by
+    /// name.
+    pub fn terminating(&self) -> impl Iterator<Item = (&RouteName, &ClientTls)> {
+        let all = self.exact.values().chain(self.wildcard.values()).chain(&self.no_sni).chain(&self.default);
+        all.filter_map(|r| match &r.action {
+            RouteAction::Http(h) => Some((&r.name, &h.client)),
+            RouteAction::Prewarm(p) => Some((&r.name, &p.client)),
+            _ => None,
+        })
+    }
+
     /// The route for a ClientHello's SNI (`None`: no SNI extension).
     pub fn lookup(&self, sni: Option<&str>) -> Option<&Arc<Route>> {
         let Some(sni) = sni else {

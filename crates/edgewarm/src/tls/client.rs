@@ -48,6 +48,8 @@ pub struct ClientTls {
     /// its keys on request), and after how many relayed bytes for `auto`.
     pub ktls: Ktls,
     pub ktls_after: u64,
+    /// The leaf certificate's names, issuer and expiry (for metrics and `/certificates`).
+    pub leaf: Option<super::certinfo::CertInfo>,
 }
 
 /// Session IDs remembered per route (TLS 1.2 clients without tickets); about 1 KiB each.
@@ -147,6 +149,7 @@ impl ClientTls {
             return Err(("cert", "required when a route terminates TLS".into()));
         };
         let certs = pem::read(cert_path).and_then(|f| pem::certs(&f, cert_path)).map_err(|e| ("cert", e))?;
+        let leaf = certs.first().and_then(super::certinfo::CertInfo::of);
         let key = pem::read(key_path).and_then(|f| pem::key(&f, key_path)).map_err(|e| ("key", e))?;
         let versions: &[&rustls::SupportedProtocolVersion] = match route.min_tls {
             TlsVersion::Tls12 => &[&rustls::version::TLS13, &rustls::version::TLS12],
@@ -189,6 +192,7 @@ impl ClientTls {
             early_data: route.early_data,
             ktls: route.ktls,
             ktls_after: route.ktls_after,
+            leaf,
         })
     }
 

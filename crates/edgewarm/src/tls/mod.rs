@@ -2,8 +2,10 @@
 //! handshake driver [`early`] and session store [`sessions`]; a fleet's shared ticket keys
 //! [`ticket_keys`], else the process's own, handed over at upgrades: [`process_keys`]) and the
 //! origin-facing client side ([`origin`]); handing either side's record
-//! layer to the kernel ([`ktls`]). Nothing here runs for blind tunnels.
+//! layer to the kernel ([`ktls`]); what a route's certificate says of itself, its names and
+//! expiry ([`certinfo`]). Nothing here runs for blind tunnels.
 
+pub mod certinfo;
 pub mod client;
 pub mod early;
 mod hkdf;

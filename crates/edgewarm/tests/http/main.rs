@@ -71,6 +71,7 @@ async fn echo_round_trips(tls: &mut (impl tokio::io::AsyncRead + tokio::io::Asyn
 
 mod cache;
 mod cache_disk;
+mod certificates;
 mod cleartext;
 mod clients;
 mod h1_origins;
