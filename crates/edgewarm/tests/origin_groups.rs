@@ -59,6 +59,14 @@ async fn edge(pki: &Pki, servers: &str, upstream: &str) -> Edge {
     common::edge(&route(pki, servers, upstream), "timeouts: {connect: 2s}", "").await
 }
 
+/// A GET of `path` on a new HTTP/2 connection (no client sticks to the server it had): its
+/// status and body.
+async fn get_afresh(pki: &Pki, edge: &Edge, path: &str) -> (u16, String) {
+    let mut client = HttpClient::connect(&pki.edge, edge.addr, "b.test", true).await.unwrap();
+    let (head, body) = client.send("GET", "b.test", path, &[], Vec::new()).await.unwrap();
+    (head.status.as_u16(), String::from_utf8(body).unwrap())
+}
+
 /// One request's outcome: method, path, and the status and body (or the client's error).
 #[derive(Debug, Clone)]
 struct Outcome {
@@ -260,9 +268,7 @@ async fn a_server_answering_503_is_ejected_and_the_other_serves() {
     let mut statuses = Vec::new();
     // A new connection each time: no client sticks to the server it had.
     for i in 0..40 {
-        let mut client = HttpClient::connect(&pki.edge, edge.addr, "b.test", true).await.unwrap();
-        let (head, _) = client.send("GET", "b.test", &format!("/{i}"), &[], Vec::new()).await.unwrap();
-        statuses.push(head.status.as_u16());
+        statuses.push(get_afresh(&pki, &edge, &format!("/{i}")).await.0);
     }
     let bad_name = format!("127.0.0.1:{bad}");
     let n503 = statuses.iter().filter(|s| **s == 503).count();
@@ -309,10 +315,9 @@ async fn a_reload_keeps_the_servers_that_stay_and_retires_the_removed() {
     assert!(!body.contains(&format!("\"origin\":\"{name_a}\"")), "a's set retired: {body}");
     let mut answered_by = std::collections::HashSet::new();
     for i in 0..12 {
-        let mut client = HttpClient::connect(&pki.edge, edge.addr, "b.test", true).await.unwrap();
-        let (head, body) = client.send("GET", "b.test", &format!("/{i}"), &[], Vec::new()).await.unwrap();
-        assert_eq!(head.status, 200);
-        answered_by.insert(String::from_utf8(body).unwrap());
+        let (status, body) = get_afresh(&pki, &edge, &format!("/{i}")).await;
+        assert_eq!(status, 200);
+        answered_by.insert(body);
     }
     assert_eq!(answered_by, ["b b.test\n".to_string(), "c b.test\n".to_string()].into_iter().collect());
     assert_eq!(opened(&edge, &name_b), b_before, "b's standing connections were kept");
@@ -337,9 +342,7 @@ async fn a_server_failing_its_health_probe_takes_no_request() {
     wait_for(&edge, "edgewarm_origin_ejections_total", &[("server", &sick_name), ("reason", "probe")], 1.0).await;
     assert_eq!(servers(&edge).await[&sick_name].0, "probe_failed");
     for i in 0..20 {
-        let mut client = HttpClient::connect(&pki.edge, edge.addr, "b.test", true).await.unwrap();
-        let (head, body) = client.send("GET", "b.test", &format!("/{i}"), &[], Vec::new()).await.unwrap();
-        assert_eq!((head.status.as_u16(), String::from_utf8(body).unwrap()), (200, "good b.test\n".to_string()));
+        assert_eq!(get_afresh(&pki, &edge, &format!("/{i}")).await, (200, "good b.test\n".to_string()));
     }
     // The probes went to both, asking for the servers' own name.
     let probes = std::fs::read_to_string(d.join("good.log")).unwrap();

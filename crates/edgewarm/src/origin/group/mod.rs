@@ -2,11 +2,13 @@
 //! server for each attempt of a request and sending it through that server's own standing set
 //! (every server has one of the route's kind, opened before any client). The map:
 //!
-//! - here: which servers may take an attempt (in service, then backups, then all: panic), the
-//!   attempt itself, and what its outcome says of the server;
+//! - here: the group and its registry across reloads ([`Groups`]), an attempt, and what its
+//!   outcome says of the server;
 //! - [`server`]: one server's health (failures in a row, ejections that double), slow start,
 //!   requests in flight and response-time average, kept across reloads ([`Groups`]);
-//! - [`choose`]: `upstream.balance` (`latency`, `round_robin`, `hash`).
+//! - [`select`]: which server takes an attempt (tiers, tried servers, stickiness), and
+//!   [`choose`]: `upstream.balance` (`latency`, `round_robin`, `hash`) over the candidates;
+//! - [`probe`]: the application-level health probe; [`status`]: a group in `/origins`.
 //!
 //! Health comes from two sides, neither sending a probe request: active, a server whose
 //! standing connections are all gone and whose reconnect failed is out at once
@@ -18,7 +20,9 @@
 
 pub(crate) mod choose;
 mod probe;
+mod select;
 pub(crate) mod server;
+mod status;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -30,10 +34,9 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::registry::Standing;
-use super::seam::{Affinity, BoxFuture, Failure, Origin, OriginError, Outgoing, SendFailure, Sent, Upgrade, Upgraded};
+use super::seam::{BoxFuture, Failure, Origin, OriginError, Outgoing, SendFailure, Sent, Upgrade, Upgraded};
 use crate::config::{Balance, HealthConfig, OriginServer, UpstreamConfig};
 use crate::metrics::{Metrics, RouteName, ServerEjection, ServerFault, ServerLabels};
-use choose::Candidate;
 use server::{ServerState, Verdict};
 
 /// One server of a group: its seam, its standing set, what the group knows of it, and its
@@ -252,85 +255,6 @@ impl Group {
             .collect()
     }
 
-    /// The server for an attempt: the request's client's last server while it is in service,
-    /// else one by `balance`, from the primaries in service, else the backups in service, else
-    /// (panic: better a try than a refusal) every server; one the request already tried only
-    /// when it tried them all.
-    fn choose(&self, out: &mut Outgoing<'_>, now: Instant) -> Option<usize> {
-        let tried = out.tried.load(Ordering::Relaxed);
-        let serving = self.observe(now);
-        let untried = |i: usize| tried & (1 << i) == 0;
-        let pick = |want: &dyn Fn(&Member, bool) -> bool| -> Vec<usize> {
-            (0..self.members.len()).filter(|&i| untried(i) && want(&self.members[i], serving[i])).collect()
-        };
-        let mut tier = pick(&|m, serving| serving && !m.backup);
-        if tier.is_empty() {
-            tier = pick(&|m, serving| serving && m.backup);
-        }
-        if tier.is_empty() {
-            tier = pick(&|_, _| true);
-        }
-        if tier.is_empty() {
-            // Every server was tried: the retry policy still allows an attempt, so it goes
-            // where one server's would (a 425's replay, a refused stream on a lone server).
-            tier = (0..self.members.len()).collect();
-        }
-        if tier.len() == 1 {
-            return Some(tier[0]);
-        }
-        let floor = self.members.iter().filter_map(|m| m.state.latency(now, f64::MAX)).fold(f64::MAX, f64::min);
-        let candidates: Vec<Candidate> = tier
-            .iter()
-            .map(|&i| {
-                let m = &self.members[i];
-                Candidate {
-                    index: i,
-                    share: m.state.share(m.weight, self.slow_start, now),
-                    latency: m.state.latency(now, floor),
-                    in_flight: m.state.in_flight(),
-                    seed: m.seed,
-                }
-            })
-            .collect();
-        if self.balance != Balance::Hash {
-            if let Some(c) = self.sticky(out.affinity).and_then(|i| candidates.iter().find(|c| c.index == i)) {
-                // With `latency`, a client stays while its server is not clearly the worse (at
-                // most twice the best cost): a server whose requests pile up or slow down loses
-                // its clients at once, before many have waited on it.
-                let costs = choose::costs(&candidates);
-                let best = costs.iter().copied().fold(f64::MAX, f64::min);
-                let mine = costs[candidates.iter().position(|x| x.index == c.index).unwrap_or(0)];
-                if self.balance != Balance::Latency || mine <= 2.0 * best {
-                    return Some(c.index);
-                }
-            }
-        }
-        Some(match self.balance {
-            Balance::Latency => choose::latency(&candidates),
-            Balance::RoundRobin => {
-                choose::round_robin(&candidates, &mut self.turns.lock().unwrap_or_else(|p| p.into_inner()))
-            }
-            Balance::Hash => {
-                // The cache key's parts that name the object: authority, path and query.
-                let head = (out.build)();
-                let authority = head.uri().authority().map_or("", |a| a.as_str());
-                let path = head.uri().path_and_query().map_or("/", |p| p.as_str());
-                choose::hash(&candidates, format!("{authority}{path}").as_bytes())
-            }
-        })
-    }
-
-    /// The client connection's server in this group, if it has one.
-    fn sticky(&self, affinity: &Affinity) -> Option<usize> {
-        let pinned = affinity.server.load(Ordering::Relaxed);
-        (pinned >> 32 == self.id & 0xffff_ffff).then_some((pinned & 0xffff_ffff) as usize)
-    }
-
-    /// Note that the client connection's requests go to member `i` of this group.
-    fn stick(&self, affinity: &Affinity, i: usize) {
-        affinity.server.store((self.id & 0xffff_ffff) << 32 | i as u64, Ordering::Relaxed);
-    }
-
     /// What an attempt's outcome says of member `i`'s server.
     fn judge(&self, i: usize, outcome: Result<u16, &OriginError>, took: Duration) {
         let m = &self.members[i];
@@ -407,52 +331,6 @@ impl Group {
                 Err(failure)
             }
         }
-    }
-
-    /// Numbers for `/origins`.
-    fn status(&self) -> serde_json::Value {
-        let now = Instant::now();
-        let serving = self.observe(now);
-        let servers: Vec<_> = self
-            .members
-            .iter()
-            .zip(serving)
-            .map(|(m, serving)| {
-                let ejected = m.state.ejected_until(now);
-                // What keeps it out, the plainest reason first: down, then failing its probe,
-                // then ejected for failures (`ejected_for_ms` is shown whatever the state).
-                let state = if serving {
-                    "healthy"
-                } else if !m.set.up() {
-                    "down"
-                } else if m.state.probe_failed() {
-                    "probe_failed"
-                } else {
-                    "ejected"
-                };
-                serde_json::json!({
-                    "server": &*m.state.name,
-                    "state": state,
-                    "ejected_for_ms": ejected.map(|t| t.duration_since(now).as_millis() as u64),
-                    "backup": m.backup,
-                    "weight": m.weight,
-                    "host": m.host.as_ref().map(|h| h.as_str()),
-                    "rtt_ms": m.state.latency(now, f64::MAX).map(|s| (s * 1e4).round() / 10.0),
-                    "in_flight": m.state.in_flight(),
-                    "ejections": m.state.ejections(),
-                })
-            })
-            .collect();
-        serde_json::json!({
-            "route": self.route.to_string(),
-            "kind": "group",
-            "balance": match self.balance {
-                Balance::Latency => "latency",
-                Balance::RoundRobin => "round_robin",
-                Balance::Hash => "hash",
-            },
-            "servers": servers,
-        })
     }
 }
 
