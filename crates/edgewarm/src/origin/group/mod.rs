@@ -74,7 +74,7 @@ pub(crate) struct Group {
     /// "at most half out" check.
     ejecting: Mutex<()>,
     /// This group's number among every group the process made: a client connection's sticky
-    /// server ([`Affinity::server`]) names its group too, so a connection that also carries
+    /// server ([`Affinity::server`](crate::origin::seam::Affinity::server)) names its group too, so a connection that also carries
     /// another route's requests (coalescing) never applies one group's index to another.
     id: u64,
     /// Cancelled when the group is replaced (a reload) or goes: its probes stop.
