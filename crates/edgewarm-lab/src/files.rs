@@ -135,14 +135,16 @@ pub(crate) fn write_pki(dir: &Path, certs: &[(&str, &[&str])]) -> Result<(), Lab
     ca_params.distinguished_name.push(rcgen::DnType::CommonName, "edgewarm lab CA");
     let ca = ca_params.self_signed(&ca_key)?;
     std::fs::write(dir.join("ca.pem"), ca.pem())?;
+    let issuer = rcgen::Issuer::new(ca_params, ca_key);
     for &(file, names) in certs {
         let key = rcgen::KeyPair::generate()?;
         let cert = rcgen::CertificateParams::new(names.iter().map(|n| n.to_string()).collect::<Vec<_>>())?
-            .signed_by(&key, &ca, &ca_key)?;
+            .signed_by(&key, &issuer)?;
         std::fs::write(dir.join(format!("{file}.pem")), cert.pem())?;
         std::fs::write(dir.join(format!("{file}.key")), key.serialize_pem())?;
         // What Chromium is told to trust (the browser lab): the key's SHA-256, base64.
-        let spki = aws_lc_rs::digest::digest(&aws_lc_rs::digest::SHA256, &key.public_key_der());
+        let spki =
+            aws_lc_rs::digest::digest(&aws_lc_rs::digest::SHA256, &rcgen::PublicKeyData::subject_public_key_info(&key));
         std::fs::write(dir.join(format!("{file}.spki")), base64::engine::general_purpose::STANDARD.encode(spki))?;
         // Certificate and key in one file, as HAProxy's `crt` wants them.
         std::fs::write(dir.join(format!("{file}.bundle.pem")), cert.pem() + &key.serialize_pem())?;

@@ -230,7 +230,7 @@ mod tests {
     fn server() -> (quinn::Endpoint, rustls::ClientConfig) {
         let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
         let cert = rcgen::generate_simple_self_signed(vec!["b.test".to_string()]).unwrap();
-        let key = rustls::pki_types::PrivateKeyDer::try_from(cert.key_pair.serialize_der()).unwrap();
+        let key = rustls::pki_types::PrivateKeyDer::try_from(cert.signing_key.serialize_der()).unwrap();
         let mut tls = rustls::ServerConfig::builder_with_provider(provider.clone())
             .with_protocol_versions(&[&rustls::version::TLS13])
             .unwrap()

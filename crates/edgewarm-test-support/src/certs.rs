@@ -24,9 +24,10 @@ pub fn certs(names: &[&str]) -> Certs {
     ca_params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
     ca_params.distinguished_name.push(rcgen::DnType::CommonName, "edgewarm test CA");
     let ca = ca_params.self_signed(&ca_key).unwrap();
+    let issuer = rcgen::Issuer::new(ca_params, ca_key);
     let key = rcgen::KeyPair::generate().unwrap();
     let params = rcgen::CertificateParams::new(names.iter().map(|n| n.to_string()).collect::<Vec<_>>()).unwrap();
-    let cert = params.signed_by(&key, &ca, &ca_key).unwrap();
+    let cert = params.signed_by(&key, &issuer).unwrap();
     Certs {
         ca_pem: ca.pem(),
         ca_der: ca.der().clone(),

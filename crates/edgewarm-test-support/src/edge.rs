@@ -27,7 +27,12 @@ pub async fn edge(routes: &str, extra: &str, listener_extra: &str) -> Edge {
     let yaml = format!(
         "admin:\n  listen: 127.0.0.1:0\nlisteners:\n  - listen: 127.0.0.1:0\n    {listener_extra}\n{extra}\nroutes:\n{routes}"
     );
-    let config = Config::parse(&yaml).unwrap_or_else(|e| panic!("{e}\n{yaml}"));
+    edge_from(&yaml).await
+}
+
+/// Start edgewarm with a whole configuration.
+pub async fn edge_from(yaml: &str) -> Edge {
+    let config = Config::parse(yaml).unwrap_or_else(|e| panic!("{e}\n{yaml}"));
     config.validate().unwrap();
     let server = Server::new(&config).unwrap();
     let bound = Bound::bind(&config).unwrap();

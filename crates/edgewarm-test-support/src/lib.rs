@@ -1,5 +1,5 @@
 //! Shared test fixtures, by role: [`certs`](mod@certs), an in-process edgewarm
-//! ([`edge`](mod@edge)), [`origins`], [`clients`] (aioquic's HTTP/3 client among them), hashed
+//! ([`edge`](mod@edge)), [`origins`], [`clients`] (aioquic's HTTP/3 client among them), an ACME server ([`pebble`](mod@pebble)), hashed
 //! test [`data`], child [`process`]es. Everything listens on 127.0.0.1 port 0
 //! and is torn down with the test's runtime.
 
@@ -9,6 +9,7 @@ pub mod data;
 pub mod edge;
 pub mod layout;
 pub mod origins;
+pub mod pebble;
 pub mod process;
 
 pub use certs::*;
@@ -16,4 +17,5 @@ pub use clients::*;
 pub use data::*;
 pub use edge::*;
 pub use origins::*;
+pub use pebble::*;
 pub use process::*;

@@ -35,6 +35,8 @@ pub struct AdminState {
     pub groups: Arc<crate::origin::group::Groups>,
     /// The routes' certificates: names, issuer, validity, days left (each load's).
     pub certificates: Arc<std::sync::Mutex<Vec<serde_json::Value>>>,
+    /// ACME certificates: shown live (they change between loads), renewed on request.
+    pub acme: Arc<crate::acme::Acme>,
 }
 
 /// Serve until `shutdown` resolves. Each admin connection gets its own task.
@@ -90,6 +92,21 @@ fn respond(req: &Request<Incoming>, state: &AdminState) -> Response<Full<Bytes>>
             None => text(StatusCode::BAD_REQUEST, "give one of url=, prefix=, tag=\n"),
         };
     }
+    if req.uri().path() == "/certificates/renew" {
+        if req.method() != Method::POST {
+            return text(StatusCode::METHOD_NOT_ALLOWED, "POST only\n");
+        }
+        let query = req.uri().query().unwrap_or("");
+        let name = query.split('&').filter_map(|p| p.split_once('=')).find(|(k, _)| *k == "name").map(|(_, v)| v);
+        return match name {
+            Some(name) if state.acme.renew_now(name) => {
+                tracing::info!(name, "ACME renewal asked for on the admin listener");
+                json(serde_json::json!({ "renewing": name }))
+            }
+            Some(_) => text(StatusCode::NOT_FOUND, "no cert: acme route has that name\n"),
+            None => text(StatusCode::BAD_REQUEST, "give name=\n"),
+        };
+    }
     if req.method() != Method::GET && req.method() != Method::HEAD {
         return text(StatusCode::METHOD_NOT_ALLOWED, "GET only\n");
     }
@@ -120,7 +137,8 @@ fn respond(req: &Request<Incoming>, state: &AdminState) -> Response<Full<Bytes>>
         }
         "/cache" => json(serde_json::json!({ "caches": state.caches.occupancy() })),
         "/certificates" => {
-            let list = state.certificates.lock().unwrap_or_else(|p| p.into_inner()).clone();
+            let mut list = state.certificates.lock().unwrap_or_else(|p| p.into_inner()).clone();
+            state.acme.overlay(&mut list);
             json(serde_json::json!({ "certificates": list }))
         }
         "/ready" if state.ready.load(Ordering::Relaxed) => text(StatusCode::OK, "ready\n"),

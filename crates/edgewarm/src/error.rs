@@ -36,6 +36,9 @@ pub enum CloseReason {
     OriginTimeout,
     /// The client's TLS handshake with edgewarm failed (prewarm routes).
     ClientTls,
+    /// A `cert: acme` route has no certificate yet (its first order is pending or failing):
+    /// the handshake was refused with an alert.
+    NoCertificate,
     /// The origin's certificate was rejected (prewarm routes).
     OriginCertificate,
     /// The origin TLS handshake failed (prewarm routes).
@@ -71,6 +74,7 @@ impl CloseReason {
             Self::OriginUnreachable => "origin_unreachable",
             Self::OriginTimeout => "origin_timeout",
             Self::ClientTls => "client_tls",
+            Self::NoCertificate => "no_certificate",
             Self::OriginCertificate => "origin_certificate",
             Self::OriginTls => "origin_tls",
             Self::AlpnMismatch => "alpn_mismatch",

@@ -32,6 +32,8 @@
 //! Around it:
 //!
 //! - [`config`]: YAML config, validated before any port is bound.
+//! - [`acme`]: certificates from an ACME server for `cert: acme` routes: ordered, answered
+//!   (TLS-ALPN-01, by the listener), stored and renewed without a reload.
 //! - [`snapshot`]: what a connection sees of the config, fixed at accept.
 //! - [`server`]: ties the path together: bound listeners in, reload and drain.
 //! - [`upgrade`]: a new binary takes the listening sockets over a Unix socket, warms its
@@ -44,6 +46,7 @@
 //! The WAN lab and the load generator are the `edgewarm-lab` crate; the proxy links none of it.
 
 pub(crate) mod accesslog;
+pub mod acme;
 pub(crate) mod action;
 pub mod admin;
 pub mod cache;

@@ -117,7 +117,9 @@ fn main() -> ExitCode {
         // The route table loads every certificate and key the routes name: `check` catches a
         // missing or mismatched file, not just YAML mistakes.
         Command::Check { config } => {
-            match Config::load(&config).and_then(|c| RouteTable::new(&c, &Resumption::default()).map(|_| c)) {
+            match Config::load(&config)
+                .and_then(|c| RouteTable::new(&c, &Resumption::default(), &edgewarm::acme::Acme::default()).map(|_| c))
+            {
                 Ok(c) => {
                     println!("{}: ok ({} listeners, {} routes)", config.display(), c.listeners.len(), c.routes.len());
                     ExitCode::SUCCESS

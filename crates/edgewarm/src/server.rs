@@ -20,6 +20,7 @@ use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
+use crate::acme::Acme;
 use crate::admin::AdminState;
 use crate::config::{Config, ConfigError, ListenerConfig};
 use crate::listener::quic::relay::QuicProcess;
@@ -176,6 +177,8 @@ pub struct Server {
     layers: Layers,
     /// The routes' certificates as `/certificates` shows them (each load's survey).
     certificates: Arc<std::sync::Mutex<Vec<serde_json::Value>>>,
+    /// ACME certificates: ordered, renewed and stored for the life of the server.
+    acme: Arc<Acme>,
     snapshot: watch::Sender<Arc<Snapshot>>,
     /// What the listeners and their connections see.
     listeners: Arc<Context>,
@@ -208,7 +211,8 @@ impl Server {
             }
         });
         let resolver = Arc::new(Resolver::new(config.dns.cache_ttl));
-        let snapshot = Arc::new(Snapshot::new(config, &resumption, resolver.clone())?);
+        let acme = Arc::new(Acme::new(metrics.acme_orders.clone(), metrics.cert_expiry.clone()));
+        let snapshot = Arc::new(Snapshot::new(config, &resumption, resolver.clone(), acme.clone())?);
         // The routes' load read the file and refused a bad one already.
         let fleet = match &config.tls.ticket_keys {
             Some(path) => Some(TicketKeys::read(path).map_err(|m| ConfigError::invalid("tls.ticket_keys", m))?),
@@ -217,6 +221,7 @@ impl Server {
         let origins = Arc::new(Origins::new(metrics.clone(), workers.placement()));
         let layers = Layers::new(metrics.clone());
         snapshot.attach_origins(&origins, &layers);
+        acme.sync(config.acme.as_ref(), &snapshot.acme_names());
         let certificates = Arc::new(std::sync::Mutex::new(snapshot.survey_certificates(&metrics, &[])));
         let (snapshot, receiver) = watch::channel(snapshot);
         let listeners = Arc::new(Context {
@@ -234,6 +239,7 @@ impl Server {
             origins,
             layers,
             certificates,
+            acme,
             snapshot,
             listeners,
             resumption,
@@ -257,6 +263,7 @@ impl Server {
             caches: self.layers.caches.clone(),
             groups: self.layers.groups.clone(),
             certificates: self.certificates.clone(),
+            acme: self.acme.clone(),
         }
     }
 
@@ -288,7 +295,7 @@ impl Server {
     }
 
     fn try_reload(&self, config: &Config) -> Result<(), ConfigError> {
-        let snapshot = Snapshot::new(config, &self.resumption, self.resolver.clone())?;
+        let snapshot = Snapshot::new(config, &self.resumption, self.resolver.clone(), self.acme.clone())?;
         let mut bound = self.bound_config.lock().unwrap_or_else(|p| p.into_inner());
         // Whole-struct comparisons: a field added to either later is non-reloadable until
         // someone decides otherwise, never silently ignored.
@@ -309,6 +316,7 @@ impl Server {
         self.resolver.set_ttl(config.dns.cache_ttl);
         // Pools first: a connection that sees the new snapshot must find its pools.
         snapshot.attach_origins(&self.origins, &self.layers);
+        self.acme.sync(config.acme.as_ref(), &snapshot.acme_names());
         {
             let mut certificates = self.certificates.lock().unwrap_or_else(|p| p.into_inner());
             *certificates = snapshot.survey_certificates(&self.metrics, &certificates);

@@ -7,6 +7,7 @@
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
+use crate::acme::Acme;
 use crate::cache::Caches;
 use crate::config::{Config, ConfigError, RelayMode, Timeouts, UpstreamProtocol};
 use crate::hints::Hints;
@@ -54,19 +55,27 @@ pub(crate) struct Snapshot {
     pub relay: relay::Mode,
     /// Shared with every snapshot of the same server (the cache outlives reloads).
     pub resolver: Arc<Resolver>,
+    /// The server's ACME certificates and challenges (shared like the resolver).
+    pub acme: Arc<Acme>,
 }
 
 impl Snapshot {
     /// Build a snapshot; `resumption` and `resolver` belong to the server and survive reloads.
-    pub(crate) fn new(config: &Config, resumption: &Resumption, resolver: Arc<Resolver>) -> Result<Self, ConfigError> {
+    pub(crate) fn new(
+        config: &Config,
+        resumption: &Resumption,
+        resolver: Arc<Resolver>,
+        acme: Arc<Acme>,
+    ) -> Result<Self, ConfigError> {
         Ok(Self {
-            routes: RouteTable::new(config, resumption)?,
+            routes: RouteTable::new(config, resumption, &acme)?,
             timeouts: config.timeouts.clone(),
             relay: match config.relay {
                 RelayMode::Splice => relay::Mode::Splice,
                 RelayMode::Copy => relay::Mode::Copy,
             },
             resolver,
+            acme,
         })
     }
 }
@@ -83,7 +92,7 @@ impl Snapshot {
         let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs() as i64);
         let mut list = Vec::new();
         for (name, tls) in self.routes.terminating() {
-            let Some(leaf) = &tls.leaf else { continue };
+            let Some(leaf) = tls.leaf() else { continue };
             metrics.cert_expiry.get_or_create(&crate::metrics::RouteLabel { route: name.clone() }).set(leaf.not_after);
             let days = leaf.days_left(now);
             if days < crate::tls::certinfo::WARN_DAYS {
@@ -101,6 +110,11 @@ impl Snapshot {
             }
         }
         list
+    }
+
+    /// The names whose certificates come from the ACME server.
+    pub(crate) fn acme_names(&self) -> Vec<String> {
+        self.routes.terminating().filter(|(_, tls)| tls.is_acme()).map(|(name, _)| name.to_string()).collect()
     }
 
     /// Start, update or retire the server's standing origin connections to match this

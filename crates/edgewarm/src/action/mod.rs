@@ -56,6 +56,13 @@ pub(crate) struct ConnCtx<'a> {
 
 /// Hand the connection to its route's action.
 pub(crate) async fn serve(client: TcpStream, hello: Box<Hello>, ctx: &ConnCtx<'_>, log: &mut AccessLog) -> CloseReason {
+    // An ACME server validating a name (TLS-ALPN-01): answered here, on a route whose
+    // certificate this node presents; a tunnel's origin answers its own.
+    let terminating = matches!(ctx.route.action, RouteAction::Prewarm(_) | RouteAction::Http(_));
+    if terminating && hello.alpn.iter().any(|p| p == crate::acme::challenge::ACME_TLS_ALPN) {
+        let timeout = ctx.snapshot.timeouts.client_hello;
+        return ctx.snapshot.acme.challenges().answer(client, hello, timeout, &mut log.detail).await;
+    }
     match &ctx.route.action {
         RouteAction::Reject => reject::serve(client, hello, ctx, log).await,
         RouteAction::Tunnel(route) => tunnel::serve(client, hello, route, ctx, log).await,
@@ -150,10 +157,7 @@ pub(crate) async fn terminate_tls(
                 let version = stream.get_ref().1.protocol_version();
                 (ClientIo::Rustls(Box::new(stream)), version)
             }
-            Ok(Err(e)) => {
-                log.detail = Some(e.to_string());
-                return Err(CloseReason::ClientTls);
-            }
+            Ok(Err(e)) => return Err(refused(tls, e.to_string(), log)),
             Err(_) => return Err(CloseReason::HelloTimeout),
         }
     } else {
@@ -167,15 +171,25 @@ pub(crate) async fn terminate_tls(
                 (ClientIo::Early(stream), version)
             }
             Err(AcceptError::Timeout) => return Err(CloseReason::HelloTimeout),
-            Err(e) => {
-                log.detail = Some(e.to_string());
-                return Err(CloseReason::ClientTls);
-            }
+            Err(e) => return Err(refused(tls, e.to_string(), log)),
         }
     };
     log.alpn_selected = alpn.map(|p| String::from_utf8_lossy(p).into_owned());
     log.tls_version = version.map(|v| format!("{v:?}"));
     Ok(stream)
+}
+
+/// Why a handshake failed: a `cert: acme` route still waiting for its certificate (rustls sent
+/// the client an alert), or the client's TLS.
+fn refused(tls: &crate::tls::client::ClientTls, error: String, log: &mut AccessLog) -> CloseReason {
+    if tls.has_certificate() {
+        log.detail = Some(error);
+        CloseReason::ClientTls
+    } else {
+        log.detail =
+            Some("no certificate yet: the route's ACME order is pending or failing (see /certificates)".into());
+        CloseReason::NoCertificate
+    }
 }
 
 /// How a relay's end reads in the metrics and the access log (the same for every action).

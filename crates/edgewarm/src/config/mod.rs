@@ -6,6 +6,7 @@
 //! SNI patterns, duplicates, required fields). `edgewarm check` runs exactly the same code.
 //! Every key and its default is documented in docs/config.md.
 
+pub(crate) mod acme;
 mod addr;
 mod cache;
 mod duration;
@@ -22,6 +23,7 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
+pub use acme::{AcmeConfig, Challenge};
 pub use addr::OriginAddr;
 pub use cache::{CacheConfig, DiskConfig};
 pub use forward::{ForwardHeader, ForwardHeaders};
@@ -73,6 +75,9 @@ pub struct Config {
     /// Binary upgrades without dropping a connection ([`crate::upgrade`]).
     #[serde(default)]
     pub upgrade: UpgradeConfig,
+    /// Certificates from an ACME server for `cert: acme` routes ([`crate::acme`]).
+    #[serde(default)]
+    pub acme: Option<AcmeConfig>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]

@@ -80,6 +80,13 @@ pub struct TerminateConfig {
     pub(crate) ktls_after_set: bool,
 }
 
+impl TerminateConfig {
+    /// `cert: acme`: the certificate comes from the ACME server (`acme:`), not a file.
+    pub fn cert_from_acme(&self) -> bool {
+        self.cert.as_deref().is_some_and(|c| c.as_os_str() == super::acme::ACME_CERT)
+    }
+}
+
 /// Kernel TLS for a route's terminated connections, both sides (`routes[].ktls`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
 #[serde(rename_all = "snake_case")]

@@ -91,6 +91,9 @@ impl Config {
         if self.routes.is_empty() {
             return Err(ConfigError::invalid("routes", "at least one route is required"));
         }
+        if let Some(acme) = &self.acme {
+            acme.validate()?;
+        }
         let mut seen = HashSet::new();
         // Each disk tier owns its directory: its index is loaded from the files there, and two
         // routes' evictions and purges would remove each other's entries.
@@ -135,7 +138,7 @@ impl Config {
             }
             match &r.action {
                 ActionConfig::Prewarm(p) => {
-                    validate_terminating(&r.sni, "prewarm", &p.tls, &p.origin_tls, false, &key)?;
+                    validate_terminating(&pattern, self.acme.is_some(), "prewarm", &p.tls, &p.origin_tls, false, &key)?;
                     if p.tls.early_data == EarlyData::Safe {
                         return Err(ConfigError::invalid(
                             key("early_data"),
@@ -149,7 +152,15 @@ impl Config {
                 ActionConfig::Http(h) => {
                     // Every server naming itself stands for the route's one name.
                     let named = h.servers().iter().all(|s| s.sni.is_some());
-                    validate_terminating(&r.sni, "http", &h.tls, &h.origin_tls, !h.upstream.tls || named, &key)?;
+                    validate_terminating(
+                        &pattern,
+                        self.acme.is_some(),
+                        "http",
+                        &h.tls,
+                        &h.origin_tls,
+                        !h.upstream.tls || named,
+                        &key,
+                    )?;
                     if h.tls.early_data == EarlyData::Opaque {
                         return Err(ConfigError::invalid(
                             key("early_data"),
@@ -218,6 +229,7 @@ fn validate_ktls(r: &TerminateConfig, key: &dyn Fn(&str) -> String) -> Result<()
 /// `cleartext`: the origin is reached without TLS (it has no server name to need).
 fn validate_terminating(
     sni: &str,
+    acme: bool,
     action: &str,
     r: &TerminateConfig,
     t: &OriginTls,
@@ -227,10 +239,19 @@ fn validate_terminating(
     if r.cert.is_none() {
         return Err(ConfigError::invalid(key("cert"), format!("required for action {action}")));
     }
+    if r.cert_from_acme() {
+        if !acme {
+            return Err(ConfigError::invalid(key("cert"), "acme: needs the top-level acme: section (its directory)"));
+        }
+        if r.key.is_some() {
+            return Err(ConfigError::invalid(key("key"), "not with cert: acme (the key is made with the certificate)"));
+        }
+        super::acme::validate_name(sni).map_err(|m| ConfigError::invalid(key("cert"), m))?;
+    }
     if r.max_early_data_size == 0 {
         return Err(ConfigError::invalid(key("max_early_data_size"), "must be from 1 byte to 4 GiB"));
     }
-    if r.key.is_none() {
+    if r.key.is_none() && !r.cert_from_acme() {
         return Err(ConfigError::invalid(key("key"), format!("required for action {action}")));
     }
     let mut seen = HashSet::new();

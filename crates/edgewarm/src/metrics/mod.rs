@@ -158,6 +158,8 @@ pub struct Metrics {
     pub relay_fallbacks: Family<RouteFallback, Counter>,
     /// When each route's certificate expires (Unix seconds; `prewarm` and `http` routes).
     pub cert_expiry: Family<RouteLabel, Gauge>,
+    /// ACME orders, by how they ended.
+    pub acme_orders: Family<AcmeResult, Counter>,
     registry: Registry,
 }
 /// One route's hot-path metric handles (see [`Metrics::route`]).
@@ -223,6 +225,7 @@ impl Metrics {
             ktls: Family::default(),
             relay_fallbacks: Family::default(),
             cert_expiry: Family::default(),
+            acme_orders: Family::default(),
             registry: Registry::default(),
         };
         registry.register("connections_accepted", "Client connections accepted", m.accepted.clone());
@@ -278,6 +281,11 @@ impl Metrics {
             "tls_certificate_expiry_seconds",
             "When each route's certificate expires, in Unix seconds (alert on it minus time())",
             m.cert_expiry.clone(),
+        );
+        registry.register(
+            "acme_orders",
+            "ACME certificate orders, by result (valid, rejected by the server, failed to complete)",
+            m.acme_orders.clone(),
         );
         Self { registry, ..m }
     }

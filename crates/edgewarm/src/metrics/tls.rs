@@ -78,3 +78,17 @@ pub struct KtlsLabels {
     pub side: TlsSide,
     pub result: KtlsResult,
 }
+label_enum! {
+    /// How an ACME order ended (`edgewarm_acme_orders_total`): a certificate installed; the
+    /// server said no (a problem document: a failed challenge, a refused name, a rate limit);
+    /// failed otherwise (the server unreachable, a local error).
+    AcmeOutcome {
+        Valid => "valid",
+        Rejected => "rejected",
+        Failed => "failed",
+    }
+}
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct AcmeResult {
+    pub result: AcmeOutcome,
+}

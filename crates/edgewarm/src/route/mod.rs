@@ -8,6 +8,7 @@
 use std::collections::HashMap;
 use std::sync::{Arc, OnceLock};
 
+use crate::acme::Acme;
 use crate::config::{
     self, sni_pattern, ActionConfig, Config, ConfigError, HttpConfig, OriginAddr, OriginServer, PrewarmConfig,
     TerminateConfig, TunnelConfig,
@@ -138,7 +139,7 @@ pub struct RouteTable {
 impl RouteTable {
     /// Build from a config; fails only on what [`Config::validate`] also refuses (and on
     /// certificate files that cannot be read). `resumption` holds the server's ticket keys.
-    pub fn new(config: &Config, resumption: &Resumption) -> Result<Self, ConfigError> {
+    pub fn new(config: &Config, resumption: &Resumption, acme: &Acme) -> Result<Self, ConfigError> {
         config.validate()?;
         let mut table = Self::default();
         // Read at every load, so a SIGHUP picks up rotated keys.
@@ -157,7 +158,7 @@ impl RouteTable {
             let label = RouteName::new(if name.is_empty() { NO_SNI } else { &name });
             // Both sides' TLS of a route that terminates it (prewarm, http).
             let terminating = |tls: &TerminateConfig, origin_tls: &config::OriginTls, addr: &Option<String>| {
-                let client = ClientTls::new(tls, &label, resumption, ticket_keys.as_ref())
+                let client = ClientTls::new(tls, &label, resumption, ticket_keys.as_ref(), acme)
                     .map_err(|(field, m)| ConfigError::invalid(key(field), m))?;
                 let origin = OriginTls::new(origin_tls, &name, origin(addr)?)
                     .map_err(|(field, m)| ConfigError::invalid(key(field), m))?;
@@ -184,7 +185,7 @@ impl RouteTable {
                     }))
                 }
                 ActionConfig::Http(h) => {
-                    let client = ClientTls::new(&h.tls, &label, resumption, ticket_keys.as_ref())
+                    let client = ClientTls::new(&h.tls, &label, resumption, ticket_keys.as_ref(), acme)
                         .map_err(|(field, m)| ConfigError::invalid(key(field), m))?;
                     let mut servers = Vec::new();
                     for (j, server) in h.servers().into_iter().enumerate() {
@@ -295,7 +296,7 @@ mod tests {
              - {{sni: \"*.example.com\", action: tunnel, origin: wild.internal:443}}\n\
              - {{sni: \"*.b.example.com\", action: tunnel, origin: b.internal:443}}\n{extra}"
         );
-        RouteTable::new(&Config::parse(&yaml).unwrap(), &Resumption::default()).unwrap()
+        RouteTable::new(&Config::parse(&yaml).unwrap(), &Resumption::default(), &Acme::default()).unwrap()
     }
 
     fn name(t: &RouteTable, sni: Option<&str>) -> Option<String> {

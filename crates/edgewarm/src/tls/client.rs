@@ -27,6 +27,7 @@ use std::sync::{Arc, Mutex};
 use rustls::server::{ProducesTickets, ServerSessionMemoryCache, StoresServerSessions};
 use rustls::ServerConfig;
 
+use super::certinfo::CertInfo;
 use super::pem;
 use super::process_keys::ProcessKeys;
 use super::sessions::SessionStore;
@@ -48,8 +49,29 @@ pub struct ClientTls {
     /// its keys on request), and after how many relayed bytes for `auto`.
     pub ktls: Ktls,
     pub ktls_after: u64,
-    /// The leaf certificate's names, issuer and expiry (for metrics and `/certificates`).
-    pub leaf: Option<super::certinfo::CertInfo>,
+    /// Where the certificate comes from.
+    cert: CertSource,
+}
+
+/// A route's certificate: its files, read at load; or the ACME server's, which a renewal
+/// replaces without a reload.
+#[derive(Debug)]
+enum CertSource {
+    /// The leaf's names, issuer and expiry (for metrics and `/certificates`).
+    File(Option<CertInfo>),
+    Acme(Arc<dyn LiveCert>),
+}
+
+/// A certificate that changes without a reload (an ACME route's): the resolver its handshakes
+/// use, and what it is now.
+pub trait LiveCert: rustls::server::ResolvesServerCert {
+    fn leaf(&self) -> Option<CertInfo>;
+}
+
+/// Where `cert: acme` routes' certificates come from ([`crate::acme`]; here as a trait so TLS
+/// does not depend on how certificates are ordered).
+pub trait LiveCerts {
+    fn certificate(&self, name: &str) -> Arc<dyn LiveCert>;
 }
 
 /// Session IDs remembered per route (TLS 1.2 clients without tickets); about 1 KiB each.
@@ -144,23 +166,31 @@ impl ClientTls {
         name: &RouteName,
         resumption: &Resumption,
         ticket_keys: Option<&TicketKeys>,
+        acme: &dyn LiveCerts,
     ) -> Result<Self, (&'static str, String)> {
-        let (Some(cert_path), Some(key_path)) = (&route.cert, &route.key) else {
-            return Err(("cert", "required when a route terminates TLS".into()));
-        };
-        let certs = pem::read(cert_path).and_then(|f| pem::certs(&f, cert_path)).map_err(|e| ("cert", e))?;
-        let leaf = certs.first().and_then(super::certinfo::CertInfo::of);
-        let key = pem::read(key_path).and_then(|f| pem::key(&f, key_path)).map_err(|e| ("key", e))?;
         let versions: &[&rustls::SupportedProtocolVersion] = match route.min_tls {
             TlsVersion::Tls12 => &[&rustls::version::TLS13, &rustls::version::TLS12],
             TlsVersion::Tls13 => &[&rustls::version::TLS13],
         };
-        let mut base = ServerConfig::builder_with_provider(super::provider())
+        let base = ServerConfig::builder_with_provider(super::provider())
             .with_protocol_versions(versions)
             .map_err(|e| ("min_tls", e.to_string()))?
-            .with_no_client_auth()
-            .with_single_cert(certs, key)
-            .map_err(|e| ("key", format!("does not match the certificate or is unsupported: {e}")))?;
+            .with_no_client_auth();
+        let (mut base, cert) = if route.cert_from_acme() {
+            let live = acme.certificate(&name.to_string());
+            (base.with_cert_resolver(live.clone()), CertSource::Acme(live))
+        } else {
+            let (Some(cert_path), Some(key_path)) = (&route.cert, &route.key) else {
+                return Err(("cert", "required when a route terminates TLS".into()));
+            };
+            let certs = pem::read(cert_path).and_then(|f| pem::certs(&f, cert_path)).map_err(|e| ("cert", e))?;
+            let leaf = certs.first().and_then(CertInfo::of);
+            let key = pem::read(key_path).and_then(|f| pem::key(&f, key_path)).map_err(|e| ("key", e))?;
+            let base = base
+                .with_single_cert(certs, key)
+                .map_err(|e| ("key", format!("does not match the certificate or is unsupported: {e}")))?;
+            (base, CertSource::File(leaf))
+        };
         if route.early_data == EarlyData::Off {
             (base.ticketer, base.session_storage) = resumption.for_route(name).map_err(|e| ("cert", e.to_string()))?;
             if let Some(keys) = ticket_keys {
@@ -192,8 +222,29 @@ impl ClientTls {
             early_data: route.early_data,
             ktls: route.ktls,
             ktls_after: route.ktls_after,
-            leaf,
+            cert,
         })
+    }
+
+    /// The certificate presented now: its names, issuer and expiry.
+    pub fn leaf(&self) -> Option<CertInfo> {
+        match &self.cert {
+            CertSource::File(leaf) => leaf.clone(),
+            CertSource::Acme(managed) => managed.leaf(),
+        }
+    }
+
+    /// The certificate comes from the ACME server.
+    pub fn is_acme(&self) -> bool {
+        matches!(self.cert, CertSource::Acme(_))
+    }
+
+    /// Whether a handshake can succeed: false while an ACME route waits for its certificate.
+    pub fn has_certificate(&self) -> bool {
+        match &self.cert {
+            CertSource::File(_) => true,
+            CertSource::Acme(managed) => managed.leaf().is_some(),
+        }
     }
 
     /// The protocol to negotiate: the route's first that the client offers and `origin_speaks`.

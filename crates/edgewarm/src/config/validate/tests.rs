@@ -319,3 +319,31 @@ fn origins_are_checked_entry_by_entry() {
     let e = err(&GOOD.replace("origin: origin-a.internal:443", "origins: [{address: a.internal:443}]"));
     assert!(e.starts_with("routes[0].origins: only for action http"), "{e}");
 }
+
+/// `cert: acme`: the `acme:` section, no key, a name the ACME server can validate; the
+/// section's own keys named.
+#[test]
+fn acme_routes_and_section_are_checked_by_key() {
+    let acme = "acme:\n  directory: https://acme.example/dir\n";
+    let route = |sni: &str, extra: &str| {
+        GOOD.replace("sni: a.example.com", &format!("sni: \"{sni}\""))
+            .replace("action: tunnel", &format!("action: http\n    cert: acme{extra}"))
+    };
+    Config::parse(&format!("{}{acme}", route("a.example.com", ""))).unwrap().validate().unwrap();
+    let e = err(&route("a.example.com", ""));
+    assert!(e.starts_with("routes[0].cert: acme: needs the top-level acme: section"), "{e}");
+    let e = err(&format!("{}{acme}", route("a.example.com", "\n    key: k.pem")));
+    assert!(e.starts_with("routes[0].key: not with cert: acme"), "{e}");
+    let e = err(&format!("{}{acme}", route("*.example.com", "")));
+    assert!(e.starts_with("routes[0].cert: a wildcard name needs the DNS-01 challenge"), "{e}");
+    let e = err(&format!("{}{acme}", route("localhost", "")));
+    assert!(e.starts_with("routes[0].cert: sni \"localhost\" cannot be certified"), "{e}");
+    let e = err(&format!("{GOOD}acme:\n  directory: http://acme.example/dir\n"));
+    assert!(e.starts_with("acme.directory: "), "{e}");
+    let e = err(&format!("{GOOD}{acme}  contact: [ops@example.com]\n"));
+    assert!(e.starts_with("acme.contact[0]: "), "{e}");
+    let e = err(&format!("{GOOD}{acme}  challenge: http-01\n"));
+    assert!(e.starts_with("acme.challenge: http-01 needs a port-80 listener"), "{e}");
+    let e = err(&format!("{GOOD}{acme}  challenge: dns-01\n"));
+    assert!(e.contains("challenge") && e.contains("dns-01"), "{e}");
+}

@@ -119,7 +119,7 @@ mod tests {
     /// matter to Initial keys).
     fn config() -> quinn::crypto::rustls::QuicServerConfig {
         let cert = rcgen::generate_simple_self_signed(vec!["b.test".into()]).unwrap();
-        let key = rustls::pki_types::PrivateKeyDer::Pkcs8(cert.key_pair.serialize_der().into());
+        let key = rustls::pki_types::PrivateKeyDer::Pkcs8(cert.signing_key.serialize_der().into());
         let tls = rustls::ServerConfig::builder_with_provider(crate::tls::provider())
             .with_protocol_versions(&[&rustls::version::TLS13])
             .unwrap()

@@ -1,0 +1,123 @@
+//! One certificate from the ACME server (RFC 8555 §7.4): the account (made once, kept in the
+//! store), an order for one name, its TLS-ALPN-01 challenge answered by this node's listener,
+//! a new key and CSR, the chain. instant-acme speaks the protocol; this file decides.
+
+use std::time::Duration;
+
+use instant_acme::{
+    Account, AccountCredentials, AuthorizationStatus, ChallengeType, Identifier, NewAccount, NewOrder, OrderStatus,
+    RetryPolicy,
+};
+
+use super::challenge::Challenges;
+use super::store::{Store, StoreError};
+use crate::config::AcmeConfig;
+
+/// Why an order failed; [`OrderError::retry_floor`] says how long the server asked us to wait.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum OrderError {
+    #[error("ACME server: {}", chain(.0))]
+    Acme(#[from] instant_acme::Error),
+    #[error("the ACME server refused the order: {0}")]
+    Rejected(String),
+    #[error("{0}")]
+    Local(String),
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+impl OrderError {
+    /// A rate-limit answer: wait at least this long (Let's Encrypt's limits reset hourly or
+    /// slower; hammering them only extends the lockout).
+    pub(crate) fn retry_floor(&self) -> Option<Duration> {
+        match self {
+            Self::Acme(instant_acme::Error::Api(p))
+                if p.r#type.as_deref().is_some_and(|t| t.ends_with(":rateLimited")) =>
+            {
+                Some(Duration::from_secs(3600))
+            }
+            _ => None,
+        }
+    }
+
+    /// The server said no (as opposed to: could not be reached).
+    pub(crate) fn rejected(&self) -> bool {
+        matches!(self, Self::Rejected(_) | Self::Acme(instant_acme::Error::Api(_)))
+    }
+}
+
+/// An error with its causes ("client error (Connect)" alone says nothing).
+fn chain(e: &dyn std::error::Error) -> String {
+    let mut text = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        text = format!("{text}: {s}");
+        source = s.source();
+    }
+    text
+}
+
+/// The store entry of the account's credentials (its private key among them).
+const ACCOUNT: &str = "account.json";
+
+/// A certificate chain and its key, as PEM, the chain first.
+pub(crate) struct Issued {
+    pub pem: String,
+}
+
+/// The account named by the stored credentials, or a new one (then stored).
+pub(crate) async fn account(config: &AcmeConfig, store: &dyn Store) -> Result<Account, OrderError> {
+    let builder = || match &config.ca {
+        Some(ca) => Account::builder_with_root(ca),
+        None => Account::builder(),
+    };
+    if let Some(bytes) = store.load(ACCOUNT)? {
+        match serde_json::from_slice::<AccountCredentials>(&bytes) {
+            Ok(credentials) => return Ok(builder()?.from_credentials(credentials).await?),
+            Err(e) => tracing::warn!(error = %e, "the stored ACME account does not parse: making a new one"),
+        }
+    }
+    let contact: Vec<&str> = config.contact.iter().map(String::as_str).collect();
+    let new = NewAccount { contact: &contact, terms_of_service_agreed: true, only_return_existing: false };
+    let (account, credentials) = builder()?.create(&new, config.directory.clone(), None).await?;
+    let bytes = serde_json::to_vec(&credentials).map_err(|e| OrderError::Local(e.to_string()))?;
+    store.save(ACCOUNT, &bytes)?;
+    tracing::info!(directory = %config.directory, "ACME account made");
+    Ok(account)
+}
+
+/// Order a certificate for `name`, answering its challenge through `challenges`.
+pub(crate) async fn issue(account: &Account, name: &str, challenges: &Challenges) -> Result<Issued, OrderError> {
+    let identifiers = [Identifier::Dns(name.to_string())];
+    let mut order = account.new_order(&NewOrder::new(&identifiers)).await?;
+    // Answers stay up until the order is ready (dropped on return).
+    let mut presented = Vec::new();
+    let mut authorizations = order.authorizations();
+    while let Some(authorization) = authorizations.next().await {
+        let mut authorization = authorization?;
+        match authorization.status {
+            AuthorizationStatus::Pending => {}
+            AuthorizationStatus::Valid => continue,
+            other => return Err(OrderError::Rejected(format!("authorization for {name} is {other:?}"))),
+        }
+        let mut challenge = authorization
+            .challenge(ChallengeType::TlsAlpn01)
+            .ok_or_else(|| OrderError::Rejected("the server offers no tls-alpn-01 challenge".into()))?;
+        let digest = challenge.key_authorization().digest();
+        presented.push(challenges.present(name, digest.as_ref()).map_err(OrderError::Local)?);
+        challenge.set_ready().await?;
+    }
+    let retries = RetryPolicy::new().timeout(Duration::from_secs(90));
+    let status = order.poll_ready(&retries).await?;
+    drop(presented);
+    if status != OrderStatus::Ready {
+        return Err(OrderError::Rejected(format!("order for {name} is {status:?}")));
+    }
+    let key =
+        rcgen::KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256).map_err(|e| OrderError::Local(e.to_string()))?;
+    let params = rcgen::CertificateParams::new(vec![name.to_string()]).map_err(|e| OrderError::Local(e.to_string()))?;
+    let csr = params.serialize_request(&key).map_err(|e| OrderError::Local(e.to_string()))?;
+    order.finalize_csr(csr.der()).await?;
+    let chain = order.poll_certificate(&retries).await?;
+    Ok(Issued { pem: format!("{chain}{}", key.serialize_pem()) })
+}

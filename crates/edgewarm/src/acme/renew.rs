@@ -1,0 +1,138 @@
+//! When each name's next order is due, and the loop that places it: at start (no usable
+//! certificate), at the renewal time (the server's ARI window, RFC 9773, else two thirds of
+//! the lifetime), at once when asked, and after a failure with a backoff that doubles, carries
+//! jitter and honours a rate limit.
+
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use instant_acme::{Account, CertificateIdentifier};
+use tokio::sync::Notify;
+
+use super::certificate::Managed;
+use super::order::{self, OrderError};
+use super::Shared;
+use crate::metrics::{AcmeOutcome, AcmeResult};
+use crate::tls::certinfo::CertInfo;
+
+/// The longest wait between failed orders.
+const MAX_BACKOFF: Duration = Duration::from_secs(3600);
+
+pub(crate) fn unix_now() -> i64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs() as i64)
+}
+
+/// Two thirds into the certificate's lifetime (Unix seconds): what certbot and Caddy do
+/// without renewal information; with 90-day certificates, 30 days before expiry.
+pub(crate) fn two_thirds(leaf: &CertInfo) -> i64 {
+    leaf.not_before + (leaf.not_after - leaf.not_before) * 2 / 3
+}
+
+/// The wait after the `failures`-th failure in a row: `first`, doubling, at most an hour,
+/// each drawn from 80–120 % so a fleet that failed together does not retry together.
+pub(crate) fn backoff(first: Duration, failures: u32, draw: f64) -> Duration {
+    let doubled = first.saturating_mul(1u32 << failures.saturating_sub(1).min(16));
+    doubled.min(MAX_BACKOFF).mul_f64(0.8 + 0.4 * draw.clamp(0.0, 1.0))
+}
+
+/// A point in the server's suggested window, if it gives one (RFC 9773 §4.2: a random time in
+/// the window spreads a fleet's renewals).
+async fn suggested(account: &Account, managed: &Managed) -> Option<i64> {
+    let der = managed.leaf_der()?;
+    let id = CertificateIdentifier::try_from(&der).ok()?;
+    match account.renewal_info(&id).await {
+        Ok((info, _)) => {
+            let (start, end) =
+                (info.suggested_window.start.unix_timestamp(), info.suggested_window.end.unix_timestamp());
+            Some(start + ((end - start).max(0) as f64 * fastrand::f64()) as i64)
+        }
+        Err(e) => {
+            tracing::debug!(name = managed.name(), error = %e, "no renewal information: renewing at two thirds");
+            None
+        }
+    }
+}
+
+/// Keep `managed`'s certificate: order when due, install and store what arrives. Runs until
+/// aborted (the name left the configuration, or the server is dropped).
+pub(crate) async fn run(shared: Arc<Shared>, managed: Arc<Managed>, now_please: Arc<Notify>) {
+    let name = managed.name().to_string();
+    let mut failures = 0u32;
+    let mut account: Option<Account> = None;
+    // `Some(t)`: wait until t (Unix seconds); `None`: order now.
+    let mut due = managed.leaf().map(|leaf| two_thirds(&leaf));
+    loop {
+        if let Some(at) = due {
+            managed.set_status(|s| s.next_order = Some(at));
+            let wait = Duration::from_secs((at - unix_now()).max(0) as u64);
+            tokio::select! {
+                () = tokio::time::sleep(wait) => {}
+                () = now_please.notified() => tracing::info!(name, "ACME renewal asked for"),
+            }
+        }
+        let attempt = async {
+            if account.is_none() {
+                account = Some(order::account(&shared.config, &*shared.store).await?);
+            }
+            let account = account.as_ref().ok_or_else(|| OrderError::Local("no account".into()))?;
+            let issued = order::issue(account, &name, &shared.challenges).await?;
+            let info =
+                managed.install(issued.pem.as_bytes(), unix_now()).map_err(|e| OrderError::Local(e.to_string()))?;
+            shared.store.save(&super::cert_key(&name), issued.pem.as_bytes())?;
+            Ok::<_, OrderError>(info)
+        };
+        match attempt.await {
+            Ok(info) => {
+                failures = 0;
+                shared.metrics.orders.get_or_create(&AcmeResult { result: AcmeOutcome::Valid }).inc();
+                managed.set_status(|s| s.last_error = None);
+                tracing::info!(name, not_after = info.not_after, issuer = %info.issuer, "ACME certificate installed");
+                let ari = match &account {
+                    Some(a) => suggested(a, &managed).await,
+                    None => None,
+                };
+                due = Some(ari.unwrap_or_else(|| two_thirds(&info)));
+            }
+            Err(e) => {
+                failures += 1;
+                let result = if e.rejected() {
+                    AcmeResult { result: AcmeOutcome::Rejected }
+                } else {
+                    AcmeResult { result: AcmeOutcome::Failed }
+                };
+                shared.metrics.orders.get_or_create(&result).inc();
+                let wait =
+                    backoff(shared.config.retry, failures, fastrand::f64()).max(e.retry_floor().unwrap_or_default());
+                managed.set_status(|s| s.last_error = Some(e.to_string()));
+                let serving = if managed.leaf().is_some() {
+                    "the current certificate serves"
+                } else {
+                    "the route refuses handshakes until one arrives"
+                };
+                tracing::warn!(name, error = %e, retry_in = ?wait, "ACME order failed: {serving}");
+                // A stale account (deactivated, or the server forgot it) is made anew next time.
+                if matches!(e, OrderError::Acme(instant_acme::Error::Api(_))) {
+                    account = None;
+                }
+                due = Some(unix_now() + wait.as_secs().max(1) as i64);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn renews_two_thirds_in_and_backs_off_doubling_with_jitter_up_to_an_hour() {
+        let leaf = CertInfo { names: vec![], issuer: String::new(), not_before: 0, not_after: 90 * 86_400 };
+        assert_eq!(two_thirds(&leaf), 60 * 86_400);
+        let first = Duration::from_secs(60);
+        assert_eq!(backoff(first, 1, 0.5), Duration::from_secs(60));
+        assert_eq!(backoff(first, 3, 0.5), Duration::from_secs(240));
+        assert_eq!(backoff(first, 40, 0.5), MAX_BACKOFF);
+        assert_eq!(backoff(first, 1, 0.0), Duration::from_secs(48));
+        assert_eq!(backoff(first, 1, 1.0), Duration::from_secs(72));
+    }
+}
