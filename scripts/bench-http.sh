@@ -19,7 +19,7 @@ bench_workdir
 
 bench_http_pki
 origin=18443 edge=19443 nginx_proxy=19444 haproxy_port=19445 admin=19900 nginx_fwd=19447 haproxy_fwd=19448
-edge_bare=19449 admin_bare=19902 edge_group=19460 admin_group=19903
+edge_bare=19449 admin_bare=19902 edge_group=19460 admin_group=19903 edge_limits=19461 admin_limits=19904
 bench_h2_origin $origin 2
 bench_edge_cert b.test
 bench_peer nginx-https.conf "127.0.0.1:$nginx_proxy" "127.0.0.1:$origin"
@@ -34,6 +34,13 @@ bench_http_edge $edge_bare $admin_bare $origin "    forward_headers: []" > "$dir
 bench_http_edge $edge_group $admin_group $origin \
   | sed "s|    origin: \"127.0.0.1:$origin\"|    origins: [{address: \"127.0.0.1:$origin\"}, {address: \"localhost:$origin\"}]|" > "$dir/group.yaml"
 
+# The same route with every limit configured and none hit: a rate far above the load, an allow
+# list, a per-client cap above h2load's 50 connections: what checking them costs.
+bench_http_edge $edge_limits $admin_limits $origin \
+  "    limits: {requests_per_second: 1000000, burst: 1000000}
+    allow: [\"127.0.0.0/8\"]" \
+  | sed "s|{listen: \"127.0.0.1:$edge_limits\"|{listen: \"127.0.0.1:$edge_limits\", max_connections_per_client: 1000, deny: [\"192.0.2.0/24\"]|" > "$dir/limits.yaml"
+
 declare -A pid
 nginx -c "$dir/origin.conf" & pids+=($!)
 nginx -c "$dir/nginx-https.conf" & pids+=($!); pid[nginx]=$!
@@ -43,7 +50,8 @@ haproxy -db -f "$dir/haproxy-http-fwd.cfg" & pids+=($!); pid[haproxy+fwd]=$!
 RUST_LOG=warn "$edgewarm" run --config "$dir/edge.yaml" 2>"$dir/edge.log" & pids+=($!); pid[edgewarm]=$!
 RUST_LOG=warn "$edgewarm" run --config "$dir/bare.yaml" 2>"$dir/bare.log" & pids+=($!); pid[bare]=$!
 RUST_LOG=warn "$edgewarm" run --config "$dir/group.yaml" 2>"$dir/group.log" & pids+=($!); pid[group]=$!
-contenders=("edgewarm:$edge" "bare:$edge_bare" "group:$edge_group" "nginx:$nginx_proxy" "haproxy:$haproxy_port" "nginx+fwd:$nginx_fwd" "haproxy+fwd:$haproxy_fwd")
+RUST_LOG=warn "$edgewarm" run --config "$dir/limits.yaml" 2>"$dir/limits.log" & pids+=($!); pid[limits]=$!
+contenders=("edgewarm:$edge" "bare:$edge_bare" "group:$edge_group" "limits:$edge_limits" "nginx:$nginx_proxy" "haproxy:$haproxy_port" "nginx+fwd:$nginx_fwd" "haproxy+fwd:$haproxy_fwd")
 baselines=(${BASELINE:-}) base_ports=()
 for i in "${!baselines[@]}"; do
   port=$((19450 + i)) name="baseline$((i + 1))"
@@ -51,7 +59,7 @@ for i in "${!baselines[@]}"; do
   RUST_LOG=warn "${baselines[$i]}" run --config "$dir/$name.yaml" 2>"$dir/$name.log" & pids+=($!); pid[$name]=$!
   contenders+=("$name:$port") base_ports+=("$port")
 done
-wait_ports $origin $edge $edge_bare $edge_group $nginx_proxy $haproxy_port $nginx_fwd $haproxy_fwd "${base_ports[@]}"
+wait_ports $origin $edge $edge_bare $edge_group $edge_limits $nginx_proxy $haproxy_port $nginx_fwd $haproxy_fwd "${base_ports[@]}"
 
 rps() { # port -> requests/s
   h2load -c 50 -m 10 -n "$requests" --connect-to="127.0.0.1:$1" "https://b.test:$1/" 2>/dev/null \
@@ -85,6 +93,7 @@ echo "|---|---|---|---|---|"
 echo "| edgewarm http route | $e | 1.00 | $ce | 1.00 |"
 row bare "edgewarm http route, forward_headers: []"
 row group "edgewarm http route, two servers (origins:, balance: latency)"
+row limits "edgewarm http route, limits configured and not hit (rate, allow, per-client cap, deny)"
 row nginx "nginx 1.22 (HTTPS/1.1 keep-alive upstream)"
 row nginx+fwd "nginx 1.22, adding edgewarm's forwarding headers"
 row haproxy "HAProxy 2.6 (h2 upstream, http-reuse always)"

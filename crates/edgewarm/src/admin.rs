@@ -37,6 +37,8 @@ pub struct AdminState {
     pub certificates: Arc<std::sync::Mutex<Vec<serde_json::Value>>>,
     /// ACME certificates: shown live (they change between loads), renewed on request.
     pub acme: Arc<crate::acme::Acme>,
+    /// `/limits`: each listener's clients with the most connections, each route's rate state.
+    pub limits: Arc<dyn Fn() -> serde_json::Value + Send + Sync>,
 }
 
 /// Serve until `shutdown` resolves. Each admin connection gets its own task.
@@ -136,6 +138,7 @@ fn respond(req: &Request<Incoming>, state: &AdminState) -> Response<Full<Bytes>>
             r
         }
         "/cache" => json(serde_json::json!({ "caches": state.caches.occupancy() })),
+        "/limits" => json((state.limits)()),
         "/certificates" => {
             let mut list = state.certificates.lock().unwrap_or_else(|p| p.into_inner()).clone();
             state.acme.overlay(&mut list);
@@ -144,7 +147,10 @@ fn respond(req: &Request<Incoming>, state: &AdminState) -> Response<Full<Bytes>>
         "/ready" if state.ready.load(Ordering::Relaxed) => text(StatusCode::OK, "ready\n"),
         "/ready" => text(StatusCode::SERVICE_UNAVAILABLE, "not ready\n"),
         "/live" => text(StatusCode::OK, "live\n"),
-        _ => text(StatusCode::NOT_FOUND, "not found: try /metrics /pools /origins /cache /certificates /ready /live\n"),
+        _ => text(
+            StatusCode::NOT_FOUND,
+            "not found: try /metrics /pools /origins /cache /certificates /limits /ready /live\n",
+        ),
     }
 }
 

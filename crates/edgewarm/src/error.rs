@@ -39,6 +39,10 @@ pub enum CloseReason {
     /// A `cert: acme` route has no certificate yet (its first order is pending or failing):
     /// the handshake was refused with an alert.
     NoCertificate,
+    /// The client address has `max_connections_per_client` open on the listener already.
+    ClientLimit,
+    /// The listener's or the route's `allow`/`deny` refused the client's address.
+    Denied,
     /// The origin's certificate was rejected (prewarm routes).
     OriginCertificate,
     /// The origin TLS handshake failed (prewarm routes).
@@ -75,6 +79,8 @@ impl CloseReason {
             Self::OriginTimeout => "origin_timeout",
             Self::ClientTls => "client_tls",
             Self::NoCertificate => "no_certificate",
+            Self::ClientLimit => "client_limit",
+            Self::Denied => "denied",
             Self::OriginCertificate => "origin_certificate",
             Self::OriginTls => "origin_tls",
             Self::AlpnMismatch => "alpn_mismatch",

@@ -5,6 +5,8 @@
 //! - [`listener`]: accept loop (connection limit, EMFILE back-off, optional PROXY header);
 //!   [`listener::quic`]: HTTP/3 on a UDP socket beside it (QUIC handshake, Retry, 0-RTT), whose
 //!   connections go straight to the `http` action's HTTP/3 driver.
+//!   [`limits`]: per-client connection caps and address lists checked there, before any TLS
+//!   work; request rates and a route's lists as a decorator on the origin seam (403, 429).
 //! - [`peek`]: read the TLS ClientHello without decrypting it; [`peek::clienthello`] is the
 //!   pure parser (complete / need more / error).
 //! - [`route`]: SNI → route (exact, wildcard, no-SNI, default); never an open proxy.
@@ -56,6 +58,7 @@ pub mod fuzzing;
 pub(crate) mod h2_stream;
 pub(crate) mod hints;
 pub(crate) mod http;
+pub(crate) mod limits;
 pub(crate) mod listener;
 pub mod metrics;
 pub mod origin;

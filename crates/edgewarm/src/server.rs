@@ -231,6 +231,7 @@ impl Server {
             cut: CancellationToken::new(),
             tracker: TaskTracker::new(),
             workers: workers.placement(),
+            clients: Arc::default(),
             quic: QuicProcess::new(fleet.as_ref().map(TicketKeys::quic_secret))
                 .map_err(|e| ConfigError::invalid("listeners", e.to_string()))?,
         });
@@ -264,6 +265,14 @@ impl Server {
             groups: self.layers.groups.clone(),
             certificates: self.certificates.clone(),
             acme: self.acme.clone(),
+            limits: {
+                let (clients, rates) = (self.listeners.clients.clone(), self.layers.limits.clone());
+                Arc::new(move || {
+                    let rates: Vec<_> =
+                        rates.sizes().into_iter().map(|(r, b)| serde_json::json!({"route": r, "bytes": b})).collect();
+                    serde_json::json!({ "listeners": clients.top(), "rates": rates })
+                })
+            },
         }
     }
 

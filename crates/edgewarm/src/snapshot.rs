@@ -11,6 +11,7 @@ use crate::acme::Acme;
 use crate::cache::Caches;
 use crate::config::{Config, ConfigError, RelayMode, Timeouts, UpstreamProtocol};
 use crate::hints::Hints;
+use crate::limits::layer::Limits;
 use crate::metrics::{Metrics, RouteName};
 use crate::origin::cleartext::{self, Cleartext};
 use crate::origin::connect::{Connect, TlsConnect};
@@ -37,14 +38,18 @@ pub(crate) struct Layers {
     pub(crate) caches: Arc<Caches>,
     /// The health of groups' servers.
     pub(crate) groups: Arc<Groups>,
+    /// The routes' request rates (for `/limits`).
+    pub(crate) limits: Arc<Limits>,
     pub(crate) metrics: Arc<Metrics>,
 }
 
 impl Layers {
     pub(crate) fn new(metrics: Arc<Metrics>) -> Self {
         let caches = Arc::new(Caches::new(metrics.cache.clone()));
-        let wrap: Vec<Arc<dyn Layer>> = vec![caches.clone(), Arc::new(Hints::default())];
-        Self { wrap, caches, groups: Arc::default(), metrics }
+        // Limits outermost: a refused request costs no hint, no cache lookup, no origin.
+        let limits = Arc::new(Limits::new(metrics.limited.clone()));
+        let wrap: Vec<Arc<dyn Layer>> = vec![caches.clone(), Arc::new(Hints::default()), limits.clone()];
+        Self { wrap, caches, groups: Arc::default(), limits, metrics }
     }
 }
 

@@ -135,7 +135,7 @@ impl Cached {
                 // The client's own validators stay here: the origin is asked for the whole
                 // object (storable, and shareable with the waiters), and the client's
                 // conditional is answered against it.
-                let Outgoing { build, body, up, timeout, affinity, tried, interim, began } = out;
+                let Outgoing { build, body, up, timeout, affinity, tried, interim, began, client } = out;
                 let mut whole = || {
                     let mut h = build();
                     for name in [IF_NONE_MATCH, IF_MODIFIED_SINCE] {
@@ -143,7 +143,8 @@ impl Cached {
                     }
                     h
                 };
-                let attempt = Outgoing { build: &mut whole, body, up, timeout, affinity, tried, interim, began };
+                let attempt =
+                    Outgoing { build: &mut whole, body, up, timeout, affinity, tried, interim, began, client };
                 let response = self.inner.send(attempt).await?;
                 let (response, status) = keep::keep(&self.cache, response.response, &head, url, lead, "uri-miss", now);
                 Ok(self.cache.answer(serve::conditional(response, &head), CacheResult::Miss, &status))

@@ -88,7 +88,8 @@ impl Stale<'_> {
         // what the client gets may well be the stored response.
         let began = tokio::time::Instant::now();
         let body = OutBody::Empty;
-        let attempt = Outgoing { build: &mut build, body, up, timeout, affinity, tried, interim: None, began };
+        let attempt =
+            Outgoing { build: &mut build, body, up, timeout, affinity, tried, interim: None, began, client: None };
         let response = match self.inner.send(attempt).await {
             Ok(sent) => sent.response,
             Err(_) if staleness <= grace.if_error => {

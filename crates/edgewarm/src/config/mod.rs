@@ -12,6 +12,7 @@ mod cache;
 mod duration;
 mod forward;
 mod hints;
+pub(crate) mod limits;
 pub(crate) mod origins;
 mod route;
 mod size;
@@ -207,6 +208,28 @@ pub struct ListenerConfig {
     /// How long a browser may remember that HTTP/3 is here (`Alt-Svc: h3=":PORT"; ma=...`).
     #[serde(default = "default_alt_svc_max_age", with = "duration")]
     pub alt_svc_max_age: Duration,
+    /// Connections one client address may have open on this listener (none: no cap).
+    #[serde(default)]
+    pub max_connections_per_client: Option<usize>,
+    /// IPv6 clients are counted (and rate-limited) by this many leading bits: one host owns a /64.
+    #[serde(default = "default_ipv6_prefix")]
+    pub ipv6_prefix: u8,
+    /// Address ranges admitted (none: all) and refused (deny wins), checked on accept.
+    #[serde(default)]
+    pub allow: Vec<limits::Cidr>,
+    #[serde(default)]
+    pub deny: Vec<limits::Cidr>,
+}
+
+fn default_ipv6_prefix() -> u8 {
+    64
+}
+
+impl ListenerConfig {
+    /// The listener's `allow` and `deny`.
+    pub fn access(&self) -> limits::AccessList {
+        limits::AccessList { allow: self.allow.clone(), deny: self.deny.clone() }
+    }
 }
 
 /// `listeners[].quic_driver`.

@@ -10,6 +10,7 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
+use super::limits::{AccessList, Cidr, RateConfig};
 use super::origins::{Balance, HealthConfig, OriginServer};
 use super::{
     duration, size, CacheConfig, EarlyHintsConfig, ForwardHeader, ForwardHeaders, OriginTls, PoolConfig, TlsVersion,
@@ -22,6 +23,8 @@ pub struct RouteConfig {
     /// `""` a ClientHello without SNI, `"*"` the default.
     pub sni: String,
     pub action: ActionConfig,
+    /// `allow` and `deny`: who may use the route (checked after routing).
+    pub access: AccessList,
     /// The first key set that this action does not take, and why: a validation error.
     pub(crate) misplaced: Option<(&'static str, &'static str)>,
 }
@@ -157,6 +160,10 @@ pub struct HttpConfig {
     /// `103 Early Hints` learned per URL (`early_hints: {}`); without it, only the origin's own
     /// 103s are passed on.
     pub early_hints: Option<EarlyHintsConfig>,
+    /// A request rate per client or header value (`limits:`); none by default.
+    pub limits: Option<RateConfig>,
+    /// The route's `allow` and `deny`, answered with 403 here.
+    pub access: AccessList,
 }
 
 impl HttpConfig {
@@ -326,6 +333,12 @@ struct RouteFile {
     ktls: Option<Ktls>,
     #[serde(default, deserialize_with = "size::deserialize_opt")]
     ktls_after: Option<u64>,
+    #[serde(default)]
+    limits: Option<RateConfig>,
+    #[serde(default)]
+    allow: Vec<Cidr>,
+    #[serde(default)]
+    deny: Vec<Cidr>,
 }
 
 impl From<RouteFile> for RouteConfig {
@@ -343,7 +356,7 @@ impl From<RouteFile> for RouteConfig {
         // and what an operator who set it on another action is told. A new route key is one
         // row here (and its field): the first row set that the action does not take is the
         // error.
-        let keys: [(&'static str, bool, &[Action], &'static str); 19] = [
+        let keys: [(&'static str, bool, &[Action], &'static str); 20] = [
             ("origin", r.origin.is_some(), &[Tunnel, Prewarm, Http], "action reject takes no origin"),
             (
                 "origins",
@@ -367,6 +380,7 @@ impl From<RouteFile> for RouteConfig {
             ("forward_headers", r.forward_headers.is_some(), &[Http], REQUESTS),
             ("cache", r.cache.is_some(), &[Http], REQUESTS),
             ("early_hints", r.early_hints.is_some(), &[Http], REQUESTS),
+            ("limits", r.limits.is_some(), &[Http], REQUESTS),
             (
                 "origin_proxy_protocol",
                 r.origin_proxy_protocol.is_some(),
@@ -423,11 +437,14 @@ impl From<RouteFile> for RouteConfig {
                     forward_headers: r.forward_headers.as_deref().map(ForwardHeaders::from).unwrap_or_default(),
                     cache: r.cache.clone(),
                     early_hints: r.early_hints.clone(),
+                    limits: r.limits.clone(),
+                    access: AccessList { allow: r.allow.clone(), deny: r.deny.clone() },
                 };
                 ActionConfig::Http(Box::new(http))
             }
         };
-        Self { sni: r.sni, action, misplaced }
+        let access = AccessList { allow: r.allow, deny: r.deny };
+        Self { sni: r.sni, action, access, misplaced }
     }
 }
 

@@ -64,6 +64,15 @@ impl Config {
             if let Some(name) = l.quic_congestion.as_deref() {
                 quic_congestion(name, &format!("listeners[{i}].quic_congestion"))?;
             }
+            if l.max_connections_per_client == Some(0) {
+                return Err(ConfigError::invalid(
+                    format!("listeners[{i}].max_connections_per_client"),
+                    "must be at least 1 (leave it out for no cap)",
+                ));
+            }
+            if !(1..=128).contains(&l.ipv6_prefix) {
+                return Err(ConfigError::invalid(format!("listeners[{i}].ipv6_prefix"), "must be 1 to 128 bits"));
+            }
         }
         if self.workers == Some(0) {
             return Err(ConfigError::invalid("workers", "must be at least 1 (leave it out for one per core)"));
@@ -161,6 +170,9 @@ impl Config {
                         !h.upstream.tls || named,
                         &key,
                     )?;
+                    if let Some(rate) = &h.limits {
+                        validate_rate(rate, &key)?;
+                    }
                     if h.tls.early_data == EarlyData::Opaque {
                         return Err(ConfigError::invalid(
                             key("early_data"),
@@ -301,6 +313,21 @@ fn validate_pool(p: &PoolConfig, key: &dyn Fn(&str) -> String) -> Result<(), Con
 
 /// A QUIC congestion controller's name (quinn's, in user space: the kernel's list does not
 /// apply).
+/// `routes[].limits`: a rate that can be kept, a burst of at least one, a budget that holds a
+/// few thousand keys at least.
+fn validate_rate(rate: &super::limits::RateConfig, key: &dyn Fn(&str) -> String) -> Result<(), ConfigError> {
+    if !(rate.requests_per_second > 0.0 && rate.requests_per_second <= 1e6) {
+        return Err(ConfigError::invalid(key("limits.requests_per_second"), "must be more than 0 and at most 1000000"));
+    }
+    if !(1..=1_000_000).contains(&rate.burst) {
+        return Err(ConfigError::invalid(key("limits.burst"), "must be 1 to 1000000"));
+    }
+    if rate.memory.is_some_and(|m| !(64 * 1024..=1 << 30).contains(&m)) {
+        return Err(ConfigError::invalid(key("limits.memory"), "must be 64KiB to 1GiB"));
+    }
+    Ok(())
+}
+
 fn quic_congestion(name: &str, key: &str) -> Result<(), ConfigError> {
     if super::route::QUIC_CONGESTION.contains(&name) {
         return Ok(());

@@ -54,11 +54,11 @@ impl Origin for Hinted {
 
 impl Hinted {
     async fn send<'a>(&'a self, out: Outgoing<'a>) -> Result<Sent, SendFailure> {
-        let Outgoing { build, body, up, timeout, affinity, tried, interim, began } = out;
+        let Outgoing { build, body, up, timeout, affinity, tried, interim, began, client } = out;
         let config = &self.hints.config;
         let inner_interim = interim.filter(|_| config.from_origin);
         if !config.learn {
-            let out = Outgoing { build, body, up, timeout, affinity, tried, interim: inner_interim, began };
+            let out = Outgoing { build, body, up, timeout, affinity, tried, interim: inner_interim, began, client };
             return self.inner.send(out).await;
         }
         let head = build();
@@ -71,7 +71,7 @@ impl Hinted {
                 interim.send(early, HintSource::Learned);
             }
         }
-        let out = Outgoing { build, body, up, timeout, affinity, tried, interim: inner_interim, began };
+        let out = Outgoing { build, body, up, timeout, affinity, tried, interim: inner_interim, began, client };
         let sent = self.inner.send(out).await?;
         let response = &sent.response;
         match learn::lesson(&head, response.status(), response.headers(), self.hints.max_link_bytes()) {
@@ -156,6 +156,7 @@ mod tests {
             tried: &tried,
             interim: Some(&interim),
             began: tokio::time::Instant::now(),
+            client: None,
         };
         hinted.send(out).await.map_err(|f| f.error).unwrap();
         let got = heads.0.lock().unwrap().clone();

@@ -298,12 +298,15 @@ impl Service {
         let interim = interim.map(|to| to.sink(&self.route_metrics));
         let (began, tried) = (tokio::time::Instant::now(), AtomicU64::new(0));
         loop {
-            policy.attempt();
+            let attempt_no = policy.attempt();
             let timeout = self.conn.snapshot.timeouts.origin_response;
             let (affinity, tried) = (&self.conn.affinity, &tried);
             let body = out.for_attempt();
             let interim = interim.as_ref();
-            let attempt = Outgoing { build: &mut build, body, up: &up, timeout, affinity, tried, interim, began };
+            // Who asked, for the route's limits: on the first attempt only (a retry is the edge's).
+            let client = (attempt_no == 1).then(|| self.conn.client.ip());
+            let attempt =
+                Outgoing { build: &mut build, body, up: &up, timeout, affinity, tried, interim, began, client };
             match self.origin.send(attempt).await {
                 Ok(sent) => match policy.after_response(sent.response.status()) {
                     Next::AfterHandshake => {

@@ -18,6 +18,8 @@ use crate::accesslog::AccessLog;
 use crate::action;
 use crate::config::ListenerConfig;
 use crate::error::CloseReason;
+use crate::limits::clients::{client_key, ClientCounts, ClientSlot};
+use crate::metrics::{LimitReason, LimitedLabel};
 use crate::peek::clienthello::HelloError;
 use crate::peek::{self, PeekError};
 use crate::transport::sockopt;
@@ -35,12 +37,14 @@ use crate::transport::sockopt;
 pub(crate) fn handle(
     mut client: TcpStream,
     mut log: AccessLog,
-    config: Arc<ListenerConfig>,
+    (config, clients): (Arc<ListenerConfig>, Arc<ClientCounts>),
     cx: Arc<Context>,
     permit: OwnedSemaphorePermit,
 ) -> impl Future<Output = ()> + Send {
     async move {
         let (config, cx) = (&*config, &*cx);
+        // The connection's place in its client's count, held to its end.
+        let mut place = None;
         let accepted = Instant::now();
         let metrics = &*cx.metrics;
         metrics.active.inc();
@@ -50,6 +54,13 @@ pub(crate) fn handle(
 
         let mut route_metrics = None;
         let reason = 'conn: {
+            // Without a PROXY header the peer is the client: refused before anything is read.
+            if !config.proxy_protocol {
+                match admit(&clients, config, log.client.ip(), metrics) {
+                    Ok(p) => place = p,
+                    Err(reason) => break 'conn reason,
+                }
+            }
             let read = peek::read_hello(&mut client, config.proxy_protocol);
             let hello = match tokio::time::timeout(snapshot.timeouts.client_hello, read).await {
                 // The socket is closed here, before the permit at the end: a connection that
@@ -72,6 +83,12 @@ pub(crate) fn handle(
             if let Some(src) = hello.proxied_source {
                 log.client = src;
             }
+            if config.proxy_protocol {
+                match admit(&clients, config, log.client.ip(), metrics) {
+                    Ok(p) => place = p,
+                    Err(reason) => break 'conn reason,
+                }
+            }
             log.sni = hello.sni.clone();
             log.alpn = hello.alpn.clone();
 
@@ -81,11 +98,46 @@ pub(crate) fn handle(
                 break 'conn CloseReason::UnknownSni;
             };
             log.route = Some(route.name.clone());
+            // An http route answers its lists per request (403); the others refuse here.
+            let http = matches!(route.action, crate::route::RouteAction::Http(_));
+            if !http && !route.access.admits(log.client.ip()) {
+                let label = LimitedLabel { scope: "route", name: route.name.to_string(), reason: LimitReason::Denied };
+                metrics.limited.get_or_create(&label).inc();
+                let _ = client.write_all(&peek::alert(peek::ALERT_ACCESS_DENIED)).await;
+                break 'conn CloseReason::Denied;
+            }
             let ctx = cx.conn_ctx(&snapshot, route, config, log.listener.port(), accepted);
             route_metrics = Some(ctx.route_metrics);
             action::serve(client, hello, &ctx, &mut log).await
         };
         cx.finish(log, reason, route_metrics, accepted, permit);
+        drop(place);
+    }
+}
+
+/// The listener's `allow`/`deny` and `max_connections_per_client` for a client at `ip`: its place
+/// in the count (none without a cap), or why it is refused (counted).
+fn admit(
+    clients: &Arc<ClientCounts>,
+    config: &ListenerConfig,
+    ip: std::net::IpAddr,
+    metrics: &crate::metrics::Metrics,
+) -> Result<Option<ClientSlot>, CloseReason> {
+    let refuse = |reason| {
+        let label = LimitedLabel { scope: "listener", name: config.listen.to_string(), reason };
+        metrics.limited.get_or_create(&label).inc();
+    };
+    if !crate::config::limits::admits(&config.allow, &config.deny, ip) {
+        refuse(LimitReason::Denied);
+        return Err(CloseReason::Denied);
+    }
+    let Some(cap) = config.max_connections_per_client else { return Ok(None) };
+    match clients.enter(client_key(ip, config.ipv6_prefix), cap) {
+        Some(place) => Ok(Some(place)),
+        None => {
+            refuse(LimitReason::ClientConnections);
+            Err(CloseReason::ClientLimit)
+        }
     }
 }
 

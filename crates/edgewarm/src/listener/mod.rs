@@ -26,6 +26,7 @@ use crate::accesslog::AccessLog;
 use crate::action::ConnCtx;
 use crate::config::ListenerConfig;
 use crate::error::CloseReason;
+use crate::limits::clients::{ClientCounts, Tracked};
 use crate::metrics::{AcceptError, AcceptErrorLabel, ListenerLabel, Metrics, ReasonLabel, RouteMetrics};
 use crate::route::Route;
 use crate::snapshot::Snapshot;
@@ -49,12 +50,15 @@ pub(crate) struct Context {
     pub workers: Placement,
     /// HTTP/3 endpoints' keys, and whether the process has handed its sockets over.
     pub quic: quic::relay::QuicProcess,
+    /// Connections open per client address, each listener's.
+    pub clients: Arc<Tracked>,
 }
 
 pub(crate) async fn accept_loop(listener: TcpListener, config: ListenerConfig, cx: Arc<Context>) {
     let Ok(local) = listener.local_addr() else { return };
     let limit = Arc::new(Semaphore::new(config.max_connections));
     let accepted = cx.metrics.accepted.get_or_create(&ListenerLabel { listener: local.to_string() }).clone();
+    let clients = cx.clients.listener(local.to_string(), config.ipv6_prefix);
     let config = Arc::new(config);
     let mut backoff = BACKOFF_MIN;
     tracing::info!(listen = %local, tcp_fastopen = config.tcp_fastopen, proxy_protocol = config.proxy_protocol, "listening");
@@ -72,7 +76,7 @@ pub(crate) async fn accept_loop(listener: TcpListener, config: ListenerConfig, c
                 backoff = BACKOFF_MIN;
                 accepted.inc();
                 let log = crate::accesslog::AccessLog::new(peer, local);
-                spawn(stream, log, config.clone(), cx.clone(), permit);
+                spawn(stream, log, (config.clone(), clients.clone()), cx.clone(), permit);
             }
             Err(e) if is_resource_exhaustion(&e) => {
                 cx.metrics.accept_errors.get_or_create(&AcceptErrorLabel { reason: AcceptError::Resources }).inc();
@@ -94,7 +98,7 @@ pub(crate) async fn accept_loop(listener: TcpListener, config: ListenerConfig, c
 fn spawn(
     stream: tokio::net::TcpStream,
     log: crate::accesslog::AccessLog,
-    config: Arc<ListenerConfig>,
+    config: (Arc<ListenerConfig>, Arc<ClientCounts>),
     cx: Arc<Context>,
     permit: tokio::sync::OwnedSemaphorePermit,
 ) {

@@ -160,6 +160,8 @@ pub struct Metrics {
     pub cert_expiry: Family<RouteLabel, Gauge>,
     /// ACME orders, by how they ended.
     pub acme_orders: Family<AcmeResult, Counter>,
+    /// Clients limited, by where and why.
+    pub limited: Family<LimitedLabel, Counter>,
     registry: Registry,
 }
 /// One route's hot-path metric handles (see [`Metrics::route`]).
@@ -226,6 +228,7 @@ impl Metrics {
             relay_fallbacks: Family::default(),
             cert_expiry: Family::default(),
             acme_orders: Family::default(),
+            limited: Family::default(),
             registry: Registry::default(),
         };
         registry.register("connections_accepted", "Client connections accepted", m.accepted.clone());
@@ -286,6 +289,11 @@ impl Metrics {
             "acme_orders",
             "ACME certificate orders, by result (valid, rejected by the server, failed to complete)",
             m.acme_orders.clone(),
+        );
+        registry.register(
+            "limited",
+            "Connections and requests refused by a limit: scope listener or route, reason client_connections, denied or rate",
+            m.limited.clone(),
         );
         Self { registry, ..m }
     }

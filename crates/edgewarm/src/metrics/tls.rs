@@ -92,3 +92,19 @@ label_enum! {
 pub struct AcmeResult {
     pub result: AcmeOutcome,
 }
+label_enum! {
+    /// Why a client was limited (`edgewarm_limited_total`): over its listener's
+    /// `max_connections_per_client`; refused by an `allow`/`deny` list; over a route's rate.
+    LimitReason {
+        ClientConnections => "client_connections",
+        Denied => "denied",
+        Rate => "rate",
+    }
+}
+/// Where a limit applied: `scope` is `listener` (`name` its address) or `route` (its name).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct LimitedLabel {
+    pub scope: &'static str,
+    pub name: String,
+    pub reason: LimitReason,
+}

@@ -70,6 +70,9 @@ pub(crate) struct Outgoing<'a> {
     /// `timeouts.connect` from then, across attempts, so a request whose connection died under
     /// it (found by silence, a second later) does not wait a whole connect timeout again.
     pub(crate) began: tokio::time::Instant,
+    /// The client's address, on a request's first attempt (what a route's `allow`, `deny` and
+    /// rate go by); none on retries and on the edge's own requests.
+    pub(crate) client: Option<std::net::IpAddr>,
 }
 
 /// What a request the edge makes of its own accord (a health probe, a background
@@ -97,6 +100,7 @@ impl OwnRequest {
             tried: &self.tried,
             interim: None,
             began: tokio::time::Instant::now(),
+            client: None,
         }
     }
 }

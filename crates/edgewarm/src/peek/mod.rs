@@ -117,6 +117,7 @@ pub fn alert(description: u8) -> [u8; 7] {
 }
 
 pub const ALERT_HANDSHAKE_FAILURE: u8 = 40;
+pub const ALERT_ACCESS_DENIED: u8 = 49;
 pub const ALERT_DECODE_ERROR: u8 = 50;
 pub const ALERT_INTERNAL_ERROR: u8 = 80;
 pub const ALERT_UNRECOGNIZED_NAME: u8 = 112;

@@ -116,6 +116,8 @@ pub struct Route {
     /// The SNI pattern as configured (normalised): also the `route` metric label.
     pub name: RouteName,
     pub action: RouteAction,
+    /// The route's `allow` and `deny` (an `http` route answers them with 403 per request).
+    pub access: crate::config::limits::AccessList,
     metrics: std::sync::OnceLock<RouteMetrics>,
 }
 
@@ -210,7 +212,7 @@ impl RouteTable {
                     }))
                 }
             };
-            let route = Arc::new(Route { name: label, action, metrics: Default::default() });
+            let route = Arc::new(Route { name: label, action, access: r.access.clone(), metrics: Default::default() });
             match name.as_str() {
                 "" => table.no_sni = Some(route),
                 "*" => table.default = Some(route),

@@ -347,3 +347,42 @@ fn acme_routes_and_section_are_checked_by_key() {
     let e = err(&format!("{GOOD}{acme}  challenge: dns-01\n"));
     assert!(e.contains("challenge") && e.contains("dns-01"), "{e}");
 }
+
+/// Limits: the caps, prefixes, rates and lists are checked by key; `limits` only on http.
+#[test]
+fn limits_and_lists_are_checked_by_key() {
+    let listener =
+        |extra: &str| GOOD.replace("listen: 127.0.0.1:8443", &format!("listen: 127.0.0.1:8443\n    {extra}"));
+    Config::parse(&listener("max_connections_per_client: 50\n    deny: [127.0.0.2, \"10.0.0.0/8\"]"))
+        .unwrap()
+        .validate()
+        .unwrap();
+    let e = err(&listener("max_connections_per_client: 0"));
+    assert!(e.starts_with("listeners[0].max_connections_per_client: must be at least 1"), "{e}");
+    let e = err(&listener("ipv6_prefix: 0"));
+    assert!(e.starts_with("listeners[0].ipv6_prefix: "), "{e}");
+    let e = err(&listener("deny: [\"10.0.0.0/40\"]"));
+    assert!(e.contains("deny") && e.contains("prefix length"), "{e}");
+    let http = |limits: &str| {
+        GOOD.replace("action: tunnel", &format!("action: http\n    cert: c.pem\n    key: k.pem\n    limits: {limits}"))
+    };
+    Config::parse(&http("{requests_per_second: 5, burst: 5, by: header x-api-key}")).unwrap().validate().unwrap();
+    let e = err(&http("{requests_per_second: 0}"));
+    assert!(e.starts_with("routes[0].limits.requests_per_second: "), "{e}");
+    let e = err(&http("{requests_per_second: 5, burst: 0}"));
+    assert!(e.starts_with("routes[0].limits.burst: "), "{e}");
+    let e = err(&http("{requests_per_second: 5, by: cookie}"));
+    assert!(e.contains("write `client` or `header NAME`"), "{e}");
+    let e = err(&GOOD.replace(
+        "origin: origin-a.internal:443",
+        "origin: origin-a.internal:443\n    limits: {requests_per_second: 1}",
+    ));
+    assert!(e.starts_with("routes[0].limits: only for action http"), "{e}");
+    // Lists on any route.
+    Config::parse(
+        &GOOD.replace("origin: origin-a.internal:443", "origin: origin-a.internal:443\n    allow: [\"192.0.2.0/24\"]"),
+    )
+    .unwrap()
+    .validate()
+    .unwrap();
+}

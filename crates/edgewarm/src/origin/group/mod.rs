@@ -296,7 +296,7 @@ impl Group {
         }
         self.stick(out.affinity, i);
         let m = &self.members[i];
-        let Outgoing { build, body, up, timeout, affinity, tried, interim, began } = out;
+        let Outgoing { build, body, up, timeout, affinity, tried, interim, began, client } = out;
         let mut build_here = || {
             let mut head = build();
             if let Some(host) = &m.host {
@@ -304,7 +304,7 @@ impl Group {
             }
             head
         };
-        let attempt = Outgoing { build: &mut build_here, body, up, timeout, affinity, tried, interim, began };
+        let attempt = Outgoing { build: &mut build_here, body, up, timeout, affinity, tried, interim, began, client };
         let result = {
             // Counted down however the attempt ends, its client gone included.
             let _in_flight = InFlight::new(&m.state.in_flight);

@@ -39,7 +39,7 @@ impl Origin for Requests {
 }
 
 async fn send(upstream: &Arc<H1Upstream>, out: Outgoing<'_>) -> Result<Sent, SendFailure> {
-    let Outgoing { build, body, up, timeout, affinity: _, tried: _, interim, began: _ } = out;
+    let Outgoing { build, body, up, timeout, affinity: _, tried: _, interim, began: _, client: _ } = out;
     let (parts, ()) = build().into_parts();
     // Origin-form target and a Host header: what an HTTP/1.1 server expects.
     let authority = parts.uri.authority().map(|a| a.as_str().to_string()).unwrap_or_default();

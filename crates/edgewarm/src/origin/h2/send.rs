@@ -47,7 +47,7 @@ impl Origin for Requests {
 }
 
 async fn send(upstream: &Arc<H2Upstream>, out: Outgoing<'_>) -> Result<Sent, SendFailure> {
-    let Outgoing { build, body, up, timeout, affinity, tried: _, interim, began: _ } = out;
+    let Outgoing { build, body, up, timeout, affinity, tried: _, interim, began: _, client: _ } = out;
     let end_of_stream = matches!(body, OutBody::Empty);
     let sent = upstream
         .send(build, end_of_stream, affinity)

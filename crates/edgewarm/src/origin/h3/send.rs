@@ -51,7 +51,7 @@ impl Origin for Requests {
 }
 
 async fn send(set: &Arc<H3Upstream>, out: Outgoing<'_>) -> Result<Sent, SendFailure> {
-    let Outgoing { build, body, up, timeout, affinity: _, tried: _, interim, began } = out;
+    let Outgoing { build, body, up, timeout, affinity: _, tried: _, interim, began, client: _ } = out;
     let mut request = build();
     // Only what may be replayed rides a connection still in 0-RTT (RFC 8470 §4: a safe
     // method, no body); the origin may see it twice if an attacker replays the packets.

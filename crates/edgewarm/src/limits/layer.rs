@@ -1,0 +1,134 @@
+//! A route's request limits as a decorator on its origin seam, outermost (before the cache and
+//! the origin): a client the route's `deny` names, or its `allow` does not, gets 403; a key
+//! over `limits`' rate gets 429 with `Retry-After`. The same answer on HTTP/1.1, HTTP/2 and
+//! HTTP/3, since all three reach the origin through this one seam.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex};
+
+use bytes::Bytes;
+use http::{HeaderValue, Response, StatusCode};
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+
+use super::clients::client_key;
+use super::rate::Rate;
+use crate::config::limits::{AccessList, RateConfig, RateKey};
+use crate::config::HttpConfig;
+use crate::metrics::{LimitReason, LimitedLabel, RouteName};
+use crate::origin::body::OriginBody;
+use crate::origin::layer::Layer;
+use crate::origin::seam::{BoxFuture, Origin, OriginError, Outgoing, SendFailure, Sent, Upgrade, Upgraded};
+
+/// IPv6 clients share a rate by their /64 (one host owns a /64).
+const RATE_PREFIX: u8 = 64;
+/// A route's rate state when `limits.memory` is not set.
+pub(crate) const DEFAULT_MEMORY: usize = 1 << 20;
+
+/// The routes' limits, kept across reloads while their settings stay.
+#[derive(Default)]
+pub(crate) struct Limits {
+    routes: Mutex<HashMap<RouteName, (RateConfig, Arc<Rate>)>>,
+    metrics: Family<LimitedLabel, Counter>,
+}
+
+impl Limits {
+    pub(crate) fn new(metrics: Family<LimitedLabel, Counter>) -> Self {
+        Self { routes: Mutex::default(), metrics }
+    }
+
+    /// Each limited route's rate state size, for `/limits`.
+    pub(crate) fn sizes(&self) -> Vec<(String, usize)> {
+        let routes = self.routes.lock().unwrap_or_else(|p| p.into_inner());
+        let mut all: Vec<_> = routes.iter().map(|(name, (_, rate))| (name.to_string(), rate.bytes())).collect();
+        all.sort();
+        all
+    }
+}
+
+struct Limited {
+    inner: Arc<dyn Origin>,
+    access: AccessList,
+    rate: Option<(RateKey, Arc<Rate>)>,
+    denied: Counter,
+    over_rate: Counter,
+}
+
+impl Layer for Limits {
+    fn wrap(&self, route: &RouteName, config: &HttpConfig, inner: &Arc<dyn Origin>) -> Option<Arc<dyn Origin>> {
+        if config.limits.is_none() && config.access.is_empty() {
+            return None;
+        }
+        let rate = config.limits.as_ref().map(|settings| {
+            let mut routes = self.routes.lock().unwrap_or_else(|p| p.into_inner());
+            let kept = routes.get(route).filter(|(was, _)| was == settings).map(|(_, rate)| rate.clone());
+            let rate = kept.unwrap_or_else(|| {
+                let memory = settings.memory.map_or(DEFAULT_MEMORY, |m| m as usize);
+                Arc::new(Rate::new(settings.requests_per_second, settings.burst, memory))
+            });
+            routes.insert(route.clone(), (settings.clone(), rate.clone()));
+            (settings.by.clone(), rate)
+        });
+        let counter = |reason| {
+            self.metrics.get_or_create(&LimitedLabel { scope: "route", name: route.to_string(), reason }).clone()
+        };
+        Some(Arc::new(Limited {
+            inner: inner.clone(),
+            access: config.access.clone(),
+            rate,
+            denied: counter(LimitReason::Denied),
+            over_rate: counter(LimitReason::Rate),
+        }))
+    }
+
+    fn retain(&self, routes: &HashSet<RouteName>) {
+        self.routes.lock().unwrap_or_else(|p| p.into_inner()).retain(|name, _| routes.contains(name));
+    }
+}
+
+/// The edge's own answer (no origin was asked): `status`, a one-line text, `Retry-After`.
+fn refusal(status: StatusCode, text: &'static str, retry_after: Option<u64>) -> Sent {
+    let body = http_body_util::Full::new(Bytes::from_static(text.as_bytes()));
+    let mut response = Response::new(OriginBody::new(body, Box::new(())));
+    *response.status_mut() = status;
+    let headers = response.headers_mut();
+    headers.insert(http::header::CONTENT_TYPE, HeaderValue::from_static("text/plain"));
+    headers.insert(http::header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    if let Some(secs) = retry_after {
+        headers.insert(http::header::RETRY_AFTER, HeaderValue::from(secs));
+    }
+    Sent { response, conn: None, reused: false, cache: None, server: None }
+}
+
+impl Origin for Limited {
+    fn send<'a>(&'a self, out: Outgoing<'a>) -> BoxFuture<'a, Result<Sent, SendFailure>> {
+        // The edge's own requests (probes, revalidations) have no client and are not limited.
+        let Some(client) = out.client else { return self.inner.send(out) };
+        if !self.access.admits(client) {
+            self.denied.inc();
+            return Box::pin(async { Ok(refusal(StatusCode::FORBIDDEN, "forbidden\n", None)) });
+        }
+        if let Some((by, rate)) = &self.rate {
+            let header = match by {
+                RateKey::Header(name) => (out.build)().headers().get(name.as_str()).map(|v| v.as_bytes().to_vec()),
+                RateKey::Client => None,
+            };
+            let key = header.unwrap_or_else(|| client_key(client, RATE_PREFIX).to_be_bytes().to_vec());
+            if let Err(wait) = rate.take(&key) {
+                self.over_rate.inc();
+                let secs = wait.as_secs() + u64::from(wait.subsec_nanos() > 0);
+                let sent = refusal(StatusCode::TOO_MANY_REQUESTS, "too many requests\n", Some(secs.max(1)));
+                return Box::pin(async { Ok(sent) });
+            }
+        }
+        self.inner.send(out)
+    }
+
+    fn upgrade<'a>(&'a self, up: Upgrade<'a>) -> BoxFuture<'a, Result<Upgraded, OriginError>> {
+        self.inner.upgrade(up)
+    }
+
+    fn retired(&self) -> &tokio_util::sync::CancellationToken {
+        self.inner.retired()
+    }
+}

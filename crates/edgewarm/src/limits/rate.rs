@@ -1,0 +1,114 @@
+//! Request rates in a fixed budget: token buckets in two rows of hashed slots, a key's state
+//! spread over one slot per row (a count-min sketch of what each key has spent). A key may
+//! send while its least-shared slot has a token, so a collision can only make a key's limit
+//! stricter by what its neighbour spent, never looser; with the default budget (1 MiB a route:
+//! 65,536 slots a row) that takes tens of thousands of keys active in the same second.
+//!
+//! Each slot is one `AtomicU64` (16 bytes a key across both rows), updated lock-free: the
+//! millisecond it was last touched (32 bits, from the limiter's start) and the milli-tokens
+//! spent (32 bits). An untouched slot is a full bucket.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use tokio::time::Instant;
+use xxhash_rust::xxh3::xxh3_64_with_seed;
+
+const ROWS: usize = 2;
+const SEEDS: [u64; ROWS] = [0x9e37_79b9_7f4a_7c15, 0xc2b2_ae3d_27d4_eb4f];
+/// One token, in the slots' unit.
+const TOKEN: u64 = 1000;
+
+pub(crate) struct Rate {
+    rows: [Box<[AtomicU64]>; ROWS],
+    /// Milli-tokens regained per millisecond (= requests per second).
+    per_ms: f64,
+    /// The bucket's size, in milli-tokens.
+    burst: u64,
+    start: Instant,
+}
+
+fn pack(ms: u32, spent: u64) -> u64 {
+    (u64::from(ms) << 32) | spent.min(u64::from(u32::MAX))
+}
+
+impl Rate {
+    /// `per_second` sustained, `burst` at once, in about `memory` bytes.
+    pub(crate) fn new(per_second: f64, burst: u32, memory: usize) -> Self {
+        let slots = (memory / (ROWS * 8)).clamp(64, 1 << 24);
+        let row = || (0..slots).map(|_| AtomicU64::new(0)).collect::<Box<[_]>>();
+        Self { rows: [row(), row()], per_ms: per_second, burst: u64::from(burst.max(1)) * TOKEN, start: Instant::now() }
+    }
+
+    /// Bytes of state (what `/limits` and the benchmarks report).
+    pub(crate) fn bytes(&self) -> usize {
+        self.rows.iter().map(|r| r.len() * 8).sum()
+    }
+
+    /// Spend a token of `key`'s; `Err(wait)` when it has none, `wait` being how long until it does.
+    pub(crate) fn take(&self, key: &[u8]) -> Result<(), Duration> {
+        let now = u32::try_from(self.start.elapsed().as_millis()).unwrap_or(u32::MAX);
+        let slots: [&AtomicU64; ROWS] = std::array::from_fn(|r| {
+            &self.rows[r][(xxh3_64_with_seed(key, SEEDS[r]) % self.rows[r].len() as u64) as usize]
+        });
+        // What each slot has spent now, after what it regained since it was last touched.
+        let spent_now = |state: u64| -> u64 {
+            let (then, spent) = ((state >> 32) as u32, state & u64::from(u32::MAX));
+            let regained = (f64::from(now.saturating_sub(then)) * self.per_ms) as u64;
+            spent.saturating_sub(regained)
+        };
+        let least = slots.iter().map(|s| spent_now(s.load(Ordering::Relaxed))).min().unwrap_or(0);
+        if least + TOKEN > self.burst {
+            let short = least + TOKEN - self.burst;
+            return Err(Duration::from_secs_f64(short as f64 / self.per_ms.max(f64::MIN_POSITIVE) / 1000.0));
+        }
+        for slot in slots {
+            // A lost race re-reads and spends again: never more than a token a request.
+            let _ = slot.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |state| {
+                Some(pack(now, (spent_now(state) + TOKEN).min(self.burst)))
+            });
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// 5 a second with a burst of 5: five at once, then one every 200 ms; keys apart.
+    #[tokio::test(start_paused = true)]
+    async fn a_burst_then_the_rate_and_each_key_its_own() {
+        let rate = Rate::new(5.0, 5, 1 << 20);
+        for i in 0..5 {
+            assert_eq!(rate.take(b"a"), Ok(()), "request {i} of the burst");
+        }
+        let wait = rate.take(b"a").unwrap_err();
+        assert_eq!(wait, Duration::from_millis(200));
+        assert_eq!(rate.take(b"b"), Ok(()), "another key has its own bucket");
+        tokio::time::advance(Duration::from_millis(200)).await;
+        assert_eq!(rate.take(b"a"), Ok(()));
+        assert!(rate.take(b"a").is_err());
+        tokio::time::advance(Duration::from_secs(1)).await;
+        for _ in 0..5 {
+            assert_eq!(rate.take(b"a"), Ok(()), "refilled to the burst, not beyond");
+        }
+        assert!(rate.take(b"a").is_err());
+        assert_eq!(rate.bytes(), 1 << 20);
+    }
+
+    /// Many keys in a small table: collisions only ever make a key stricter, and most keys
+    /// still get their whole burst.
+    #[tokio::test(start_paused = true)]
+    async fn collisions_in_a_small_budget_only_make_limits_stricter() {
+        let rate = Rate::new(1.0, 2, 64 * 16);
+        let mut whole = 0;
+        for k in 0..50u32 {
+            let key = k.to_be_bytes();
+            let granted = (0..4).filter(|_| rate.take(&key).is_ok()).count();
+            assert!(granted <= 2, "never more than the burst: {granted}");
+            whole += usize::from(granted == 2);
+        }
+        assert!(whole > 25, "most of 50 keys in 64 slots get their burst: {whole}");
+    }
+}

@@ -1,0 +1,138 @@
+//! Per-client limits from outside: a listener's cap on one address's connections, a route's
+//! request rate (429 with `Retry-After`), and address lists on listeners and routes, each
+//! while another client is served.
+
+use edgewarm_test_support as common;
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use common::*;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+const LIMITED: &str = "edgewarm_limited_total";
+
+/// A TCP connection to `edge` from `source` (127.0.0.x: the whole range is this machine's).
+async fn connect_from(source: &str, edge: SocketAddr) -> std::io::Result<tokio::net::TcpStream> {
+    let socket = tokio::net::TcpSocket::new_v4()?;
+    socket.bind(SocketAddr::new(source.parse().unwrap(), 0))?;
+    socket.connect(edge).await
+}
+
+/// One GET over TLS from `source`: the status, or the error that ended the connection.
+async fn get_from(fx: &Pki, source: &str, edge: SocketAddr) -> Result<u16, String> {
+    let tcp = connect_from(source, edge).await.map_err(|e| e.to_string())?;
+    let name = rustls::pki_types::ServerName::try_from("b.test").unwrap();
+    let mut tls = fx.edge.connector().connect(name, tcp).await.map_err(|e| format!("handshake: {e}"))?;
+    tls.write_all(b"GET / HTTP/1.1\r\nHost: b.test\r\nConnection: close\r\n\r\n").await.map_err(|e| e.to_string())?;
+    let mut answer = Vec::new();
+    let _ = tls.read_to_end(&mut answer).await;
+    let text = String::from_utf8_lossy(&answer);
+    text.split(' ').nth(1).and_then(|s| s.parse().ok()).ok_or_else(|| format!("no response: {text:?}"))
+}
+
+/// `max_connections_per_client: 50`: the 51st connection of one address is closed before any
+/// TLS, while another address is served; a place given back is a place again.
+#[tokio::test]
+async fn the_51st_connection_of_one_address_is_refused_while_another_client_is_served() {
+    let fx = pki("http");
+    let (origin, _) = h2_origin(&fx.origin, H2Opts::default()).await;
+    let edge = edge(&fx.route(origin, ""), "", "max_connections_per_client: 50").await;
+    let name = || rustls::pki_types::ServerName::try_from("b.test").unwrap();
+    let mut held = Vec::new();
+    for _ in 0..50 {
+        let tcp = connect_from("127.0.0.1", edge.addr).await.unwrap();
+        held.push(fx.edge.connector().connect(name(), tcp).await.unwrap());
+    }
+    let tcp = connect_from("127.0.0.1", edge.addr).await.unwrap();
+    let refused = fx.edge.connector().connect(name(), tcp).await;
+    assert!(refused.is_err(), "the 51st handshake must not complete");
+    wait_for(&edge, LIMITED, &[("scope", "listener"), ("reason", "client_connections")], 1.0).await;
+    wait_for(&edge, "edgewarm_connections_closed_total", &[("reason", "client_limit")], 1.0).await;
+    assert_eq!(get_from(&fx, "127.0.0.2", edge.addr).await, Ok(200), "another address is served");
+    let (_, body) = admin_get(edge.admin, "/limits").await;
+    let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(v["listeners"][0]["clients"][0], serde_json::json!({"client": "127.0.0.1", "connections": 50}), "{v}");
+    // One place given back: the address may connect again.
+    drop(held.pop());
+    for _ in 0..2000 {
+        if get_from(&fx, "127.0.0.1", edge.addr).await == Ok(200) {
+            drop(held);
+            edge.stop().await;
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    panic!("the place given back never came back");
+}
+
+/// 5 a second, burst 5: of 20 requests at once on one HTTP/2 connection, the burst is served
+/// and the rest get 429 with `Retry-After`; a second later the client is served again; the
+/// same on HTTP/1.1. The origin never sees a refused request.
+#[tokio::test]
+async fn a_rate_of_5_per_second_answers_429_with_retry_after_then_200_after_a_second() {
+    let fx = pki("http");
+    let (origin, stats) = h2_origin(&fx.origin, H2Opts::default()).await;
+    let limits = "    limits: {requests_per_second: 5, burst: 5}\n";
+    let edge = edge(&fx.route(origin, limits), "", "").await;
+    for h2 in [true, false] {
+        let mut statuses = Vec::new();
+        if h2 {
+            let client = HttpClient::connect(&fx.edge, edge.addr, "b.test", true).await.unwrap();
+            let HttpClient::H2(send) = client else { unreachable!() };
+            let mut all = tokio::task::JoinSet::new();
+            for _ in 0..20 {
+                let mut client = HttpClient::H2(send.clone());
+                all.spawn(async move { client.send("GET", "b.test", "/", &[], vec![]).await.unwrap().0 });
+            }
+            while let Some(parts) = all.join_next().await {
+                statuses.push(parts.unwrap());
+            }
+        } else {
+            let mut client = HttpClient::connect(&fx.edge, edge.addr, "b.test", false).await.unwrap();
+            for _ in 0..20 {
+                statuses.push(client.send("GET", "b.test", "/", &[], vec![]).await.unwrap().0);
+            }
+        }
+        let ok = statuses.iter().filter(|p| p.status == 200).count();
+        let limited: Vec<_> = statuses.iter().filter(|p| p.status == 429).collect();
+        assert!((5..=7).contains(&ok), "the burst, and at most what 20 requests' time refilled: {ok}");
+        assert_eq!(
+            ok + limited.len(),
+            20,
+            "only 200 and 429: {:?}",
+            statuses.iter().map(|p| p.status).collect::<Vec<_>>()
+        );
+        for p in &limited {
+            let after: u64 = p.headers["retry-after"].to_str().unwrap().parse().unwrap();
+            assert!(after >= 1, "{after}");
+        }
+        // A second later the bucket has refilled.
+        tokio::time::sleep(Duration::from_millis(1100)).await;
+        let mut client = HttpClient::connect(&fx.edge, edge.addr, "b.test", h2).await.unwrap();
+        assert_eq!(client.send("GET", "b.test", "/", &[], vec![]).await.unwrap().0.status, 200);
+        tokio::time::sleep(Duration::from_millis(1100)).await;
+    }
+    assert!(edge.metric(LIMITED, &[("scope", "route"), ("name", "b.test"), ("reason", "rate")]) >= 26.0);
+    let _ = stats;
+    edge.stop().await;
+}
+
+/// A listener's `deny` covering 127.0.0.2 refuses that client on accept while 127.0.0.1 is
+/// served; a route's `allow` answers other addresses 403 on an http route.
+#[tokio::test]
+async fn a_denied_address_is_refused_on_accept_and_a_routes_list_answers_403() {
+    let fx = pki("http");
+    let (origin, _) = h2_origin(&fx.origin, H2Opts::default()).await;
+    let route = fx.route(origin, "    allow: [\"127.0.0.1\", \"127.0.0.2\"]\n");
+    let edge = edge(&route, "", "deny: [\"127.0.0.2/32\"]").await;
+    let refused = get_from(&fx, "127.0.0.2", edge.addr).await;
+    assert!(refused.is_err(), "refused before TLS: {refused:?}");
+    wait_for(&edge, LIMITED, &[("scope", "listener"), ("reason", "denied")], 1.0).await;
+    wait_for(&edge, "edgewarm_connections_closed_total", &[("reason", "denied")], 1.0).await;
+    assert_eq!(get_from(&fx, "127.0.0.1", edge.addr).await, Ok(200));
+    // Past the listener, the route's allow list: 127.0.0.3 is not on it.
+    assert_eq!(get_from(&fx, "127.0.0.3", edge.addr).await, Ok(403));
+    wait_for(&edge, LIMITED, &[("scope", "route"), ("name", "b.test"), ("reason", "denied")], 1.0).await;
+    edge.stop().await;
+}
