@@ -228,8 +228,12 @@ async fn primaries_killed_one_after_the_other_cost_no_get_and_send_no_post_twice
     let posts: Vec<&Outcome> = outcomes.iter().filter(|o| o.method == "POST").collect();
     let failed_posts: Vec<&&Outcome> = posts.iter().filter(|o| !matches!(&o.answer, Ok((200, _)))).collect();
     for o in &posts {
-        if matches!(&o.answer, Ok((200, _))) {
-            assert_eq!(seen.get(&format!("POST {}", o.path)), Some(&1), "{o:?}");
+        if let Ok((200, body)) = &o.answer {
+            // nginx logs a request after answering it: a primary SIGKILLed in between answered
+            // a POST whose line it never wrote (seen on CI). The backup is never killed.
+            let logged = seen.get(&format!("POST {}", o.path));
+            let killed_after_answering = !body.starts_with('c') && logged.is_none();
+            assert!(logged == Some(&1) || killed_after_answering, "{o:?}: logged {logged:?}");
         }
     }
     // Each kill can cost the POSTs in flight on the killed server, one per client at most.

@@ -60,6 +60,11 @@ impl Managed {
         &self.name
     }
 
+    /// Present nothing (the ACME server changed: its certificates are loaded or ordered anew).
+    pub(crate) fn clear(&self) {
+        *self.current.write().unwrap_or_else(|p| p.into_inner()) = None;
+    }
+
     /// The certificate presented now.
     pub fn leaf(&self) -> Option<CertInfo> {
         self.current.read().unwrap_or_else(|p| p.into_inner()).as_ref().map(|(_, info)| info.clone())

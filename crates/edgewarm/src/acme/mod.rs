@@ -36,6 +36,8 @@ pub(crate) struct Shared {
     store: Arc<dyn Store>,
     challenges: Arc<Challenges>,
     metrics: AcmeMetrics,
+    /// The one account every name's orders use (made or loaded by the first order).
+    account: tokio::sync::Mutex<Option<instant_acme::Account>>,
 }
 
 #[derive(Clone, Default)]
@@ -115,6 +117,10 @@ impl Acme {
             for (_, l) in loops.drain() {
                 l.task.abort();
             }
+            // Another server (or storage): its certificates, not the last one's.
+            for managed in self.names.lock().unwrap_or_else(|p| p.into_inner()).values() {
+                managed.clear();
+            }
             *current = config.cloned();
         }
         let Some(config) = config else { return };
@@ -133,6 +139,7 @@ impl Acme {
             store: store.clone(),
             challenges: self.challenges.clone(),
             metrics: self.metrics.clone(),
+            account: tokio::sync::Mutex::default(),
         });
         for name in names {
             if loops.contains_key(name) {
@@ -148,10 +155,11 @@ impl Acme {
         }
     }
 
-    /// Order `name`'s certificate now, whatever its renewal time; `false`: no such name.
+    /// Order `name`'s certificate now, whatever its renewal time (unless an order is under way:
+    /// then that one stands); `false`: no such name.
     pub fn renew_now(&self, name: &str) -> bool {
         let running = self.running.lock().unwrap_or_else(|p| p.into_inner());
-        running.1.get(name).map(|l| l.now_please.notify_one()).is_some()
+        running.1.get(name).map(|l| l.now_please.notify_waiters()).is_some()
     }
 
     /// Pending TLS-ALPN-01 answers, for the listener.

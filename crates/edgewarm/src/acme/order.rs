@@ -40,6 +40,12 @@ impl OrderError {
         }
     }
 
+    /// The server refused the account itself (forgotten, deactivated).
+    pub(crate) fn account_refused(&self) -> bool {
+        matches!(self, Self::Acme(instant_acme::Error::Api(p))
+            if p.r#type.as_deref().is_some_and(|t| t.ends_with(":accountDoesNotExist") || t.ends_with(":unauthorized")))
+    }
+
     /// The server said no (as opposed to: could not be reached).
     pub(crate) fn rejected(&self) -> bool {
         matches!(self, Self::Rejected(_) | Self::Acme(instant_acme::Error::Api(_)))

@@ -58,7 +58,6 @@ async fn suggested(account: &Account, managed: &Managed) -> Option<i64> {
 pub(crate) async fn run(shared: Arc<Shared>, managed: Arc<Managed>, now_please: Arc<Notify>) {
     let name = managed.name().to_string();
     let mut failures = 0u32;
-    let mut account: Option<Account> = None;
     // `Some(t)`: wait until t (Unix seconds); `None`: order now.
     let mut due = managed.leaf().map(|leaf| two_thirds(&leaf));
     loop {
@@ -71,27 +70,33 @@ pub(crate) async fn run(shared: Arc<Shared>, managed: Arc<Managed>, now_please: 
             }
         }
         let attempt = async {
-            if account.is_none() {
-                account = Some(order::account(&shared.config, &*shared.store).await?);
-            }
-            let account = account.as_ref().ok_or_else(|| OrderError::Local("no account".into()))?;
-            let issued = order::issue(account, &name, &shared.challenges).await?;
+            let account = {
+                let mut shared_account = shared.account.lock().await;
+                match &*shared_account {
+                    Some(a) => a.clone(),
+                    None => shared_account.insert(order::account(&shared.config, &*shared.store).await?).clone(),
+                }
+            };
+            let issued = order::issue(&account, &name, &shared.challenges).await?;
             let info =
                 managed.install(issued.pem.as_bytes(), unix_now()).map_err(|e| OrderError::Local(e.to_string()))?;
-            shared.store.save(&super::cert_key(&name), issued.pem.as_bytes())?;
-            Ok::<_, OrderError>(info)
+            // Installed is what counts; a store that refuses the file costs the next restart an
+            // order, never a new order now.
+            if let Err(e) = shared.store.save(&super::cert_key(&name), issued.pem.as_bytes()) {
+                tracing::error!(name, error = %e, "the ACME certificate serves but could not be stored");
+            }
+            Ok::<_, OrderError>((info, account))
         };
         match attempt.await {
-            Ok(info) => {
+            Ok((info, account)) => {
                 failures = 0;
                 shared.metrics.orders.get_or_create(&AcmeResult { result: AcmeOutcome::Valid }).inc();
                 managed.set_status(|s| s.last_error = None);
                 tracing::info!(name, not_after = info.not_after, issuer = %info.issuer, "ACME certificate installed");
-                let ari = match &account {
-                    Some(a) => suggested(a, &managed).await,
-                    None => None,
-                };
-                due = Some(ari.unwrap_or_else(|| two_thirds(&info)));
+                let at = suggested(&account, &managed).await.unwrap_or_else(|| two_thirds(&info));
+                // A window already past (clock skew, a very short certificate) must not become
+                // an order a second: at least `retry` between successful orders.
+                due = Some(at.max(unix_now() + shared.config.retry.as_secs().max(1) as i64));
             }
             Err(e) => {
                 failures += 1;
@@ -110,9 +115,9 @@ pub(crate) async fn run(shared: Arc<Shared>, managed: Arc<Managed>, now_please: 
                     "the route refuses handshakes until one arrives"
                 };
                 tracing::warn!(name, error = %e, retry_in = ?wait, "ACME order failed: {serving}");
-                // A stale account (deactivated, or the server forgot it) is made anew next time.
-                if matches!(e, OrderError::Acme(instant_acme::Error::Api(_))) {
-                    account = None;
+                // An account the server does not know is loaded again (or made) next time.
+                if e.account_refused() {
+                    *shared.account.lock().await = None;
                 }
                 due = Some(unix_now() + wait.as_secs().max(1) as i64);
             }

@@ -75,6 +75,15 @@ impl AcmeConfig {
                  answered on the TLS listener",
             ));
         }
+        if let Some(ca) = &self.ca {
+            let pem = std::fs::read(ca)
+                .map_err(|e| ConfigError::invalid("acme.ca", format!("cannot read {}: {e}", ca.display())))?;
+            use rustls::pki_types::pem::PemObject;
+            let certs = rustls::pki_types::CertificateDer::pem_slice_iter(&pem).filter(Result::is_ok).count();
+            if certs == 0 {
+                return Err(ConfigError::invalid("acme.ca", format!("{}: no CERTIFICATE in file", ca.display())));
+            }
+        }
         if self.retry.is_zero() {
             return Err(ConfigError::invalid("acme.retry", "must be more than 0s"));
         }

@@ -108,7 +108,7 @@ const ALT_SVC_HOSTS: usize = 8;
 pub(crate) struct Service {
     pub(crate) conn: Arc<Conn>,
     pub(crate) route: RouteName,
-    http: Arc<HttpRoute>,
+    pub(super) http: Arc<HttpRoute>,
     pub(crate) origin: Arc<dyn Origin>,
     route_metrics: Arc<RouteHttpMetrics>,
     /// X-Forwarded-For and Forwarded values for this client, built once.
@@ -297,14 +297,16 @@ impl Service {
         // An HTTP/2 or HTTP/3 client's driver takes informational heads while it waits.
         let interim = interim.map(|to| to.sink(&self.route_metrics));
         let (began, tried) = (tokio::time::Instant::now(), AtomicU64::new(0));
+        // Who asked, for the route's limits: on the first send only (a resend is the edge's,
+        // a 425's included).
+        let mut client = Some(self.conn.client.ip());
         loop {
-            let attempt_no = policy.attempt();
+            policy.attempt();
             let timeout = self.conn.snapshot.timeouts.origin_response;
             let (affinity, tried) = (&self.conn.affinity, &tried);
             let body = out.for_attempt();
             let interim = interim.as_ref();
-            // Who asked, for the route's limits: on the first attempt only (a retry is the edge's).
-            let client = (attempt_no == 1).then(|| self.conn.client.ip());
+            let client = client.take();
             let attempt =
                 Outgoing { build: &mut build, body, up: &up, timeout, affinity, tried, interim, began, client };
             match self.origin.send(attempt).await {

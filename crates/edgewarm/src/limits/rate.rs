@@ -47,20 +47,24 @@ impl Rate {
 
     /// Spend a token of `key`'s; `Err(wait)` when it has none, `wait` being how long until it does.
     pub(crate) fn take(&self, key: &[u8]) -> Result<(), Duration> {
-        let now = u32::try_from(self.start.elapsed().as_millis()).unwrap_or(u32::MAX);
+        // Milliseconds modulo 2^32 (49.7 days), compared by wrapping difference: the clock
+        // never stops.
+        let now = self.start.elapsed().as_millis() as u32;
         let slots: [&AtomicU64; ROWS] = std::array::from_fn(|r| {
             &self.rows[r][(xxh3_64_with_seed(key, SEEDS[r]) % self.rows[r].len() as u64) as usize]
         });
         // What each slot has spent now, after what it regained since it was last touched.
         let spent_now = |state: u64| -> u64 {
             let (then, spent) = ((state >> 32) as u32, state & u64::from(u32::MAX));
-            let regained = (f64::from(now.saturating_sub(then)) * self.per_ms) as u64;
+            let regained = (f64::from(now.wrapping_sub(then)) * self.per_ms) as u64;
             spent.saturating_sub(regained)
         };
         let least = slots.iter().map(|s| spent_now(s.load(Ordering::Relaxed))).min().unwrap_or(0);
         if least + TOKEN > self.burst {
             let short = least + TOKEN - self.burst;
-            return Err(Duration::from_secs_f64(short as f64 / self.per_ms.max(f64::MIN_POSITIVE) / 1000.0));
+            // Validation keeps the rate above 0; the wait is capped at a day all the same.
+            let secs = (short as f64 / self.per_ms / 1000.0).min(86_400.0);
+            return Err(Duration::from_secs_f64(if secs.is_finite() { secs } else { 86_400.0 }));
         }
         for slot in slots {
             // A lost race re-reads and spends again: never more than a token a request.

@@ -100,7 +100,9 @@ pub(crate) fn handle(
             log.route = Some(route.name.clone());
             // An http route answers its lists per request (403); the others refuse here.
             let http = matches!(route.action, crate::route::RouteAction::Http(_));
-            if !http && !route.access.admits(log.client.ip()) {
+            // An ACME validation (TLS-ALPN-01) comes from the CA, wherever the lists allow.
+            let acme = hello.alpn.iter().any(|p| p == crate::acme::challenge::ACME_TLS_ALPN);
+            if !http && !acme && !route.access.admits(log.client.ip()) {
                 let label = LimitedLabel { scope: "route", name: route.name.to_string(), reason: LimitReason::Denied };
                 metrics.limited.get_or_create(&label).inc();
                 let _ = client.write_all(&peek::alert(peek::ALERT_ACCESS_DENIED)).await;

@@ -43,6 +43,11 @@ impl Service {
 
     async fn upgrade(&self, req: Request<Incoming>, rlog: &mut RequestLog) -> Result<Response<Body>, ProxyError> {
         self.early_gate(&req, true).await?;
+        // The route's lists hold for upgrades too (its rate, a per-request limit, does not:
+        // an upgraded connection is one request however long it lasts).
+        if !self.http.config.access.admits(self.conn.client.ip()) {
+            return Ok(super::respond::plain(StatusCode::FORBIDDEN, "forbidden\n"));
+        }
         let head = forward::head(&req, self.target(&req)?, &self.facts);
         let up = Upgrade {
             client: req,
