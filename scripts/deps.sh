@@ -3,9 +3,10 @@
 # Real peers and clients come from Debian: curl, openssl, nghttp2-client; iproute2 and
 # util-linux give `ip` and `unshare` for the network-namespace tests; Chromium is the browser the
 # HTTP/3 tests and the browser lab (`--scenario pages`) load pages with; systemd-analyze and adduser for the package test;
-# pebble (with pebble-challtestsrv) is the ACME server the certificate tests order from.
+# pebble (with pebble-challtestsrv) is the ACME server the certificate tests order from;
+# nats-server (with JetStream) is what a fleet's nodes share purges through.
 set -euo pipefail
-packages=(curl openssl iproute2 util-linux procps ca-certificates nginx libnginx-mod-stream nghttp2-client python3 python3-websockets haproxy trafficserver chromium systemd adduser pebble)
+packages=(curl openssl iproute2 util-linux procps ca-certificates nginx libnginx-mod-stream nghttp2-client python3 python3-websockets haproxy trafficserver chromium systemd adduser pebble nats-server)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

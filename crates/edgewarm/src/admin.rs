@@ -39,6 +39,8 @@ pub struct AdminState {
     pub acme: Arc<crate::acme::Acme>,
     /// `/limits`: each listener's clients with the most connections, each route's rate state.
     pub limits: Arc<dyn Fn() -> serde_json::Value + Send + Sync>,
+    /// The fleet purges go through (`fleet:`), if any.
+    pub fleet: Option<Arc<crate::fleet::Fleet>>,
 }
 
 /// Serve until `shutdown` resolves. Each admin connection gets its own task.
@@ -62,14 +64,14 @@ pub async fn serve(listener: TcpListener, state: AdminState, shutdown: impl Futu
         tokio::spawn(async move {
             let service = service_fn(move |req| {
                 let state = state.clone();
-                async move { Ok::<_, Infallible>(respond(&req, &state)) }
+                async move { Ok::<_, Infallible>(respond(&req, &state).await) }
             });
             let _ = http1::Builder::new().serve_connection(TokioIo::new(stream), service).await;
         });
     }
 }
 
-fn respond(req: &Request<Incoming>, state: &AdminState) -> Response<Full<Bytes>> {
+async fn respond(req: &Request<Incoming>, state: &AdminState) -> Response<Full<Bytes>> {
     let text = |status: StatusCode, body: &'static str| {
         let mut r = Response::new(Full::new(Bytes::from_static(body.as_bytes())));
         *r.status_mut() = status;
@@ -85,13 +87,36 @@ fn respond(req: &Request<Incoming>, state: &AdminState) -> Response<Full<Bytes>>
         if req.method() != Method::POST {
             return text(StatusCode::METHOD_NOT_ALLOWED, "POST only\n");
         }
-        return match purge_target(req.uri().query().unwrap_or("")) {
-            Some(what) => {
-                let purged = state.caches.purge(&what);
-                tracing::info!(?what, purged, "cache purge");
-                json(serde_json::json!({ "purged": purged }))
+        let query = req.uri().query().unwrap_or("");
+        let Some(what) = purge_target(query) else {
+            return text(StatusCode::BAD_REQUEST, "give one of url=, prefix=, tag=\n");
+        };
+        let Some(fleet) = &state.fleet else {
+            let purged = state.caches.purge(&what);
+            tracing::info!(?what, purged, "cache purge");
+            return json(serde_json::json!({ "purged": purged }));
+        };
+        // Through the fleet's stream: this node applies it from there, as every other does.
+        return match fleet.purge(&what).await {
+            Ok(seq) if query.split('&').any(|p| p == "wait=fleet") => {
+                let (applied, missing) = fleet.wait_fleet(seq).await;
+                tracing::info!(?what, seq, ?applied, ?missing, "fleet purge");
+                let mut r = json(serde_json::json!({ "sequence": seq, "applied": applied, "missing": missing }));
+                if !missing.is_empty() {
+                    *r.status_mut() = StatusCode::GATEWAY_TIMEOUT;
+                }
+                r
             }
-            None => text(StatusCode::BAD_REQUEST, "give one of url=, prefix=, tag=\n"),
+            Ok(seq) => {
+                tracing::info!(?what, seq, "fleet purge stored");
+                json(serde_json::json!({ "sequence": seq }))
+            }
+            Err(e) => {
+                tracing::warn!(?what, error = %e, "fleet purge not stored");
+                let mut r = json(serde_json::json!({ "error": e.to_string() }));
+                *r.status_mut() = StatusCode::SERVICE_UNAVAILABLE;
+                r
+            }
         };
     }
     if req.uri().path() == "/certificates/renew" {
@@ -139,6 +164,10 @@ fn respond(req: &Request<Incoming>, state: &AdminState) -> Response<Full<Bytes>>
         }
         "/cache" => json(serde_json::json!({ "caches": state.caches.occupancy() })),
         "/limits" => json((state.limits)()),
+        "/fleet" => match &state.fleet {
+            Some(fleet) => json(fleet.status()),
+            None => json(serde_json::json!({ "fleet": null })),
+        },
         "/certificates" => {
             let mut list = state.certificates.lock().unwrap_or_else(|p| p.into_inner()).clone();
             state.acme.overlay(&mut list);
@@ -149,7 +178,7 @@ fn respond(req: &Request<Incoming>, state: &AdminState) -> Response<Full<Bytes>>
         "/live" => text(StatusCode::OK, "live\n"),
         _ => text(
             StatusCode::NOT_FOUND,
-            "not found: try /metrics /pools /origins /cache /certificates /limits /ready /live\n",
+            "not found: try /metrics /pools /origins /cache /certificates /limits /fleet /ready /live\n",
         ),
     }
 }

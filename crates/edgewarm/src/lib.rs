@@ -34,6 +34,7 @@
 //! Around it:
 //!
 //! - [`config`]: YAML config, validated before any port is bound.
+//! - [`fleet`]: purges shared by a fleet of edges through NATS JetStream (`fleet:`).
 //! - [`acme`]: certificates from an ACME server for `cert: acme` routes: ordered, answered
 //!   (TLS-ALPN-01, by the listener), stored and renewed without a reload.
 //! - [`snapshot`]: what a connection sees of the config, fixed at accept.
@@ -54,6 +55,7 @@ pub mod admin;
 pub mod cache;
 pub mod config;
 pub mod error;
+pub mod fleet;
 pub mod fuzzing;
 pub(crate) mod h2_stream;
 pub(crate) mod hints;

@@ -179,6 +179,8 @@ pub struct Server {
     certificates: Arc<std::sync::Mutex<Vec<serde_json::Value>>>,
     /// ACME certificates: ordered, renewed and stored for the life of the server.
     acme: Arc<Acme>,
+    /// The fleet this node purges with (`fleet:`).
+    fleet: Option<Arc<crate::fleet::Fleet>>,
     snapshot: watch::Sender<Arc<Snapshot>>,
     /// What the listeners and their connections see.
     listeners: Arc<Context>,
@@ -221,6 +223,7 @@ impl Server {
         let origins = Arc::new(Origins::new(metrics.clone(), workers.placement()));
         let layers = Layers::new(metrics.clone());
         snapshot.attach_origins(&origins, &layers);
+        let purges = config.fleet.clone().map(|f| crate::fleet::Fleet::start(f, layers.caches.clone()));
         acme.sync(config.acme.as_ref(), &snapshot.acme_names());
         let certificates = Arc::new(std::sync::Mutex::new(snapshot.survey_certificates(&metrics, &[])));
         let (snapshot, receiver) = watch::channel(snapshot);
@@ -241,6 +244,7 @@ impl Server {
             layers,
             certificates,
             acme,
+            fleet: purges,
             snapshot,
             listeners,
             resumption,
@@ -265,6 +269,7 @@ impl Server {
             groups: self.layers.groups.clone(),
             certificates: self.certificates.clone(),
             acme: self.acme.clone(),
+            fleet: self.fleet.clone(),
             limits: {
                 let (clients, rates) = (self.listeners.clients.clone(), self.layers.limits.clone());
                 Arc::new(move || {
@@ -314,6 +319,9 @@ impl Server {
         if bound.listeners != config.listeners {
             return Err(ConfigError::invalid("listeners", "cannot change on reload; restart edgewarm"));
         }
+        if bound.fleet != config.fleet {
+            return Err(ConfigError::invalid("fleet", "cannot change on reload; restart edgewarm"));
+        }
         if bound.workers != config.workers {
             return Err(ConfigError::invalid("workers", "cannot change on reload; restart edgewarm"));
         }
@@ -337,6 +345,9 @@ impl Server {
     /// Begin shutdown: stop accepting; [`Server::run`] then drains.
     pub fn shutdown(&self) {
         self.ready.store(false, Ordering::Relaxed);
+        if let Some(fleet) = &self.fleet {
+            fleet.stop();
+        }
         self.listeners.stop.cancel();
     }
 

@@ -29,6 +29,8 @@ use crate::origin::seam::{BoxFuture, Origin, OutBody, Outgoing, SendFailure, Sen
 pub(crate) struct Cached {
     pub(crate) inner: Arc<dyn Origin>,
     pub(crate) cache: Arc<RouteCache>,
+    /// The fleet's fence ([`Caches::fence`]).
+    pub(crate) fence: Arc<std::sync::atomic::AtomicBool>,
 }
 
 /// A route with `cache:` gets its cache in front of its origin, the same cache across reloads
@@ -36,7 +38,7 @@ pub(crate) struct Cached {
 impl Layer for Caches {
     fn wrap(&self, route: &RouteName, config: &HttpConfig, inner: &Arc<dyn Origin>) -> Option<Arc<dyn Origin>> {
         let settings = config.cache.as_ref()?;
-        Some(Arc::new(Cached { inner: inner.clone(), cache: self.route(route, settings) }))
+        Some(Arc::new(Cached { inner: inner.clone(), cache: self.route(route, settings), fence: self.fence().clone() }))
     }
 
     fn retain(&self, routes: &HashSet<RouteName>) {
@@ -78,6 +80,10 @@ impl Cached {
             // origin that reads it answers by it, so that answer is no one else's to be
             // served, and a stored one is not this request's.
             return self.pass(out, "bypass", Some("request-body")).await;
+        }
+        if self.fence.load(std::sync::atomic::Ordering::Relaxed) {
+            // Catching up with the fleet's purges: a stored response may be one purged meanwhile.
+            return self.pass(out, "bypass", Some("fleet-catch-up")).await;
         }
         let url = key::url(&head);
         let key = store.key(&url, &mut head);

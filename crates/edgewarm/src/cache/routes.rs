@@ -103,11 +103,19 @@ pub struct DiskOccupancy {
 pub struct Caches {
     metrics: CacheMetrics,
     routes: Mutex<HashMap<RouteName, (CacheConfig, Arc<RouteCache>)>>,
+    /// Raised while the node's fleet has not caught up with its purges: no stored response is
+    /// served (requests pass to the origin) ([`crate::fleet`]).
+    fence: Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl Caches {
     pub fn new(metrics: CacheMetrics) -> Self {
-        Self { metrics, routes: Mutex::default() }
+        Self { metrics, routes: Mutex::default(), fence: Arc::default() }
+    }
+
+    /// The fence ([`Caches::fence`] raised: no hits).
+    pub fn fence(&self) -> &Arc<std::sync::atomic::AtomicBool> {
+        &self.fence
     }
 
     fn routes(&self) -> std::sync::MutexGuard<'_, HashMap<RouteName, (CacheConfig, Arc<RouteCache>)>> {

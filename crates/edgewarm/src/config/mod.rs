@@ -10,6 +10,7 @@ pub(crate) mod acme;
 mod addr;
 mod cache;
 mod duration;
+pub(crate) mod fleet;
 mod forward;
 mod hints;
 pub(crate) mod limits;
@@ -27,6 +28,7 @@ use serde::Deserialize;
 pub use acme::{AcmeConfig, Challenge};
 pub use addr::OriginAddr;
 pub use cache::{CacheConfig, DiskConfig};
+pub use fleet::FleetConfig;
 pub use forward::{ForwardHeader, ForwardHeaders};
 pub use hints::EarlyHintsConfig;
 pub use origins::{Balance, HealthConfig, OriginServer};
@@ -79,6 +81,9 @@ pub struct Config {
     /// Certificates from an ACME server for `cert: acme` routes ([`crate::acme`]).
     #[serde(default)]
     pub acme: Option<AcmeConfig>,
+    /// Purges shared with the other nodes through NATS JetStream ([`crate::fleet`]).
+    #[serde(default)]
+    pub fleet: Option<FleetConfig>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]

@@ -103,6 +103,9 @@ impl Config {
         if let Some(acme) = &self.acme {
             acme.validate()?;
         }
+        if let Some(fleet) = &self.fleet {
+            fleet.validate()?;
+        }
         let mut seen = HashSet::new();
         // Each disk tier owns its directory: its index is loaded from the files there, and two
         // routes' evictions and purges would remove each other's entries.

@@ -1,0 +1,40 @@
+//! Debian's `nats-server` with JetStream, on 127.0.0.1 only, its store in a temporary folder:
+//! what a fleet of edges shares purges through.
+
+use std::process::{Command, Stdio};
+
+use crate::*;
+
+pub struct Nats {
+    pub port: u16,
+    server: Option<ChildGuard>,
+    dir: tempfile::TempDir,
+}
+
+/// Start a JetStream server on a free port.
+pub fn nats() -> Nats {
+    let mut n = Nats { port: free_port(), server: None, dir: tempfile::tempdir().unwrap() };
+    n.start();
+    n
+}
+
+impl Nats {
+    pub fn url(&self) -> String {
+        format!("nats://127.0.0.1:{}", self.port)
+    }
+
+    /// (Re)start it on the same port and store (a restarted server keeps its streams).
+    pub fn start(&mut self) {
+        let mut c = Command::new("nats-server");
+        c.args(["-js", "-a", "127.0.0.1", "-p", &self.port.to_string(), "-sd"])
+            .arg(self.dir.path())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
+        self.server = Some(ChildGuard(c.spawn().expect("nats-server (scripts/deps.sh installs it)")));
+        wait_for_port(self.port);
+    }
+
+    pub fn stop(&mut self) {
+        self.server = None;
+    }
+}

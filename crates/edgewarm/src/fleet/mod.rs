@@ -1,0 +1,258 @@
+//! A fleet of edges that purges as one, through NATS JetStream (`fleet:`): a purge made on any
+//! node is appended to a stream ([`message`]) and applied by every node from its own durable
+//! consumer, the one that received it included, so all apply the same purges in the same
+//! order, and a node that was away (restarted, cut off) replays what it missed. The nodes tell
+//! each other what they have applied ([`peers`]), which is what `?wait=fleet` waits on.
+//!
+//! The cache's fence: while a node has not caught up with the stream (at start, and after a
+//! reconnection), its caches serve no stored response (they pass requests to the origin), so
+//! nothing purged while it was away is served. NATS unreachable at start: after `catch_up` the
+//! node serves its local state and catches up once it connects.
+
+mod message;
+mod peers;
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_nats::jetstream::{self, consumer::pull, stream};
+use futures_util::StreamExt;
+use tokio::sync::OnceCell;
+
+use crate::cache::{Caches, Purge};
+use crate::config::FleetConfig;
+use message::PurgeMessage;
+use peers::Peers;
+
+/// How long `?wait=fleet` waits for the live nodes to apply a purge.
+const WAIT_FLEET: Duration = Duration::from_secs(5);
+
+/// A purge could not be shared.
+#[derive(Debug, thiserror::Error)]
+pub enum FleetError {
+    #[error("not connected to NATS: the purge was not made (retry, or purge each node locally)")]
+    NotConnected,
+    #[error("the purge stream did not take it: {0}")]
+    Publish(String),
+}
+
+pub struct Fleet {
+    config: FleetConfig,
+    jetstream: OnceCell<jetstream::Context>,
+    caches: Arc<Caches>,
+    /// The last stream sequence this node applied.
+    applied: AtomicU64,
+    connected: AtomicBool,
+    peers: Peers,
+    /// A purge was applied: tell the others now, not at the next heartbeat.
+    signal: Arc<tokio::sync::Notify>,
+    /// Cancelled when the server shuts down: a draining process applies no more purges (its
+    /// successor, or its next start, replays them from the node's place in the stream).
+    stop: tokio_util::sync::CancellationToken,
+}
+
+impl Fleet {
+    /// Start the node's part of the fleet (inside the runtime): the fence is raised until the
+    /// node has caught up.
+    pub fn start(config: FleetConfig, caches: Arc<Caches>) -> Arc<Self> {
+        caches.fence().store(true, Ordering::Relaxed);
+        let fleet = Arc::new(Self {
+            peers: Peers::new(&config.name),
+            config,
+            jetstream: OnceCell::new(),
+            caches,
+            applied: AtomicU64::new(0),
+            connected: AtomicBool::new(false),
+            signal: Arc::default(),
+            stop: tokio_util::sync::CancellationToken::new(),
+        });
+        let weak = Arc::downgrade(&fleet);
+        let stop = fleet.stop.clone();
+        tokio::spawn(async move {
+            if let Some(fleet) = weak.upgrade() {
+                tokio::select! {
+                    () = fleet.run() => {}
+                    () = stop.cancelled() => {}
+                }
+            }
+        });
+        let weak = Arc::downgrade(&fleet);
+        let catch_up = fleet.config.catch_up;
+        tokio::spawn(async move {
+            tokio::time::sleep(catch_up).await;
+            let Some(fleet) = weak.upgrade() else { return };
+            if fleet.caches.fence().swap(false, Ordering::Relaxed) {
+                tracing::warn!(
+                    "fleet: not caught up with the purge stream after {catch_up:?} (NATS unreachable?): serving \
+                     the local cache, and catching up once connected"
+                );
+            }
+        });
+        fleet
+    }
+
+    /// Stop consuming purges and talking to the fleet (shutdown, upgrade).
+    pub fn stop(&self) {
+        self.stop.cancel();
+    }
+
+    fn subject(&self) -> String {
+        format!("edgewarm.{}.purge", self.config.stream)
+    }
+
+    /// Append `what` to the fleet's stream: its sequence once the stream has stored it.
+    pub async fn purge(&self, what: &Purge) -> Result<u64, FleetError> {
+        let js =
+            self.jetstream.get().filter(|_| self.connected.load(Ordering::Relaxed)).ok_or(FleetError::NotConnected)?;
+        let body = serde_json::to_vec(&PurgeMessage::from(what)).map_err(|e| FleetError::Publish(e.to_string()))?;
+        let ack = js.publish(self.subject(), body.into()).await.map_err(|e| FleetError::Publish(e.to_string()))?;
+        let ack = ack.await.map_err(|e| FleetError::Publish(e.to_string()))?;
+        Ok(ack.sequence)
+    }
+
+    /// Wait until every live node has applied `seq` (bounded): the nodes that have, and those
+    /// that had not when the wait ended.
+    pub async fn wait_fleet(&self, seq: u64) -> (Vec<String>, Vec<String>) {
+        self.peers.wait_applied(seq, WAIT_FLEET).await
+    }
+
+    /// `/fleet`.
+    pub fn status(&self) -> serde_json::Value {
+        serde_json::json!({
+            "name": self.config.name,
+            "connected": self.connected.load(Ordering::Relaxed),
+            "applied": self.applied.load(Ordering::Relaxed),
+            "caught_up": !self.caches.fence().load(Ordering::Relaxed),
+            "peers": self.peers.status(),
+        })
+    }
+
+    async fn run(self: Arc<Self>) {
+        let weak = Arc::downgrade(&self);
+        let options = async_nats::ConnectOptions::new()
+            .name(format!("edgewarm {}", self.config.name))
+            .retry_on_initial_connect()
+            .event_callback(move |event| {
+                let weak = weak.clone();
+                async move {
+                    let Some(fleet) = weak.upgrade() else { return };
+                    match event {
+                        async_nats::Event::Connected => {
+                            fleet.connected.store(true, Ordering::Relaxed);
+                            // Back from an absence: no hit until what it missed is applied.
+                            fleet.caches.fence().store(true, Ordering::Relaxed);
+                            tracing::info!("fleet: connected to NATS");
+                        }
+                        async_nats::Event::Disconnected => {
+                            fleet.connected.store(false, Ordering::Relaxed);
+                            tracing::warn!("fleet: disconnected from NATS: purges wait until it is back");
+                        }
+                        other => tracing::debug!(event = %other, "fleet: NATS event"),
+                    }
+                }
+            });
+        let client = match options.connect(self.config.nats.clone()).await {
+            Ok(c) => c,
+            Err(e) => {
+                tracing::error!(error = %e, "fleet: cannot use the NATS servers: purges stay local to this node");
+                return;
+            }
+        };
+        let js = jetstream::new(client.clone());
+        let _ = self.jetstream.set(js.clone());
+        let (stop, peers) = (
+            self.stop.clone(),
+            peers::run(Arc::downgrade(&self), client, self.config.stream.clone(), self.signal.clone()),
+        );
+        tokio::spawn(async move {
+            tokio::select! {
+                () = peers => {}
+                () = stop.cancelled() => {}
+            }
+        });
+        loop {
+            if let Err(e) = self.consume(&js).await {
+                tracing::warn!(error = %e, "fleet: purge stream: retrying in a second");
+            }
+            tokio::time::sleep(Duration::from_secs(1)).await;
+        }
+    }
+
+    /// Apply the stream's purges from this node's durable consumer, for as long as it flows.
+    async fn consume(&self, js: &jetstream::Context) -> Result<(), String> {
+        let stream = js
+            .get_or_create_stream(stream::Config {
+                name: self.config.stream.clone(),
+                subjects: vec![self.subject()],
+                max_age: self.config.keep,
+                ..Default::default()
+            })
+            .await
+            .map_err(|e| e.to_string())?;
+        let consumer: jetstream::consumer::Consumer<pull::Config> = stream
+            .get_or_create_consumer(
+                &self.config.name,
+                pull::Config {
+                    durable_name: Some(self.config.name.clone()),
+                    ack_policy: jetstream::consumer::AckPolicy::Explicit,
+                    ..Default::default()
+                },
+            )
+            .await
+            .map_err(|e| e.to_string())?;
+        let mut messages = consumer.messages().await.map_err(|e| e.to_string())?;
+        let mut consumer = consumer;
+        // Caught up already (nothing pending)? Checked now and whenever no message came for
+        // a moment, since a node with nothing to replay gets no message to learn it from.
+        self.check_caught_up(&mut consumer).await;
+        loop {
+            let next = tokio::time::timeout(Duration::from_millis(200), messages.next()).await;
+            let message = match next {
+                Err(_) => {
+                    self.check_caught_up(&mut consumer).await;
+                    continue;
+                }
+                Ok(None) => return Err("the consumer ended".into()),
+                Ok(Some(Err(e))) => return Err(e.to_string()),
+                Ok(Some(Ok(m))) => m,
+            };
+            let (seq, pending) = match message.info() {
+                Ok(info) => (info.stream_sequence, info.pending),
+                Err(e) => return Err(e.to_string()),
+            };
+            match PurgeMessage::parse(&message.payload) {
+                Ok(what) => {
+                    let purged = self.caches.purge(&what);
+                    tracing::info!(seq, ?what, purged, "fleet purge applied");
+                }
+                // Idempotent stream, hostile or newer writers: skipped, never a crash.
+                Err(e) => tracing::warn!(seq, error = %e, "fleet: a purge message that does not parse: skipped"),
+            }
+            message.ack().await.map_err(|e| e.to_string())?;
+            self.applied.fetch_max(seq, Ordering::Relaxed);
+            self.peers.applied(&self.config.name, seq);
+            self.signal.notify_one();
+            if pending == 0 {
+                self.lower_fence();
+            }
+        }
+    }
+
+    async fn check_caught_up(&self, consumer: &mut jetstream::consumer::Consumer<pull::Config>) {
+        if !self.caches.fence().load(Ordering::Relaxed) {
+            return;
+        }
+        if let Ok(info) = consumer.info().await {
+            if info.num_pending == 0 && info.num_ack_pending == 0 {
+                self.lower_fence();
+            }
+        }
+    }
+
+    fn lower_fence(&self) {
+        if self.caches.fence().swap(false, Ordering::Relaxed) {
+            tracing::info!(applied = self.applied.load(Ordering::Relaxed), "fleet: caught up with the purge stream");
+        }
+    }
+}
