@@ -41,6 +41,8 @@ pub struct AdminState {
     pub limits: Arc<dyn Fn() -> serde_json::Value + Send + Sync>,
     /// The fleet purges go through (`fleet:`), if any.
     pub fleet: Option<Arc<crate::fleet::Fleet>>,
+    /// `admin.allow` and `admin.deny`.
+    pub access: crate::config::limits::AccessList,
 }
 
 /// Serve until `shutdown` resolves. Each admin connection gets its own task.
@@ -48,7 +50,7 @@ pub async fn serve(listener: TcpListener, state: AdminState, shutdown: impl Futu
     let state = Arc::new(state);
     tokio::pin!(shutdown);
     loop {
-        let (stream, _) = tokio::select! {
+        let (stream, peer) = tokio::select! {
             r = listener.accept() => match r {
                 Ok(ok) => ok,
                 Err(e) => {
@@ -60,6 +62,11 @@ pub async fn serve(listener: TcpListener, state: AdminState, shutdown: impl Futu
             },
             () = &mut shutdown => return,
         };
+        if !state.access.admits(peer.ip()) {
+            // Closed unread: an address the operator excluded learns nothing, not even a 403.
+            tracing::info!(client = %peer, "admin connection refused by admin.allow/deny");
+            continue;
+        }
         let state = state.clone();
         tokio::spawn(async move {
             let service = service_fn(move |req| {

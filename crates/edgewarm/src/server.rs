@@ -270,6 +270,10 @@ impl Server {
             certificates: self.certificates.clone(),
             acme: self.acme.clone(),
             fleet: self.fleet.clone(),
+            access: {
+                let admin = &self.bound_config.lock().unwrap_or_else(|p| p.into_inner()).admin;
+                crate::config::limits::AccessList { allow: admin.allow.clone(), deny: admin.deny.clone() }
+            },
             limits: {
                 let (clients, rates) = (self.listeners.clients.clone(), self.layers.limits.clone());
                 Arc::new(move || {

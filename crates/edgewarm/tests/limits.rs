@@ -136,3 +136,35 @@ async fn a_denied_address_is_refused_on_accept_and_a_routes_list_answers_403() {
     wait_for(&edge, LIMITED, &[("scope", "route"), ("name", "b.test"), ("reason", "denied")], 1.0).await;
     edge.stop().await;
 }
+
+/// The same `deny` refuses a QUIC client from 127.0.0.2 at its first flight (HTTP/3 on the
+/// listener), while 127.0.0.1 completes its handshake; `admin.deny` closes the admin listener
+/// to an address.
+#[tokio::test]
+async fn a_denied_address_is_refused_over_quic_and_on_the_admin_listener() {
+    let fx = pki("http");
+    let (origin, _) = h2_origin(&fx.origin, H2Opts::default()).await;
+    let admin = "admin:\n  listen: 127.0.0.1:0\n  deny: [\"127.0.0.2\"]";
+    let yaml = format!(
+        "{admin}\nlisteners:\n  - listen: 127.0.0.1:0\n    http3: true\n    deny: [\"127.0.0.2\"]\nroutes:\n{}",
+        fx.route(origin, "")
+    );
+    let edge = edge_from(&yaml).await;
+    let transport = || quinn::TransportConfig::default();
+    let allowed = h3_endpoint(&fx.edge.ca_der, transport());
+    let conn = allowed.connect(edge.addr, "b.test").unwrap().await;
+    assert!(conn.is_ok(), "127.0.0.1 is served: {conn:?}");
+    let denied = h3_endpoint(&fx.edge.ca_der, transport());
+    denied.rebind(std::net::UdpSocket::bind("127.0.0.2:0").unwrap()).unwrap();
+    let refused = denied.connect(edge.addr, "b.test").unwrap().await;
+    assert!(refused.is_err(), "127.0.0.2 is refused over QUIC");
+    wait_for(&edge, LIMITED, &[("scope", "listener"), ("reason", "denied")], 1.0).await;
+    // The admin listener: 127.0.0.1 answered, 127.0.0.2 closed unread.
+    assert_eq!(admin_get(edge.admin, "/live").await.0, 200);
+    let mut s = connect_from("127.0.0.2", edge.admin).await.unwrap();
+    s.write_all(b"GET /live HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n").await.unwrap();
+    let mut answer = Vec::new();
+    let _ = s.read_to_end(&mut answer).await;
+    assert!(answer.is_empty(), "{}", String::from_utf8_lossy(&answer));
+    edge.stop().await;
+}

@@ -167,11 +167,17 @@ pub struct AdminConfig {
     /// origin, which is not for the public.
     #[serde(default)]
     pub allow_non_loopback: bool,
+    /// Who may connect (beyond loopback, say which monitoring hosts): deny wins; a non-empty
+    /// `allow` admits only what it names.
+    #[serde(default)]
+    pub allow: Vec<limits::Cidr>,
+    #[serde(default)]
+    pub deny: Vec<limits::Cidr>,
 }
 
 impl Default for AdminConfig {
     fn default() -> Self {
-        Self { listen: default_admin_listen(), allow_non_loopback: false }
+        Self { listen: default_admin_listen(), allow_non_loopback: false, allow: Vec::new(), deny: Vec::new() }
     }
 }
 

@@ -53,6 +53,20 @@ struct Shared {
     handshaking: Arc<AtomicUsize>,
 }
 
+impl Shared {
+    /// The listener's `allow`/`deny` refuse a QUIC client (counted, as over TCP).
+    fn denies(&self, remote: std::net::SocketAddr, metrics: &crate::metrics::Metrics) -> bool {
+        let denied = !crate::config::limits::admits(&self.config.allow, &self.config.deny, remote.ip());
+        if denied {
+            let reason = crate::metrics::LimitReason::Denied;
+            let label =
+                crate::metrics::LimitedLabel { scope: "listener", name: self.config.listen.to_string(), reason };
+            metrics.limited.get_or_create(&label).inc();
+        }
+        denied
+    }
+}
+
 /// An accept loop, to be awaited until it has stopped accepting.
 pub(crate) type Loop = std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>;
 
@@ -193,6 +207,11 @@ async fn accept_loop(endpoint: quinn::Endpoint, shared: Arc<Shared>, cx: Arc<Con
             i = endpoint.accept() => match i { Some(i) => i, None => break },
             () = cx.stop.cancelled() => break,
         };
+        if shared.denies(incoming.remote_address(), &cx.metrics) {
+            count(Outcome::Refused);
+            incoming.refuse();
+            continue;
+        }
         let piling_up = shared.handshaking.load(Ordering::Relaxed) >= RETRY_ABOVE;
         // `may_retry` is false for a client already answering a Retry: it is not sent another.
         if piling_up && !incoming.remote_address_validated() && incoming.may_retry() {

@@ -73,6 +73,10 @@ impl Accepting {
 impl endpoint::Accept for Accepting {
     fn admit(&mut self, incoming: &Incoming) -> Admit {
         // As the quinn driver's accept loop decides (`super::accept_loop`).
+        if self.listener.denies(incoming.remote_address(), &self.cx.metrics) {
+            self.count(Outcome::Refused);
+            return Admit::Refuse;
+        }
         let piling_up = self.listener.handshaking.load(Ordering::Relaxed) >= super::RETRY_ABOVE;
         if piling_up && !incoming.remote_address_validated() && incoming.may_retry() {
             self.count(Outcome::Retry);
