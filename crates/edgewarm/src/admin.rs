@@ -106,9 +106,12 @@ async fn respond(req: &Request<Incoming>, state: &AdminState) -> Response<Full<B
         // Through the fleet's stream: this node applies it from there, as every other does.
         return match fleet.purge(&what).await {
             Ok(seq) if query.split('&').any(|p| p == "wait=fleet") => {
+                let stored = std::time::Instant::now();
                 let (applied, missing) = fleet.wait_fleet(seq).await;
-                tracing::info!(?what, seq, ?applied, ?missing, "fleet purge");
-                let mut r = json(serde_json::json!({ "sequence": seq, "applied": applied, "missing": missing }));
+                let waited_ms = stored.elapsed().as_secs_f64() * 1000.0;
+                tracing::info!(?what, seq, ?applied, ?missing, waited_ms, "fleet purge");
+                let body = serde_json::json!({ "sequence": seq, "applied": applied, "missing": missing, "waited_ms": waited_ms });
+                let mut r = json(body);
                 if !missing.is_empty() {
                     *r.status_mut() = StatusCode::GATEWAY_TIMEOUT;
                 }

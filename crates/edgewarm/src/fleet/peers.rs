@@ -106,10 +106,11 @@ pub(super) async fn run(fleet: Weak<Fleet>, client: async_nats::Client, stream: 
         }
     };
     let mut every = tokio::time::interval(EVERY);
-    let mut told = 0;
+    // What the others were last told (none: tell them at the next chance, heartbeat or not).
+    let mut told: Option<u64> = None;
     loop {
         tokio::select! {
-            _ = every.tick() => told = 0,
+            _ = every.tick() => told = None,
             () = signal.notified() => {}
             message = heard.next() => {
                 let Some(message) = message else { return };
@@ -123,12 +124,12 @@ pub(super) async fn run(fleet: Weak<Fleet>, client: async_nats::Client, stream: 
         }
         let Some(fleet) = fleet.upgrade() else { return };
         let applied = fleet.applied.load(std::sync::atomic::Ordering::Relaxed);
-        if told == 0 || applied != told {
+        if told != Some(applied) {
             let me = Heard { name: fleet.config.name.clone(), applied };
             if let Ok(body) = serde_json::to_vec(&me) {
                 let _ = client.publish(subject.clone(), body.into()).await;
             }
-            told = applied.max(1);
+            told = Some(applied);
         }
     }
 }
