@@ -168,3 +168,26 @@ async fn a_denied_address_is_refused_over_quic_and_on_the_admin_listener() {
     assert!(answer.is_empty(), "{}", String::from_utf8_lossy(&answer));
     edge.stop().await;
 }
+
+/// One count per client across TCP and QUIC: with a cap of 2 and two TLS connections open,
+/// the client's QUIC handshake is refused; another address's is not.
+#[tokio::test]
+async fn the_cap_counts_a_clients_quic_connections_with_its_tcp_ones() {
+    let fx = pki("http");
+    let (origin, _) = h2_origin(&fx.origin, H2Opts::default()).await;
+    let edge = edge(&fx.route(origin, ""), "", "http3: true\n    max_connections_per_client: 2").await;
+    let name = || rustls::pki_types::ServerName::try_from("b.test").unwrap();
+    let mut held = Vec::new();
+    for _ in 0..2 {
+        let tcp = connect_from("127.0.0.1", edge.addr).await.unwrap();
+        held.push(fx.edge.connector().connect(name(), tcp).await.unwrap());
+    }
+    let same = h3_endpoint(&fx.edge.ca_der, quinn::TransportConfig::default());
+    assert!(same.connect(edge.addr, "b.test").unwrap().await.is_err(), "the third connection, over QUIC");
+    wait_for(&edge, LIMITED, &[("scope", "listener"), ("reason", "client_connections")], 1.0).await;
+    let other = h3_endpoint(&fx.edge.ca_der, quinn::TransportConfig::default());
+    other.rebind(std::net::UdpSocket::bind("127.0.0.2:0").unwrap()).unwrap();
+    assert!(other.connect(edge.addr, "b.test").unwrap().await.is_ok(), "another address over QUIC");
+    drop(held);
+    edge.stop().await;
+}

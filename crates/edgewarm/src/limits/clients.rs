@@ -86,10 +86,15 @@ pub(crate) struct Tracked {
 }
 
 impl Tracked {
-    /// The counts of the listener `name` (made when its accept loop starts).
+    /// The counts of the listener `name` (its bound address), made on first use: its TCP
+    /// accept loop and its HTTP/3 endpoints count a client's connections together.
     pub(crate) fn listener(&self, name: String, prefix: u8) -> Arc<ClientCounts> {
+        let mut listeners = self.listeners.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some((_, _, counts)) = listeners.iter().find(|(n, _, _)| *n == name) {
+            return counts.clone();
+        }
         let counts = Arc::new(ClientCounts::default());
-        self.listeners.lock().unwrap_or_else(|p| p.into_inner()).push((name, prefix, counts.clone()));
+        listeners.push((name, prefix, counts.clone()));
         counts
     }
 

@@ -50,7 +50,9 @@ pub(super) async fn connection<C: Connecting>(
     guard: Handshaking,
     config: Arc<ListenerConfig>,
     cx: Arc<Context>,
-    permit: OwnedSemaphorePermit,
+    // The place in `max_connections`, and in the client's count where it has a cap: held to
+    // the connection's end.
+    (permit, place): (OwnedSemaphorePermit, Option<crate::limits::clients::ClientSlot>),
 ) {
     let accepted = Instant::now();
     let metrics = &*cx.metrics;
@@ -119,6 +121,7 @@ pub(super) async fn connection<C: Connecting>(
         reason
     };
     cx.finish(log, reason, route_metrics, accepted, permit);
+    drop(place);
 }
 
 /// Runs `serve`, counting the handshake's end as it comes (whether requests wait for it or

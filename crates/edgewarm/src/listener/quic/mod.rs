@@ -51,6 +51,8 @@ struct Shared {
     config: Arc<ListenerConfig>,
     limit: Arc<Semaphore>,
     handshaking: Arc<AtomicUsize>,
+    /// Connections open per client address, shared with the listener's TCP side.
+    clients: Arc<crate::limits::clients::ClientCounts>,
 }
 
 impl Shared {
@@ -64,6 +66,27 @@ impl Shared {
             metrics.limited.get_or_create(&label).inc();
         }
         denied
+    }
+
+    /// A place in the client's count (`max_connections_per_client`), or `Err` (counted) when it
+    /// has them all; `Ok(None)` without a cap.
+    fn place(
+        &self,
+        remote: std::net::SocketAddr,
+        metrics: &crate::metrics::Metrics,
+    ) -> Result<Option<crate::limits::clients::ClientSlot>, ()> {
+        let Some(cap) = self.config.max_connections_per_client else { return Ok(None) };
+        let key = crate::limits::clients::client_key(remote.ip(), self.config.ipv6_prefix);
+        match self.clients.enter(key, cap) {
+            Some(place) => Ok(Some(place)),
+            None => {
+                let reason = crate::metrics::LimitReason::ClientConnections;
+                let label =
+                    crate::metrics::LimitedLabel { scope: "listener", name: self.config.listen.to_string(), reason };
+                metrics.limited.get_or_create(&label).inc();
+                Err(())
+            }
+        }
     }
 }
 
@@ -105,10 +128,15 @@ pub(crate) fn serve(
     let server =
         tls::server_config(cx.snapshot.clone(), tls::sessions(sessions, resumed, rejected), accepted, &settings)
             .map_err(std::io::Error::other)?;
+    let clients = cx.clients.listener(
+        sockets.first().and_then(|s| s.local_addr().ok()).map_or_else(|| config.listen.to_string(), |a| a.to_string()),
+        config.ipv6_prefix,
+    );
     let shared = Arc::new(Shared {
         config: Arc::new(config.clone()),
         limit: Arc::new(Semaphore::new(config.max_connections)),
         handshaking: Arc::new(AtomicUsize::new(0)),
+        clients,
     });
     let mut loops: Vec<Loop> = Vec::new();
     let keys = Arc::new(cx.quic.keys());
@@ -219,6 +247,11 @@ async fn accept_loop(endpoint: quinn::Endpoint, shared: Arc<Shared>, cx: Arc<Con
             let _ = incoming.retry();
             continue;
         }
+        let Ok(place) = shared.place(incoming.remote_address(), &cx.metrics) else {
+            count(Outcome::Refused);
+            incoming.refuse();
+            continue;
+        };
         let Ok(permit) = shared.limit.clone().try_acquire_owned() else {
             count(Outcome::Refused);
             incoming.refuse();
@@ -229,7 +262,7 @@ async fn accept_loop(endpoint: quinn::Endpoint, shared: Arc<Shared>, cx: Arc<Con
         let remote = incoming.remote_address();
         let connecting = QuinnConnecting { remote, connecting: incoming.accept().map_err(|e| e.to_string()) };
         // Served here, on this endpoint's worker.
-        let task = connection(connecting, local, guard, shared.config.clone(), cx.clone(), permit);
+        let task = connection(connecting, local, guard, shared.config.clone(), cx.clone(), (permit, place));
         tokio::spawn(cx.tracker.track_future(task));
     }
     // No new connections; those open finish on `stop` (GOAWAY) or `cut`.

@@ -46,7 +46,7 @@ pub(super) async fn run(
     let shared = Shared::new(endpoint);
     tracing::info!(listen = %local, worker = ?crate::workers::current(), "listening for HTTP/3 (QUIC, own driver)");
     let stop = cx.stop.clone();
-    let accept = Accepting { local, listener, cx: cx.clone(), permit: None };
+    let accept = Accepting { local, listener, cx: cx.clone(), permit: None, place: None };
     let stop = Box::pin(async move { stop.cancelled().await });
     let relaying = endpoint::Driver::new(shared, socket, accept, stop, max_datagram).await;
     // Done draining (the tracker that awaits this learns so); the socket goes on relaying,
@@ -61,6 +61,8 @@ struct Accepting {
     cx: Arc<Context>,
     /// The place in `max_connections` taken by `admit` for the next `accepted`.
     permit: Option<tokio::sync::OwnedSemaphorePermit>,
+    /// The client's place in its count, taken by `admit` with the permit.
+    place: Option<crate::limits::clients::ClientSlot>,
 }
 
 impl Accepting {
@@ -82,8 +84,14 @@ impl endpoint::Accept for Accepting {
             self.count(Outcome::Retry);
             return Admit::Retry;
         }
+        let Ok(place) = self.listener.place(incoming.remote_address(), &self.cx.metrics) else {
+            self.count(Outcome::Refused);
+            return Admit::Refuse;
+        };
+        self.place = place;
         self.permit = Semaphore::try_acquire_owned(self.listener.limit.clone()).ok();
         if self.permit.is_none() {
+            self.place = None;
             self.count(Outcome::Refused);
             return Admit::Refuse;
         }
@@ -92,14 +100,16 @@ impl endpoint::Accept for Accepting {
 
     fn accepted(&mut self, shared: &Arc<Shared>, ch: ConnectionHandle, generation: u64) {
         let Some(permit) = self.permit.take() else { return };
+        let place = self.place.take();
         let conn = Conn { shared: shared.clone(), ch, generation };
         let guard = Handshaking::enter(&self.listener.handshaking);
-        let task = connection(conn, self.local, guard, self.listener.config.clone(), self.cx.clone(), permit);
+        let task = connection(conn, self.local, guard, self.listener.config.clone(), self.cx.clone(), (permit, place));
         tokio::spawn(self.cx.tracker.track_future(task));
     }
 
     fn failed(&mut self) {
         self.permit = None;
+        self.place = None;
         self.count(Outcome::Failed);
     }
 }
