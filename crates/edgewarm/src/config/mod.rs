@@ -17,6 +17,7 @@ pub(crate) mod limits;
 pub(crate) mod origins;
 mod route;
 mod size;
+mod upstream;
 mod validate;
 
 use std::net::SocketAddr;
@@ -34,8 +35,8 @@ pub use hints::EarlyHintsConfig;
 pub use origins::{Balance, HealthConfig, OriginServer};
 pub use route::{
     ActionConfig, EarlyData, HttpConfig, Ktls, PrewarmConfig, ProxyVersion, RouteConfig, TerminateConfig, TunnelConfig,
-    UpstreamConfig, UpstreamProtocol,
 };
+pub use upstream::{UpstreamConfig, UpstreamProtocol};
 pub(crate) use validate::sni_pattern;
 
 /// A configuration problem, always naming the key (`routes[2].origin`) it is about.

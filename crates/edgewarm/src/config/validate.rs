@@ -332,14 +332,14 @@ fn validate_rate(rate: &super::limits::RateConfig, key: &dyn Fn(&str) -> String)
 }
 
 fn quic_congestion(name: &str, key: &str) -> Result<(), ConfigError> {
-    if super::route::QUIC_CONGESTION.contains(&name) {
+    if super::upstream::QUIC_CONGESTION.contains(&name) {
         return Ok(());
     }
     Err(ConfigError::invalid(
         key,
         format!(
             "{name:?} is not a QUIC congestion controller (QUIC runs its own, in user space: {})",
-            super::route::QUIC_CONGESTION.join(", ")
+            super::upstream::QUIC_CONGESTION.join(", ")
         ),
     ))
 }
@@ -370,7 +370,7 @@ fn validate_upstream(u: &UpstreamConfig, key: &dyn Fn(&str) -> String) -> Result
             quic_congestion(name, &key("upstream.congestion"))?;
         }
     } else if let Some(name) = &u.congestion {
-        super::route::congestion_available(name).map_err(|e| ConfigError::invalid(key("upstream.congestion"), e))?;
+        super::upstream::congestion_available(name).map_err(|e| ConfigError::invalid(key("upstream.congestion"), e))?;
     }
     Ok(())
 }
