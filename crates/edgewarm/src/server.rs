@@ -91,7 +91,12 @@ impl Server {
         let origins = Arc::new(Origins::new(metrics.clone(), workers.placement()));
         let layers = Layers::new(metrics.clone());
         snapshot.attach_origins(&origins, &layers);
-        let purges = config.fleet.clone().map(|f| crate::fleet::Fleet::start(f, layers.caches.clone()));
+        // The fleet's ticket keys unless a file names them (the file rules).
+        let tickets = fleet.is_none().then(|| resumption.process_keys().clone());
+        let purges = config
+            .fleet
+            .clone()
+            .map(|f| crate::fleet::Fleet::start(f, layers.caches.clone(), tickets, metrics.fleet_cache_drops.clone()));
         acme.sync(config.acme.as_ref(), &snapshot.acme_names());
         let certificates = Arc::new(std::sync::Mutex::new(snapshot.survey_certificates(&metrics, &[])));
         let (snapshot, receiver) = watch::channel(snapshot);

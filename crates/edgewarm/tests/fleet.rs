@@ -132,3 +132,147 @@ async fn a_node_without_nats_serves_its_cache_and_refuses_fleet_purges() {
     assert!(body.contains("not connected"), "{body}");
     edge.stop().await;
 }
+
+/// One request on a new connection with `config` (a client that keeps its tickets, like a
+/// browser); whether the session was resumed.
+async fn resumed(config: &std::sync::Arc<rustls::ClientConfig>, edge: SocketAddr) -> bool {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let tcp = tokio::net::TcpStream::connect(edge).await.unwrap();
+    let name = rustls::pki_types::ServerName::try_from("b.test").unwrap();
+    let mut tls = tokio_rustls::TlsConnector::from(config.clone()).connect(name, tcp).await.unwrap();
+    tls.write_all(format!("GET {PAGE} HTTP/1.1\r\nhost: b.test\r\nconnection: close\r\n\r\n").as_bytes())
+        .await
+        .unwrap();
+    let mut response = Vec::new();
+    let _ = tls.read_to_end(&mut response).await;
+    assert!(response.starts_with(b"HTTP/1.1 200"), "{}", String::from_utf8_lossy(&response));
+    tls.get_ref().1.handshake_kind() == Some(rustls::HandshakeKind::Resumed)
+}
+
+fn ticket_client(fx: &Pki) -> std::sync::Arc<rustls::ClientConfig> {
+    let mut roots = rustls::RootCertStore::empty();
+    roots.add(fx.edge.ca_der.clone()).unwrap();
+    let mut config = rustls::ClientConfig::builder().with_root_certificates(roots).with_no_client_auth();
+    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    std::sync::Arc::new(config)
+}
+
+async fn following(edge: &Edge) {
+    for _ in 0..2000 {
+        if fleet_status(edge).await["ticket_keys"] == "fleet" {
+            return;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    }
+    panic!("never followed the fleet's ticket keys: {}", fleet_status(edge).await);
+}
+
+/// Ticket keys shared through the fleet's bucket, no file: a session made on one node resumes
+/// on the other; a rotation written to the bucket is followed by both (the previous key still
+/// decrypts); garbage written there is replaced by a node, and sessions still resume across.
+#[tokio::test]
+async fn ticket_keys_are_shared_and_rotated_through_the_fleet() {
+    use base64::Engine;
+    let fx = pki("http");
+    let (origin, _) = cache_origin().await;
+    let nats = nats();
+    let (disk_a, disk_b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let a = node(&fx, origin, &nats, "a", disk_a.path()).await;
+    let b = node(&fx, origin, &nats, "b", disk_b.path()).await;
+    following(&a).await;
+    following(&b).await;
+    let c = ticket_client(&fx);
+    assert!(!resumed(&c, a.addr).await, "first visit: full handshake");
+    assert!(resumed(&c, b.addr).await, "a ticket from one node resumes on the other");
+
+    // A rotation, as a node writes it: a new key first, the old one second.
+    let js = async_nats::jetstream::new(async_nats::connect(nats.url()).await.unwrap());
+    let kv = js.get_key_value("EDGEWARM_PURGES_TICKETS").await.unwrap();
+    let old: serde_json::Value = serde_json::from_slice(&kv.get("ticket_keys").await.unwrap().unwrap()).unwrap();
+    let new_key = base64::engine::general_purpose::STANDARD.encode([7u8; 48]);
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs();
+    let rotated = serde_json::json!({"keys": [new_key, old["keys"][0]], "since": now});
+    kv.put("ticket_keys", serde_json::to_vec(&rotated).unwrap().into()).await.unwrap();
+    let kept = ticket_client(&fx);
+    assert!(!resumed(&kept, a.addr).await);
+    // Until both follow the new entry, a ticket may be made under either key: both decrypt.
+    assert!(resumed(&c, a.addr).await, "a ticket under the previous key still resumes");
+    assert!(resumed(&kept, b.addr).await);
+
+    // Garbage in the entry: logged, and replaced by one of the nodes with keys of its own.
+    kv.put("ticket_keys", "not keys".into()).await.unwrap();
+    let mut replaced = None;
+    for _ in 0..3000 {
+        let value = kv.get("ticket_keys").await.unwrap().unwrap();
+        if let Ok(v) = serde_json::from_slice::<serde_json::Value>(&value) {
+            replaced = Some(v);
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    let replaced = replaced.expect("a node replaced the garbage");
+    assert_eq!(replaced["keys"].as_array().unwrap().len(), 1, "{replaced}");
+    // Both nodes follow the replacement (a reader of the bucket sees what they use).
+    let fresh = ticket_client(&fx);
+    let mut across = false;
+    for _ in 0..200 {
+        resumed(&fresh, a.addr).await;
+        if resumed(&fresh, b.addr).await {
+            across = true;
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    assert!(across, "sessions resume across the nodes after the replacement");
+    a.stop().await;
+    b.stop().await;
+}
+
+/// A node away longer than the stream keeps purges (here the stream made beforehand with a
+/// one-second `max_age`; in life `keep`, a week) cannot know what it missed: it drops its
+/// caches, counts it, and serves the object from the origin.
+#[tokio::test]
+async fn a_node_that_missed_purges_the_stream_no_longer_holds_drops_its_cache() {
+    let fx = pki("http");
+    let (origin, log) = cache_origin().await;
+    let nats = nats();
+    let js = async_nats::jetstream::new(async_nats::connect(nats.url()).await.unwrap());
+    let short = async_nats::jetstream::stream::Config {
+        name: "EDGEWARM_PURGES".into(),
+        subjects: vec!["edgewarm.EDGEWARM_PURGES.purge".into()],
+        max_age: std::time::Duration::from_secs(1),
+        ..Default::default()
+    };
+    js.create_stream(short).await.unwrap();
+    let (disk_a, disk_b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let a = node(&fx, origin, &nats, "a", disk_a.path()).await;
+    let b = node(&fx, origin, &nats, "b", disk_b.path()).await;
+    get(&fx, &b).await;
+    assert!(get(&fx, &b).await.0.contains("hit"));
+    b.stop().await;
+    let url = "https%3A%2F%2Fb.test%2Fpage%3Fcc%3Dmax-age%253D600";
+    let (status, body) = admin_post(&a, &format!("/cache/purge?url={url}")).await;
+    assert_eq!(status, 200, "{body}");
+    // Bounded wait for the server to let the purge expire.
+    let mut stream = js.get_stream("EDGEWARM_PURGES").await.unwrap();
+    for _ in 0..500 {
+        if stream.info().await.unwrap().state.messages == 0 {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    assert_eq!(stream.info().await.unwrap().state.messages, 0, "expired");
+
+    let b = node(&fx, origin, &nats, "b", disk_b.path()).await;
+    let before = log.count(PAGE);
+    let (cache_status, _) = get(&fx, &b).await;
+    assert!(cache_status.contains("fwd=uri-miss"), "its disk cache was dropped: {cache_status}");
+    assert_eq!(log.count(PAGE), before + 1);
+    let (_, metrics) = admin_get(b.admin, "/metrics").await;
+    assert!(metrics.contains("edgewarm_fleet_cache_drops_total 1"), "{metrics}");
+    // The node that applied everything dropped nothing.
+    let (_, metrics) = admin_get(a.admin, "/metrics").await;
+    assert!(metrics.contains("edgewarm_fleet_cache_drops_total 0"));
+    a.stop().await;
+    b.stop().await;
+}

@@ -4,13 +4,20 @@
 //! order, and a node that was away (restarted, cut off) replays what it missed. The nodes tell
 //! each other what they have applied ([`peers`]), which is what `?wait=fleet` waits on.
 //!
+//! The fleet's ticket keys ([`tickets`]): shared and rotated through a key-value bucket, so a
+//! client resumes its session on any node.
+//!
 //! The cache's fence: while a node has not caught up with the stream (at start, and after a
 //! reconnection), its caches serve no stored response (they pass requests to the origin), so
 //! nothing purged while it was away is served. NATS unreachable at start: after `catch_up` the
-//! node serves its local state and catches up once it connects.
+//! node serves its local state and catches up once it connects. A node away longer than the
+//! stream keeps purges (`keep`) cannot know what it missed: it drops its caches (logged,
+//! `edgewarm_fleet_cache_drops_total`).
 
+mod bucket;
 mod message;
 mod peers;
+mod tickets;
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -22,6 +29,7 @@ use tokio::sync::OnceCell;
 
 use crate::cache::{Caches, Purge};
 use crate::config::FleetConfig;
+use crate::tls::process_keys::ProcessKeys;
 use message::PurgeMessage;
 use peers::Peers;
 
@@ -41,6 +49,9 @@ pub struct Fleet {
     config: FleetConfig,
     jetstream: OnceCell<jetstream::Context>,
     caches: Arc<Caches>,
+    /// The process's ticket keys, to follow the fleet's (none: a `tls.ticket_keys` file rules).
+    tickets: Option<Arc<ProcessKeys>>,
+    drops: prometheus_client::metrics::counter::Counter,
     /// The last stream sequence this node applied.
     applied: AtomicU64,
     connected: AtomicBool,
@@ -54,14 +65,21 @@ pub struct Fleet {
 
 impl Fleet {
     /// Start the node's part of the fleet (inside the runtime): the fence is raised until the
-    /// node has caught up.
-    pub fn start(config: FleetConfig, caches: Arc<Caches>) -> Arc<Self> {
+    /// node has caught up. `tickets`: the keys that follow the fleet's, if any.
+    pub fn start(
+        config: FleetConfig,
+        caches: Arc<Caches>,
+        tickets: Option<Arc<ProcessKeys>>,
+        drops: prometheus_client::metrics::counter::Counter,
+    ) -> Arc<Self> {
         caches.fence().store(true, Ordering::Relaxed);
         let fleet = Arc::new(Self {
             peers: Peers::new(&config.name),
             config,
             jetstream: OnceCell::new(),
             caches,
+            tickets,
+            drops,
             applied: AtomicU64::new(0),
             connected: AtomicBool::new(false),
             signal: Arc::default(),
@@ -124,6 +142,13 @@ impl Fleet {
             "connected": self.connected.load(Ordering::Relaxed),
             "applied": self.applied.load(Ordering::Relaxed),
             "caught_up": !self.caches.fence().load(Ordering::Relaxed),
+            // Whose keys tickets are made with: the fleet's, the node's own (not yet joined),
+            // or the `tls.ticket_keys` file's.
+            "ticket_keys": match &self.tickets {
+                Some(keys) if keys.following() => "fleet",
+                Some(_) => "own",
+                None => "file",
+            },
             "peers": self.peers.status(),
         })
     }
@@ -171,6 +196,23 @@ impl Fleet {
                 () = stop.cancelled() => {}
             }
         });
+        if let Some(keys) = self.tickets.clone() {
+            let (js, bucket, stop) = (js.clone(), tickets::bucket(&self.config.stream), self.stop.clone());
+            let follow = async move {
+                loop {
+                    if let Err(e) = tickets::keep(&js, &bucket, &keys).await {
+                        tracing::warn!(error = %e, "fleet: ticket keys: retrying in a second");
+                    }
+                    tokio::time::sleep(Duration::from_secs(1)).await;
+                }
+            };
+            tokio::spawn(async move {
+                tokio::select! {
+                    () = follow => {}
+                    () = stop.cancelled() => {}
+                }
+            });
+        }
         loop {
             if let Err(e) = self.consume(&js).await {
                 tracing::warn!(error = %e, "fleet: purge stream: retrying in a second");
@@ -201,8 +243,29 @@ impl Fleet {
             )
             .await
             .map_err(|e| e.to_string())?;
-        let mut messages = consumer.messages().await.map_err(|e| e.to_string())?;
         let mut consumer = consumer;
+        // Purges this node has not applied that the stream no longer holds (away longer than
+        // `keep`, or the stream purged by hand): nothing says what they were, so everything goes.
+        // What this node has applied: its own count once it applied something, else (just
+        // started) the server's record of its consumer.
+        let first = stream.cached_info().state.first_sequence;
+        let floor = consumer.info().await.map_err(|e| e.to_string())?.ack_floor.stream_sequence;
+        let known = match self.applied.load(Ordering::Relaxed) {
+            0 => floor,
+            mine => mine,
+        };
+        self.applied.fetch_max(known.max(first.saturating_sub(1)), Ordering::Relaxed);
+        if first > known.saturating_add(1) {
+            let dropped = self.caches.purge(&Purge::Prefix(String::new()));
+            self.drops.inc();
+            tracing::warn!(
+                applied = known,
+                kept_from = first,
+                dropped,
+                "fleet: the purge stream no longer holds purges this node missed: its caches are dropped"
+            );
+        }
+        let mut messages = consumer.messages().await.map_err(|e| e.to_string())?;
         // Caught up already (nothing pending)? Checked now and whenever no message came for
         // a moment, since a node with nothing to replay gets no message to learn it from.
         self.check_caught_up(&mut consumer).await;

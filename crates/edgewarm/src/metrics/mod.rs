@@ -162,6 +162,8 @@ pub struct Metrics {
     pub acme_orders: Family<AcmeResult, Counter>,
     /// Clients limited, by where and why.
     pub limited: Family<LimitedLabel, Counter>,
+    /// The fleet's purge stream had lost purges this node had not applied: its caches dropped.
+    pub fleet_cache_drops: Counter,
     registry: Registry,
 }
 /// One route's hot-path metric handles (see [`Metrics::route`]).
@@ -229,6 +231,7 @@ impl Metrics {
             cert_expiry: Family::default(),
             acme_orders: Family::default(),
             limited: Family::default(),
+            fleet_cache_drops: Counter::default(),
             registry: Registry::default(),
         };
         registry.register("connections_accepted", "Client connections accepted", m.accepted.clone());
@@ -294,6 +297,11 @@ impl Metrics {
             "limited",
             "Connections and requests refused by a limit: scope listener or route, reason client_connections, denied or rate",
             m.limited.clone(),
+        );
+        registry.register(
+            "fleet_cache_drops",
+            "Caches dropped whole because the fleet's purge stream no longer held purges this node had missed",
+            m.fleet_cache_drops.clone(),
         );
         Self { registry, ..m }
     }

@@ -2,7 +2,9 @@
 //! configured: random, rotated every 6 hours (tickets live 12, so the previous key is kept to
 //! decrypt), and handed to the next process at an upgrade ([`crate::upgrade`]), so a returning
 //! client still resumes after the binary changed. Each route derives its own keys from them
-//! (as from the file's), so a ticket never resumes on another route.
+//! (as from the file's), so a ticket never resumes on another route. In a fleet the keys
+//! follow the fleet's ([`ProcessKeys::follow`], from [`crate::fleet`]) and the fleet rotates
+//! them, once for every node.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, RwLock};
@@ -21,11 +23,21 @@ pub struct ProcessKeys {
     /// The first encrypts; all decrypt.
     keys: Mutex<Vec<Key>>,
     routes: Mutex<HashMap<String, Arc<Rotating>>>,
+    /// The fleet's keys are followed: the fleet rotates them, this process does not.
+    following: std::sync::atomic::AtomicBool,
+    /// When it began following: (the key this process encrypted with, the fleet's first). The
+    /// own key decrypts for as long as that first fleet key does.
+    joined: Mutex<Option<(Key, Key)>>,
 }
 
 impl Default for ProcessKeys {
     fn default() -> Self {
-        Self { keys: Mutex::new(vec![fresh()]), routes: Mutex::default() }
+        Self {
+            keys: Mutex::new(vec![fresh()]),
+            routes: Mutex::default(),
+            following: Default::default(),
+            joined: Mutex::default(),
+        }
     }
 }
 
@@ -40,8 +52,12 @@ impl ProcessKeys {
             .clone()
     }
 
-    /// A new key encrypts from now on; the previous one still decrypts, older ones go.
+    /// A new key encrypts from now on; the previous one still decrypts, older ones go. Not
+    /// while the fleet's keys are followed (the fleet rotates those).
     pub fn rotate(&self) {
+        if self.following.load(std::sync::atomic::Ordering::Relaxed) {
+            return;
+        }
         self.replace(|old| std::iter::once(fresh()).chain(old.iter().copied().take(1)).collect());
     }
 
@@ -55,14 +71,33 @@ impl ProcessKeys {
     /// tickets it issued; a key of this process's own encrypts.
     pub fn adopt(&self, exported: &str) -> Result<(), String> {
         TicketKeys::parse(exported)?;
-        let handed: Vec<Key> = exported
-            .lines()
-            .filter_map(|l| base64::engine::general_purpose::STANDARD.decode(l.trim()).ok())
-            .filter_map(|b| Key::try_from(b.as_slice()).ok())
-            .take(2)
-            .collect();
+        let handed: Vec<Key> = decode(exported).into_iter().take(2).collect();
         self.replace(|_| std::iter::once(fresh()).chain(handed.iter().copied()).collect());
         Ok(())
+    }
+
+    /// Use the fleet's keys (base64 lines, the first encrypts) from now on. The first key this
+    /// process used before stays as a decrypting one, so tickets it issued before it joined
+    /// (or its predecessor's, handed over at an upgrade) still resume here.
+    pub fn follow(&self, shared: &str) -> Result<(), String> {
+        TicketKeys::parse(shared)?;
+        let handed: Vec<Key> = decode(shared).into_iter().take(2).collect();
+        if handed.is_empty() {
+            return Err("no key".into());
+        }
+        self.following.store(true, std::sync::atomic::Ordering::Relaxed);
+        let mut joined = self.joined.lock().unwrap_or_else(|p| p.into_inner());
+        self.replace(|old| {
+            let (own, first) = *joined.get_or_insert((old.first().copied().unwrap_or(handed[0]), handed[0]));
+            let keep_own = handed.contains(&first) && !handed.contains(&own);
+            handed.iter().copied().chain(keep_own.then_some(own)).collect()
+        });
+        Ok(())
+    }
+
+    /// Whether the fleet's keys are followed.
+    pub fn following(&self) -> bool {
+        self.following.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     fn current(&self) -> TicketKeys {
@@ -80,6 +115,19 @@ impl ProcessKeys {
             *ticketer.inner.write().unwrap_or_else(|p| p.into_inner()) = keys.for_route(route);
         }
     }
+}
+
+fn decode(lines: &str) -> Vec<Key> {
+    lines
+        .lines()
+        .filter_map(|l| base64::engine::general_purpose::STANDARD.decode(l.trim()).ok())
+        .filter_map(|b| Key::try_from(b.as_slice()).ok())
+        .collect()
+}
+
+/// A new random key as one base64 line (what the fleet shares).
+pub fn fresh_line() -> String {
+    base64::engine::general_purpose::STANDARD.encode(fresh())
 }
 
 fn fresh() -> Key {
@@ -149,5 +197,32 @@ mod tests {
         old.rotate();
         assert_eq!(route.decrypt(&ticket), None, "two rotations later the key is gone");
         assert!(new.adopt("not a key").is_err());
+    }
+
+    #[test]
+    fn following_the_fleet_keeps_the_own_key_to_decrypt_and_stops_local_rotation() {
+        let node = ProcessKeys::default();
+        let route = node.for_route("a.example");
+        let own = route.encrypt(b"before").unwrap();
+        let (one, two) = (fresh_line(), fresh_line());
+        node.follow(&one).unwrap();
+        let under_one = route.encrypt(b"fleet").unwrap();
+        assert_eq!(route.decrypt(&own).as_deref(), Some(&b"before"[..]), "issued before joining");
+        let other = ProcessKeys::default();
+        other.follow(&one).unwrap();
+        assert_eq!(other.for_route("a.example").decrypt(&under_one).as_deref(), Some(&b"fleet"[..]));
+        node.rotate();
+        assert_eq!(other.for_route("a.example").decrypt(&route.encrypt(b"x").unwrap()).as_deref(), Some(&b"x"[..]));
+        node.follow(&one).unwrap();
+        assert_eq!(route.decrypt(&own).as_deref(), Some(&b"before"[..]), "the same keys again (a reconnection)");
+        assert!(node.follow("garbage").is_err());
+        assert_eq!(route.decrypt(&under_one).as_deref(), Some(&b"fleet"[..]), "garbage changes nothing");
+        // The fleet rotated: the new key encrypts, the previous still decrypts.
+        node.follow(&format!("{two}\n{one}\n")).unwrap();
+        assert_eq!(route.decrypt(&under_one).as_deref(), Some(&b"fleet"[..]));
+        assert_eq!(route.decrypt(&own).as_deref(), Some(&b"before"[..]), "while the first fleet key decrypts");
+        node.follow(&format!("{}\n{two}\n", fresh_line())).unwrap();
+        assert_eq!(route.decrypt(&under_one), None, "two rotations later");
+        assert_eq!(route.decrypt(&own), None);
     }
 }
