@@ -97,6 +97,9 @@ impl Server {
             .fleet
             .clone()
             .map(|f| crate::fleet::Fleet::start(f, layers.caches.clone(), tickets, metrics.fleet_cache_drops.clone()));
+        if let Some(fleet) = &purges {
+            acme.store_through(fleet.acme_stores());
+        }
         acme.sync(config.acme.as_ref(), &snapshot.acme_names());
         let certificates = Arc::new(std::sync::Mutex::new(snapshot.survey_certificates(&metrics, &[])));
         let (snapshot, receiver) = watch::channel(snapshot);

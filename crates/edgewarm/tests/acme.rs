@@ -224,3 +224,74 @@ async fn a_renewal_under_load_fails_no_handshake() {
     assert!(both > 0, "the renewed certificate was served");
     edge.stop().await;
 }
+
+/// Two nodes of a fleet (`fleet:` on a real `nats-server -js`) in front of one name: the node
+/// holding the name's lease orders it once for both; the ACME server's validation reaches the
+/// *other* node, which answers it from the fleet's store; that node then serves the same
+/// certificate, taken from the store, without an order of its own.
+#[tokio::test]
+async fn a_fleet_orders_a_name_once_and_the_node_the_validation_reaches_answers_it() {
+    let fx = pki("http");
+    let (origin, _) = h2_origin(&fx.origin, H2Opts::default()).await;
+    let mut nats = nats();
+    let (port_a, port_b) = (free_port(), free_port());
+    // Validations reach b.
+    let pebble = pebble(port_b);
+    // a holds the lease (as a node writes it): a orders, b waits for a's certificate.
+    let js = async_nats::jetstream::new(async_nats::connect(nats.url()).await.unwrap());
+    js.create_stream(async_nats::jetstream::stream::Config {
+        name: "KV_EDGEWARM_PURGES_ACME".into(),
+        subjects: vec!["$KV.EDGEWARM_PURGES_ACME.>".into()],
+        max_messages_per_subject: 1,
+        allow_rollup: true,
+        deny_delete: true,
+        allow_direct: true,
+        discard: async_nats::jetstream::stream::DiscardPolicy::New,
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    let kv = js.get_key_value("EDGEWARM_PURGES_ACME").await.unwrap();
+    let folder: String = pebble
+        .directory
+        .trim_start_matches("https://")
+        .chars()
+        .map(|c| if c.is_ascii_alphanumeric() || c == '.' || c == '-' { c } else { '_' })
+        .collect();
+    let lease = serde_json::json!({"holder": "a", "until": unix_now() + 3600});
+    kv.put(format!("{}/leases/{NAME}", folder.trim_matches('_')), lease.to_string().into()).await.unwrap();
+
+    let (storage_a, storage_b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let url = nats.url();
+    let fleet = |name: &str| format!("fleet: {{nats: [\"{url}\"], name: {name}}}\n");
+    let a = edge_from(&(config(&fx, &pebble, storage_a.path(), port_a, origin, NAME) + &fleet("a"))).await;
+    let b = edge_from(&(config(&fx, &pebble, storage_b.path(), port_b, origin, NAME) + &fleet("b"))).await;
+    wait_for(&a, "edgewarm_acme_orders_total", VALID, 1.0).await;
+    let ordered = listed(&a, NAME).await;
+    let mut taken = serde_json::Value::Null;
+    for _ in 0..1000 {
+        taken = listed(&b, NAME).await;
+        if !taken["not_after"].is_null() {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    assert_eq!(taken["not_after"], ordered["not_after"], "b serves a's certificate: {taken} / {ordered}");
+    assert_eq!(taken["not_before"], ordered["not_before"]);
+    let (status, err) = curl(&pebble.root(), port_b, NAME).await;
+    assert_eq!(status, "200", "curl through b: {err}");
+    assert!(!b.server.metrics().encode().contains("edgewarm_acme_orders_total{"), "b ordered nothing");
+    // b keeps a copy of what it serves, for a start without NATS.
+    assert!(every_file(storage_b.path()).iter().any(|f| f.ends_with(format!("{NAME}.pem"))));
+    a.stop().await;
+    b.stop().await;
+
+    // NATS down, b started again: it serves the certificate it had, and orders nothing.
+    nats.stop();
+    let b = edge_from(&(config(&fx, &pebble, storage_b.path(), port_b, origin, NAME) + &fleet("b"))).await;
+    let (status, err) = curl(&pebble.root(), port_b, NAME).await;
+    assert_eq!(status, "200", "curl through b without NATS: {err}");
+    assert_eq!(listed(&b, NAME).await["not_after"], ordered["not_after"]);
+    assert!(!b.server.metrics().encode().contains("edgewarm_acme_orders_total{"), "b ordered nothing");
+    b.stop().await;
+}

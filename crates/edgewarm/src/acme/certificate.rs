@@ -95,6 +95,16 @@ impl Managed {
         Ok(info)
     }
 
+    /// [`Managed::install`] if `pem`'s certificate expires later than the one serving (another
+    /// node's newer order); `None` when it does not.
+    pub(crate) fn install_newer(&self, pem: &[u8], now: i64) -> Result<Option<CertInfo>, Unusable> {
+        let (_, info) = self.parse(pem)?;
+        if self.leaf().is_some_and(|serving| serving.not_after >= info.not_after) {
+            return Ok(None);
+        }
+        self.install(pem, now).map(Some)
+    }
+
     fn parse(&self, pem: &[u8]) -> Result<(Arc<CertifiedKey>, CertInfo), Unusable> {
         let chain = CertificateDer::pem_slice_iter(pem)
             .collect::<Result<Vec<_>, _>>()

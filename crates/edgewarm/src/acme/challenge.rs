@@ -15,6 +15,7 @@ use rustls::ServerConfig;
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 
+use super::store::Store;
 use crate::error::CloseReason;
 use crate::peek::Hello;
 use crate::transport::Rewind;
@@ -26,6 +27,9 @@ pub(crate) const ACME_TLS_ALPN: &str = "acme-tls/1";
 #[derive(Debug, Default)]
 pub struct Challenges {
     pending: Mutex<HashMap<String, Arc<ServerConfig>>>,
+    /// A fleet's store: answers another node's order placed there, looked up when a
+    /// validation for a name without a pending answer here arrives.
+    shared: Mutex<Option<Arc<dyn Store>>>,
 }
 
 /// A challenge answered while this lives.
@@ -53,6 +57,19 @@ impl Challenges {
         self.pending.lock().unwrap_or_else(|p| p.into_inner()).get(name).cloned()
     }
 
+    /// Look up other nodes' answers in `store` from now on (`None`: this node's only).
+    pub(crate) fn share(&self, store: Option<Arc<dyn Store>>) {
+        *self.shared.lock().unwrap_or_else(|p| p.into_inner()) = store.filter(|s| s.shared());
+    }
+
+    /// Another node's answer for `name`, from the fleet's store (bounded: the validation waits).
+    async fn fleet_answer(&self, name: &str) -> Option<Arc<ServerConfig>> {
+        let store = self.shared.lock().unwrap_or_else(|p| p.into_inner()).clone()?;
+        let key = super::challenge_key(name);
+        let digest = tokio::time::timeout(Duration::from_secs(2), store.load(&key)).await.ok()?.ok()??;
+        challenge_config(name, &digest).ok().map(Arc::new)
+    }
+
     /// Answer a connection whose hello offered `acme-tls/1`: the challenge's handshake, or,
     /// with no challenge pending for its name, a refusal (`detail` says which).
     pub(crate) async fn answer(
@@ -64,7 +81,12 @@ impl Challenges {
     ) -> CloseReason {
         let name = hello.sni.as_deref().unwrap_or_default().trim_end_matches('.').to_ascii_lowercase();
         let only_acme = hello.alpn.len() == 1;
-        let Some(config) = self.config(&name).filter(|_| only_acme) else {
+        let config = match self.config(&name) {
+            Some(config) => Some(config),
+            None if only_acme => self.fleet_answer(&name).await,
+            None => None,
+        };
+        let Some(config) = config.filter(|_| only_acme) else {
             *detail = Some(format!("acme-tls/1 offered for {name:?} with no ACME challenge pending"));
             return CloseReason::ClientTls;
         };

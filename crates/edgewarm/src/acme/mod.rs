@@ -61,6 +61,8 @@ pub struct Acme {
     running: Mutex<(Option<AcmeConfig>, HashMap<String, Loop>)>,
     challenges: Arc<Challenges>,
     metrics: AcmeMetrics,
+    /// A fleet's shared store, if the node is in one.
+    maker: Mutex<Option<Arc<StoreMaker>>>,
 }
 
 impl std::fmt::Debug for Acme {
@@ -73,6 +75,15 @@ impl std::fmt::Debug for Acme {
 fn cert_key(name: &str) -> String {
     format!("certs/{name}.pem")
 }
+
+/// Where a pending challenge answer (the key authorization's digest) is shared in a fleet.
+fn challenge_key(name: &str) -> String {
+    format!("challenges/{name}")
+}
+
+/// Makes the store of one ACME server's entries: given the node's folder for them (its local
+/// copy) and the folder's name. Set by a fleet ([`Acme::store_through`]).
+pub type StoreMaker = dyn Fn(DirStore, &str) -> Arc<dyn Store> + Send + Sync;
 
 /// Each ACME server's account and certificates in a folder of their own, so a move from a
 /// staging directory to the real one never serves the staging certificates.
@@ -92,7 +103,14 @@ impl Acme {
             running: Mutex::default(),
             challenges: Arc::default(),
             metrics: AcmeMetrics { orders, expiry },
+            maker: Mutex::default(),
         }
+    }
+
+    /// Keep the account, certificates and challenge answers where `maker` says (a fleet's
+    /// shared store), from the next [`Acme::sync`] on.
+    pub fn store_through(&self, maker: Arc<StoreMaker>) {
+        *self.maker.lock().unwrap_or_else(|p| p.into_inner()) = Some(maker);
     }
 
     /// The certificate of `name` (made on first use, empty until [`Acme::sync`] loads or orders it).
@@ -123,7 +141,10 @@ impl Acme {
             }
             *current = config.cloned();
         }
-        let Some(config) = config else { return };
+        let Some(config) = config else {
+            self.challenges.share(None);
+            return;
+        };
         let keep: std::collections::HashSet<&String> = names.iter().collect();
         loops.retain(|name, l| {
             let kept = keep.contains(name);
@@ -133,10 +154,17 @@ impl Acme {
             kept
         });
         self.names.lock().unwrap_or_else(|p| p.into_inner()).retain(|name, _| keep.contains(name));
-        let store: Arc<dyn Store> = Arc::new(DirStore::new(config.storage.join(server_folder(&config.directory))));
+        let folder = server_folder(&config.directory);
+        let local = DirStore::new(config.storage.join(&folder));
+        let maker = self.maker.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        let store: Arc<dyn Store> = match maker {
+            Some(make) => make(local.clone(), &folder),
+            None => Arc::new(local.clone()),
+        };
+        self.challenges.share(Some(store.clone()));
         let shared = Arc::new(Shared {
             config: config.clone(),
-            store: store.clone(),
+            store,
             challenges: self.challenges.clone(),
             metrics: self.metrics.clone(),
             account: tokio::sync::Mutex::default(),
@@ -147,7 +175,9 @@ impl Acme {
             }
             let managed = self.managed(name);
             if managed.leaf().is_none() {
-                load_stored(&managed, &*store);
+                // The local copy, so a stored certificate serves from the first connection (a
+                // fleet's newer one is taken by the name's loop).
+                load_stored(&managed, &local);
             }
             let now_please = Arc::new(Notify::new());
             let task = tokio::spawn(renew::run(shared.clone(), managed, now_please.clone())).abort_handle();
@@ -211,9 +241,9 @@ impl Drop for Acme {
 
 /// The stored certificate of `managed`'s name, if it is usable; a damaged or expired one is
 /// logged and ordered anew, never a failure to start.
-fn load_stored(managed: &Managed, store: &dyn Store) {
+fn load_stored(managed: &Managed, store: &DirStore) {
     let name = managed.name();
-    match store.load(&cert_key(name)) {
+    match store.read(&cert_key(name)) {
         Ok(Some(pem)) => match managed.install(&pem, renew::unix_now()) {
             Ok(info) => tracing::info!(name, not_after = info.not_after, "ACME certificate loaded from storage"),
             Err(e) => tracing::warn!(name, error = %e, "stored ACME certificate unusable: ordering a new one"),

@@ -77,7 +77,7 @@ pub(crate) async fn account(config: &AcmeConfig, store: &dyn Store) -> Result<Ac
         Some(ca) => Account::builder_with_root(ca),
         None => Account::builder(),
     };
-    if let Some(bytes) = store.load(ACCOUNT)? {
+    if let Some(bytes) = store.load(ACCOUNT).await? {
         match serde_json::from_slice::<AccountCredentials>(&bytes) {
             Ok(credentials) => return Ok(builder()?.from_credentials(credentials).await?),
             Err(e) => tracing::warn!(error = %e, "the stored ACME account does not parse: making a new one"),
@@ -87,13 +87,19 @@ pub(crate) async fn account(config: &AcmeConfig, store: &dyn Store) -> Result<Ac
     let new = NewAccount { contact: &contact, terms_of_service_agreed: true, only_return_existing: false };
     let (account, credentials) = builder()?.create(&new, config.directory.clone(), None).await?;
     let bytes = serde_json::to_vec(&credentials).map_err(|e| OrderError::Local(e.to_string()))?;
-    store.save(ACCOUNT, &bytes)?;
+    store.save(ACCOUNT, &bytes).await?;
     tracing::info!(directory = %config.directory, "ACME account made");
     Ok(account)
 }
 
-/// Order a certificate for `name`, answering its challenge through `challenges`.
-pub(crate) async fn issue(account: &Account, name: &str, challenges: &Challenges) -> Result<Issued, OrderError> {
+/// Order a certificate for `name`, answering its challenge through `challenges` (and, with a
+/// shared store, through every node of the fleet: the validation may reach any of them).
+pub(crate) async fn issue(
+    account: &Account,
+    name: &str,
+    challenges: &Challenges,
+    store: &dyn Store,
+) -> Result<Issued, OrderError> {
     let identifiers = [Identifier::Dns(name.to_string())];
     let mut order = account.new_order(&NewOrder::new(&identifiers)).await?;
     // Answers stay up until the order is ready (dropped on return).
@@ -111,11 +117,21 @@ pub(crate) async fn issue(account: &Account, name: &str, challenges: &Challenges
             .ok_or_else(|| OrderError::Rejected("the server offers no tls-alpn-01 challenge".into()))?;
         let digest = challenge.key_authorization().digest();
         presented.push(challenges.present(name, digest.as_ref()).map_err(OrderError::Local)?);
+        if store.shared() {
+            // Stored before the server is told to validate, so every node can answer it.
+            store.save(&super::challenge_key(name), digest.as_ref()).await?;
+        }
         challenge.set_ready().await?;
     }
     let retries = RetryPolicy::new().timeout(Duration::from_secs(90));
-    let status = order.poll_ready(&retries).await?;
+    let status = order.poll_ready(&retries).await;
     drop(presented);
+    if store.shared() {
+        if let Err(e) = store.remove(&super::challenge_key(name)).await {
+            tracing::debug!(name, error = %e, "the shared challenge answer stays until the next order");
+        }
+    }
+    let status = status?;
     if status != OrderStatus::Ready {
         return Err(OrderError::Rejected(format!("order for {name} is {status:?}")));
     }

@@ -53,20 +53,96 @@ async fn suggested(account: &Account, managed: &Managed) -> Option<i64> {
     }
 }
 
-/// Keep `managed`'s certificate: order when due, install and store what arrives. Runs until
-/// aborted (the name left the configuration, or the server is dropped).
+/// How long a node's lease on ordering a name lasts unless extended: longer than an order
+/// takes (each of its polls gives up after 90 s).
+const LEASE: Duration = Duration::from_secs(300);
+/// While another node of the fleet orders a name: how often to look for its certificate.
+const FOLLOW: Duration = Duration::from_secs(2);
+/// In a fleet, how often a node looks for a certificate another node ordered early (an ARI
+/// window, an order asked for by hand) even when its own renewal time is far.
+const RECHECK: Duration = Duration::from_secs(3600);
+
+/// A certificate in the fleet's store newer than the one serving (another node ordered it):
+/// installed, and its details.
+async fn adopt(shared: &Shared, managed: &Managed) -> Option<CertInfo> {
+    let name = managed.name();
+    let pem = match shared.store.load(&super::cert_key(name)).await {
+        Ok(pem) => pem?,
+        Err(e) => {
+            tracing::debug!(name, error = %e, "the fleet's ACME store cannot be read now");
+            return None;
+        }
+    };
+    match managed.install_newer(&pem, unix_now()) {
+        Ok(None) => None,
+        Ok(Some(info)) => {
+            tracing::info!(name, not_after = info.not_after, "ACME certificate taken from the fleet");
+            managed.set_status(|s| s.last_error = None);
+            Some(info)
+        }
+        Err(e) => {
+            tracing::warn!(name, error = %e, "the fleet's stored ACME certificate is unusable");
+            None
+        }
+    }
+}
+
+/// Keep `managed`'s certificate: order when due, install and store what arrives. In a fleet
+/// (a shared store), one node orders a name at a time (a lease) and the others take its
+/// certificate from the store. Runs until aborted (the name left the configuration, or the
+/// server is dropped).
 pub(crate) async fn run(shared: Arc<Shared>, managed: Arc<Managed>, now_please: Arc<Notify>) {
     let name = managed.name().to_string();
+    let fleet = shared.store.shared();
     let mut failures = 0u32;
-    // `Some(t)`: wait until t (Unix seconds); `None`: order now.
-    let mut due = managed.leaf().map(|leaf| two_thirds(&leaf));
+    // The lease could not be asked for (NATS away): said once, not every few seconds.
+    let mut unreachable = false;
+    // When the certificate is to be renewed (`None`: it is needed now), and when to wake.
+    let mut renew_at = managed.leaf().map(|leaf| two_thirds(&leaf));
+    let mut wake = renew_at;
     loop {
-        if let Some(at) = due {
-            managed.set_status(|s| s.next_order = Some(at));
+        let mut asked = false;
+        if let Some(at) = wake {
+            managed.set_status(|s| s.next_order = renew_at.or(Some(at)));
             let wait = Duration::from_secs((at - unix_now()).max(0) as u64);
             tokio::select! {
                 () = tokio::time::sleep(wait) => {}
-                () = now_please.notified() => tracing::info!(name, "ACME renewal asked for"),
+                () = now_please.notified() => {
+                    tracing::info!(name, "ACME renewal asked for");
+                    asked = true;
+                }
+            }
+        }
+        let recheck = |renew_at: i64| Some(renew_at.min(unix_now() + RECHECK.as_secs() as i64));
+        if fleet {
+            if let Some(info) = adopt(&shared, &managed).await {
+                failures = 0;
+                renew_at = Some(two_thirds(&info));
+                wake = recheck(two_thirds(&info));
+                continue;
+            }
+            if let Some(at) = renew_at.filter(|at| !asked && *at > unix_now()) {
+                wake = recheck(at);
+                continue;
+            }
+            let lease = shared.store.lease(&name, LEASE).await;
+            if lease.is_ok() && std::mem::take(&mut unreachable) {
+                tracing::info!(name, "the fleet's ACME lease can be asked for again");
+            }
+            match lease {
+                Ok(true) => {}
+                Ok(false) => {
+                    tracing::debug!(name, "another node of the fleet orders this certificate");
+                    wake = Some(unix_now() + FOLLOW.as_secs() as i64);
+                    continue;
+                }
+                Err(e) => {
+                    if !std::mem::replace(&mut unreachable, true) {
+                        tracing::warn!(name, error = %e, "the fleet's ACME lease cannot be asked for: not ordering until it can");
+                    }
+                    wake = Some(unix_now() + FOLLOW.as_secs() as i64);
+                    continue;
+                }
             }
         }
         let attempt = async {
@@ -77,12 +153,12 @@ pub(crate) async fn run(shared: Arc<Shared>, managed: Arc<Managed>, now_please: 
                     None => shared_account.insert(order::account(&shared.config, &*shared.store).await?).clone(),
                 }
             };
-            let issued = order::issue(&account, &name, &shared.challenges).await?;
+            let issued = order::issue(&account, &name, &shared.challenges, &*shared.store).await?;
             let info =
                 managed.install(issued.pem.as_bytes(), unix_now()).map_err(|e| OrderError::Local(e.to_string()))?;
             // Installed is what counts; a store that refuses the file costs the next restart an
             // order, never a new order now.
-            if let Err(e) = shared.store.save(&super::cert_key(&name), issued.pem.as_bytes()) {
+            if let Err(e) = shared.store.save(&super::cert_key(&name), issued.pem.as_bytes()).await {
                 tracing::error!(name, error = %e, "the ACME certificate serves but could not be stored");
             }
             Ok::<_, OrderError>((info, account))
@@ -96,7 +172,10 @@ pub(crate) async fn run(shared: Arc<Shared>, managed: Arc<Managed>, now_please: 
                 let at = suggested(&account, &managed).await.unwrap_or_else(|| two_thirds(&info));
                 // A window already past (clock skew, a very short certificate) must not become
                 // an order a second: at least `retry` between successful orders.
-                due = Some(at.max(unix_now() + shared.config.retry.as_secs().max(1) as i64));
+                let at = at.max(unix_now() + shared.config.retry.as_secs().max(1) as i64);
+                renew_at = Some(at);
+                wake = if fleet { recheck(at) } else { Some(at) };
+                shared.store.release(&name).await;
             }
             Err(e) => {
                 failures += 1;
@@ -119,7 +198,13 @@ pub(crate) async fn run(shared: Arc<Shared>, managed: Arc<Managed>, now_please: 
                 if e.account_refused() {
                     *shared.account.lock().await = None;
                 }
-                due = Some(unix_now() + wait.as_secs().max(1) as i64);
+                // The backoff is the fleet's: the lease is kept through it, so no other node
+                // retries sooner (if this node dies, the lease lapses and another takes over).
+                if fleet {
+                    let _ = shared.store.lease(&name, wait + LEASE).await;
+                }
+                renew_at = Some(unix_now() + wait.as_secs().max(1) as i64);
+                wake = renew_at;
             }
         }
     }

@@ -1,10 +1,14 @@
 //! Where ACME's secrets live between runs: the account's credentials and, per name, the
-//! certificate chain with its key. Behind [`Store`] so a fleet can keep them somewhere shared;
-//! [`DirStore`] is the one node's folder.
+//! certificate chain with its key. Behind [`Store`] so a fleet can keep them somewhere shared
+//! (`crate::fleet`'s key-value bucket: then also the pending challenge answers, and a lease
+//! per name so one node orders it); [`DirStore`] is the one node's folder.
 
 use std::io::Write;
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use futures_util::future::BoxFuture;
 
 /// A store failed to read or write; the key says which entry.
 #[derive(Debug, thiserror::Error)]
@@ -15,13 +19,36 @@ pub struct StoreError {
     pub source: std::io::Error,
 }
 
+impl StoreError {
+    pub fn other(key: &str, why: impl std::fmt::Display) -> Self {
+        Self { key: key.to_string(), source: std::io::Error::other(why.to_string()) }
+    }
+}
+
 /// Named blobs. Keys are relative paths of plain segments (`account.json`,
 /// `certs/www.example.com.pem`), made by this module's callers, never by clients.
 pub trait Store: Send + Sync + std::fmt::Debug {
     /// The entry, or `None` when there is none.
-    fn load(&self, key: &str) -> Result<Option<Vec<u8>>, StoreError>;
+    fn load<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<Option<Vec<u8>>, StoreError>>;
     /// Replace the entry whole: a reader sees the old value or the new one, never a mix.
-    fn save(&self, key: &str, value: &[u8]) -> Result<(), StoreError>;
+    fn save<'a>(&'a self, key: &'a str, value: &'a [u8]) -> BoxFuture<'a, Result<(), StoreError>>;
+    /// Shared by several nodes: challenge answers go through it, and orders need a lease.
+    fn shared(&self) -> bool {
+        false
+    }
+    /// Remove the entry (a challenge answered).
+    fn remove<'a>(&'a self, _key: &'a str) -> BoxFuture<'a, Result<(), StoreError>> {
+        Box::pin(async { Ok(()) })
+    }
+    /// Take or extend this node's lease on `name` for `ttl`: `true` if this node may order it
+    /// now. One node alone always may.
+    fn lease<'a>(&'a self, _name: &'a str, _ttl: Duration) -> BoxFuture<'a, Result<bool, StoreError>> {
+        Box::pin(async { Ok(true) })
+    }
+    /// Give the lease on `name` up (its order ended).
+    fn release<'a>(&'a self, _name: &'a str) -> BoxFuture<'a, ()> {
+        Box::pin(async {})
+    }
 }
 
 /// Files under one folder: folders 0700, files 0600, each written to a temporary file, synced
@@ -34,6 +61,19 @@ pub struct DirStore {
 impl DirStore {
     pub fn new(root: impl Into<PathBuf>) -> Self {
         Self { root: root.into() }
+    }
+
+    /// The entry, read now (files are small: at start, before anything serves).
+    pub fn read(&self, key: &str) -> Result<Option<Vec<u8>>, StoreError> {
+        match std::fs::read(self.path(key)) {
+            Ok(v) => Ok(Some(v)),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(source) => Err(StoreError { key: key.to_string(), source }),
+        }
+    }
+
+    pub fn write(&self, key: &str, value: &[u8]) -> Result<(), StoreError> {
+        write_atomically(&self.path(key), value).map_err(|source| StoreError { key: key.to_string(), source })
     }
 
     fn path(&self, key: &str) -> PathBuf {
@@ -69,16 +109,12 @@ fn write_atomically(path: &Path, value: &[u8]) -> std::io::Result<()> {
 }
 
 impl Store for DirStore {
-    fn load(&self, key: &str) -> Result<Option<Vec<u8>>, StoreError> {
-        match std::fs::read(self.path(key)) {
-            Ok(v) => Ok(Some(v)),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-            Err(source) => Err(StoreError { key: key.to_string(), source }),
-        }
+    fn load<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<Option<Vec<u8>>, StoreError>> {
+        Box::pin(async move { self.read(key) })
     }
 
-    fn save(&self, key: &str, value: &[u8]) -> Result<(), StoreError> {
-        write_atomically(&self.path(key), value).map_err(|source| StoreError { key: key.to_string(), source })
+    fn save<'a>(&'a self, key: &'a str, value: &'a [u8]) -> BoxFuture<'a, Result<(), StoreError>> {
+        Box::pin(async move { self.write(key, value) })
     }
 }
 
@@ -91,10 +127,10 @@ mod tests {
     fn saves_atomically_with_private_modes_and_stays_under_its_root() {
         let dir = tempfile::tempdir().unwrap();
         let store = DirStore::new(dir.path().join("acme"));
-        assert!(store.load("certs/a.example.com.pem").unwrap().is_none());
-        store.save("certs/a.example.com.pem", b"one").unwrap();
-        store.save("certs/a.example.com.pem", b"two").unwrap();
-        assert_eq!(store.load("certs/a.example.com.pem").unwrap().unwrap(), b"two");
+        assert!(store.read("certs/a.example.com.pem").unwrap().is_none());
+        store.write("certs/a.example.com.pem", b"one").unwrap();
+        store.write("certs/a.example.com.pem", b"two").unwrap();
+        assert_eq!(store.read("certs/a.example.com.pem").unwrap().unwrap(), b"two");
         let file = dir.path().join("acme/certs/a.example.com.pem");
         assert_eq!(std::fs::metadata(&file).unwrap().permissions().mode() & 0o777, 0o600);
         let folder = dir.path().join("acme/certs");
@@ -102,8 +138,8 @@ mod tests {
         // No temporary file is left beside it.
         assert_eq!(std::fs::read_dir(&folder).unwrap().count(), 1);
         // A key that tries to climb out lands inside the root.
-        store.save("../escape", b"x").unwrap();
+        store.write("../escape", b"x").unwrap();
         assert!(!dir.path().join("escape").exists());
-        assert_eq!(store.load("../escape").unwrap().unwrap(), b"x");
+        assert_eq!(store.read("../escape").unwrap().unwrap(), b"x");
     }
 }

@@ -4,6 +4,9 @@
 //! order, and a node that was away (restarted, cut off) replays what it missed. The nodes tell
 //! each other what they have applied ([`peers`]), which is what `?wait=fleet` waits on.
 //!
+//! ACME for the fleet ([`acme_store`]): one account and one certificate per name for every
+//! node, each name ordered by one node at a time, challenges answered by any.
+//!
 //! The fleet's ticket keys ([`tickets`]): shared and rotated through a key-value bucket, so a
 //! client resumes its session on any node.
 //!
@@ -14,6 +17,7 @@
 //! stream keeps purges (`keep`) cannot know what it missed: it drops its caches (logged,
 //! `edgewarm_fleet_cache_drops_total`).
 
+mod acme_store;
 mod bucket;
 mod message;
 mod peers;
@@ -108,6 +112,16 @@ impl Fleet {
             }
         });
         fleet
+    }
+
+    /// Where ACME keeps its account, certificates and challenge answers: the fleet's bucket.
+    pub fn acme_stores(self: &Arc<Self>) -> Arc<crate::acme::StoreMaker> {
+        let (fleet, bucket, me) =
+            (Arc::downgrade(self), format!("{}_ACME", self.config.stream), self.config.name.clone());
+        Arc::new(move |local, folder| {
+            Arc::new(acme_store::KvStore::new(fleet.clone(), bucket.clone(), local, folder, &me))
+                as Arc<dyn crate::acme::store::Store>
+        })
     }
 
     /// Stop consuming purges and talking to the fleet (shutdown, upgrade).
