@@ -17,7 +17,7 @@ use super::service::Service;
 use crate::metrics::{Fault, HttpError};
 
 /// Largest request head accepted (HTTP/1.1 buffer, HTTP/2 header list): 431 beyond.
-pub(crate) const MAX_HEADER_BYTES: usize = 64 * 1024;
+pub(crate) const MAX_HEADER_BYTES: usize = edgewarm_h3::MAX_HEADER_BYTES;
 /// Streams one client may have open at once over HTTP/2.
 pub(crate) const MAX_CLIENT_STREAMS: u32 = 128;
 

@@ -86,3 +86,19 @@ impl QuicConn for quinn::Connection {
         )
     }
 }
+
+/// A QUIC stream's receiving half as the HTTP/3 codec reads it ([`edgewarm_h3::RecvStream`]).
+pub(crate) struct Recv<R>(pub(crate) R);
+
+impl<R: h3::quic::RecvStream> edgewarm_h3::RecvStream for Recv<R> {
+    type Error = StreamErrorIncoming;
+
+    fn poll_data(&mut self, cx: &mut Context<'_>) -> Poll<Result<Option<Bytes>, StreamErrorIncoming>> {
+        use bytes::Buf;
+        self.0.poll_data(cx).map_ok(|chunk| chunk.map(|mut c| c.copy_to_bytes(c.remaining())))
+    }
+
+    fn stop_sending(&mut self, code: u64) {
+        self.0.stop_sending(code);
+    }
+}

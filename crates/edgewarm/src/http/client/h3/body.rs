@@ -10,10 +10,11 @@ use bytes::Bytes;
 use h3::quic::{RecvStream, StreamErrorIncoming};
 use http_body::{Frame, SizeHint};
 
-use super::frame::{self, code, Kind, ReadError, Reader};
-use super::head::{self, Refused};
+use edgewarm_h3::frame::{self, code, Kind, ReadError, Reader};
+use edgewarm_h3::head::{self, Refused};
+
 use super::{protocol_error, MAX_HEADER_BYTES};
-use crate::http::client::quic::QuicConn;
+use crate::http::client::quic::{QuicConn, Recv};
 
 /// Why a request body could not be read whole.
 #[derive(Debug, thiserror::Error)]
@@ -36,7 +37,7 @@ enum State {
 }
 
 pub(crate) struct H3Body<Q: QuicConn> {
-    reader: Reader<Q::Recv>,
+    reader: Reader<Recv<Q::Recv>>,
     quic: Q,
     state: State,
     /// A frame read ahead by [`H3Body::settle`], given out first.
@@ -47,7 +48,7 @@ pub(crate) struct H3Body<Q: QuicConn> {
 }
 
 impl<Q: QuicConn> H3Body<Q> {
-    pub(super) fn new(reader: Reader<Q::Recv>, quic: Q, length: Option<u64>) -> Self {
+    pub(super) fn new(reader: Reader<Recv<Q::Recv>>, quic: Q, length: Option<u64>) -> Self {
         let mut body = Self { reader, quic, state: State::Frames, peeked: None, done: false, length };
         body.settle();
         body
@@ -77,11 +78,11 @@ impl<Q: QuicConn> H3Body<Q> {
     /// A malformed message: the stream is stopped (§4.1.2).
     fn malformed(&mut self, why: &'static str) -> Poll<Option<Result<Frame<Bytes>, BodyError>>> {
         self.done = true;
-        self.reader.recv.stop_sending(code::MESSAGE_ERROR);
+        self.reader.recv.0.stop_sending(code::MESSAGE_ERROR);
         Poll::Ready(Some(Err(BodyError::Protocol(why))))
     }
 
-    fn read_error(&mut self, e: ReadError) -> Poll<Option<Result<Frame<Bytes>, BodyError>>> {
+    fn read_error(&mut self, e: ReadError<StreamErrorIncoming>) -> Poll<Option<Result<Frame<Bytes>, BodyError>>> {
         match e {
             ReadError::Truncated => self.connection_error(code::FRAME_ERROR, "the stream ended inside a frame"),
             ReadError::Stream(e) => {

@@ -4,29 +4,22 @@
 //! handshake, 0-RTT and the UDP socket are the listener's ([`crate::listener::quic`]); this
 //! driver sees a connection whose route is already known.
 //!
-//! The framing is the edge's own: frames ([`frame`]), QPACK with the static table only
-//! ([`qpack`], [`huffman`]), the client's control and QPACK streams ([`uni`]), request heads
-//! ([`head`]), bodies ([`body`]) and the request streams ([`request`]). h3 0.0.8, which did this
-//! before, Huffman-coded every string a bit at a time with two allocations each, and keeps its
-//! framing private, so an encoded head could not be handed to it: its QPACK and framing were a
-//! third of what an HTTP/3 request cost beyond an HTTP/2 one (docs/benchmarks.md). h3's `quic`
-//! traits remain the seam to the QUIC streams, so both drivers serve through this one file.
+//! The framing is the edge's own, in a crate of its own ([`edgewarm_h3`]: frames, QPACK with
+//! the static table only, Huffman, the client's control and QPACK streams, request heads);
+//! here are the bodies ([`body`]) and the request streams ([`request`]) that hand requests to
+//! the service. h3 0.0.8, which did the framing before, Huffman-coded every string a bit at a
+//! time with two allocations each and keeps its framing private: its QPACK and framing were a
+//! third of what an HTTP/3 request cost beyond an HTTP/2 one (docs/benchmarks.md). The codec
+//! reads QUIC streams through its own trait ([`edgewarm_h3::RecvStream`], adapted in
+//! [`super::quic::Recv`]); h3's `quic` traits remain the seam between this file and the two
+//! QUIC drivers.
 //!
 //! Flow control is QUIC's: a response chunk is handed to the stream only once it has taken the
 //! last one, so a slow client slows the origin instead of growing our buffers; a request body
 //! is read from the stream as the upload to the origin asks for it.
 
-mod arena;
 mod body;
-mod frame;
-pub(crate) mod fuzz;
-mod head;
-mod huffman;
-mod huffman_table;
-mod qpack;
 mod request;
-mod static_table;
-mod uni;
 
 use std::future::poll_fn;
 use std::panic::AssertUnwindSafe;
@@ -41,30 +34,13 @@ use futures_util::FutureExt;
 use h3::quic::{BidiStream, Connection, OpenStreams, SendStream, StreamErrorIncoming};
 use tokio_util::sync::CancellationToken;
 
-use super::quic::{QuicConn, SendChunks};
+use edgewarm_h3::frame::code;
+use edgewarm_h3::qpack;
+use edgewarm_h3::uni::{self, ConnError, Event, Next, Seen, Uni};
+
+use super::quic::{QuicConn, Recv, SendChunks};
 use super::{handler_panicked, stopping, Ended, MAX_HEADER_BYTES};
 use crate::http::service::Service;
-use frame::code;
-use uni::{ConnError, Event, Next, Seen, Uni};
-
-/// [`crate::fuzzing::http3_field_section`].
-pub(crate) fn fuzz_field_section(block: &[u8]) -> (bool, bool) {
-    let bytes = Bytes::copy_from_slice(block);
-    let mut strings = Vec::new();
-    let _ = qpack::decode::<qpack::Invalid>(&bytes, |name, value| {
-        strings.push(name.into_bytes());
-        strings.push(value.into_bytes());
-        Ok(())
-    });
-    for s in strings {
-        let mut coded = bytes::BytesMut::new();
-        huffman::encode(&s, &mut coded);
-        let mut back = bytes::BytesMut::new();
-        assert_eq!(huffman::decode(&coded, &mut back), Ok(()));
-        assert_eq!(back, s, "a string comes back through the Huffman coder");
-    }
-    (head::request(&bytes).is_ok(), head::trailers(&bytes).is_ok())
-}
 
 /// H3_NO_ERROR (RFC 9114 §8.1): how a connection is closed when all went well, and a stream
 /// stopped whose rest is not needed.
@@ -83,7 +59,7 @@ enum Incoming<Q: QuicConn> {
 /// streams, read here as they arrive.
 struct Streams<Q: QuicConn> {
     conn: Q::H3,
-    uni: FuturesUnordered<Next<Q::Recv>>,
+    uni: FuturesUnordered<Next<Recv<Q::Recv>>>,
     seen: Seen,
 }
 
@@ -98,7 +74,7 @@ impl<Q: QuicConn> Streams<Q> {
         }
         while let Poll::Ready(recv) = self.conn.poll_accept_recv(cx) {
             match recv {
-                Ok(recv) => self.uni.push(Next::new(Uni::new(recv))),
+                Ok(recv) => self.uni.push(Next::new(Uni::new(Recv(recv)))),
                 Err(e) => return Poll::Ready(Incoming::Lost(e.to_string())),
             }
         }

@@ -16,12 +16,13 @@ use h3::quic::{RecvStream, SendStream, StreamErrorIncoming};
 use http::{HeaderMap, StatusCode};
 use http_body::Body as _;
 
-use super::arena;
+use edgewarm_h3::arena;
+use edgewarm_h3::frame::{self, code, Kind, ReadError, Reader};
+use edgewarm_h3::head::{self, Refused};
+
 use super::body::H3Body;
-use super::frame::{self, code, Kind, ReadError, Reader};
-use super::head::{self, Refused};
 use super::{protocol_error, qpack, write_all, MAX_HEADER_BYTES};
-use crate::http::client::quic::{QuicConn, SendChunks};
+use crate::http::client::quic::{QuicConn, Recv, SendChunks};
 use crate::http::client::{content_length, finish_head};
 use crate::http::interim::Interims;
 use crate::http::respond::plain;
@@ -120,7 +121,7 @@ pub(super) fn refuse<S: SendStream<Bytes>, R: RecvStream>(send: &mut S, recv: &m
 /// ended, failed or broke the rules (the connection then closed).
 async fn head_block<Q: QuicConn>(
     quic: &Q,
-    reader: &mut Reader<Q::Recv>,
+    reader: &mut Reader<Recv<Q::Recv>>,
     writer: &mut Writer<Q::Send>,
 ) -> Option<Result<Bytes, u64>> {
     let truncated = || {
@@ -167,7 +168,7 @@ async fn head_block<Q: QuicConn>(
 pub(super) async fn request<Q: QuicConn>(shared: Arc<Service>, quic: Q, stream: Q::Bidi) {
     let (send, recv) = h3::quic::BidiStream::split(stream);
     let mut writer = Writer { send, done: false };
-    let mut reader = Reader::new(recv);
+    let mut reader = Reader::new(Recv(recv));
     let Some(block) = head_block(&quic, &mut reader, &mut writer).await else { return };
     let client_error = |why: &str| {
         shared.conn.metrics.error(&shared.route, HttpError::BadRequest, Fault::Client);
@@ -182,12 +183,12 @@ pub(super) async fn request<Q: QuicConn>(shared: Arc<Service>, quic: Q, stream: 
         Ok(Err(Refused::Malformed(why))) => {
             client_error(why);
             writer.done = true;
-            return refuse(&mut writer.send, &mut reader.recv, code::MESSAGE_ERROR);
+            return refuse(&mut writer.send, &mut reader.recv.0, code::MESSAGE_ERROR);
         }
         Ok(Err(Refused::TooLarge)) | Err(_) => {
             client_error("request head too large");
             // Answered without reading the rest: the client is asked to stop sending it (§4.1).
-            reader.recv.stop_sending(code::NO_ERROR);
+            reader.recv.0.stop_sending(code::NO_ERROR);
             let tell = plain(StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE, "request header fields too large\n");
             let (mut head, body) = tell.into_parts();
             finish_head(&mut head, &body);

@@ -7,12 +7,12 @@ use http::header::{HeaderMap, HeaderName};
 use http::uri::{Authority, PathAndQuery, Scheme};
 use http::{Method, Request, Uri, Version};
 
-use super::qpack::{self, Text};
-use super::MAX_HEADER_BYTES;
+use crate::qpack::{self, Text};
+use crate::MAX_HEADER_BYTES;
 
 /// Why a field section is not a request head (or trailers).
 #[derive(Debug)]
-pub(super) enum Refused {
+pub enum Refused {
     /// QPACK_DECOMPRESSION_FAILED: a connection error.
     Qpack(qpack::Invalid),
     /// A malformed message (H3_MESSAGE_ERROR on the stream).
@@ -60,7 +60,7 @@ fn count(size: &mut usize, name: &Text, value: &Text) -> Result<(), Refused> {
 }
 
 /// A request head from a HEADERS frame's field section.
-pub(super) fn request(block: &Bytes) -> Result<Request<()>, Refused> {
+pub fn request(block: &Bytes) -> Result<Request<()>, Refused> {
     let mut method = None;
     let mut scheme = None;
     let mut authority = None;
@@ -144,7 +144,7 @@ pub(super) fn request(block: &Bytes) -> Result<Request<()>, Refused> {
 }
 
 /// Trailers from a HEADERS frame after the body: regular fields only (§4.3).
-pub(super) fn trailers(block: &Bytes) -> Result<HeaderMap, Refused> {
+pub fn trailers(block: &Bytes) -> Result<HeaderMap, Refused> {
     let mut headers = HeaderMap::new();
     let mut size = 0;
     qpack::decode(block, |name, value| {

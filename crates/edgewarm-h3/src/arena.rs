@@ -23,7 +23,7 @@ thread_local! {
 }
 
 /// The thread's buffer, and the addresses of the block it is cut from.
-pub(super) struct Block {
+pub struct Block {
     buf: BytesMut,
     /// While `buf`'s bytes lie in here it is that block's; a piece that grew past the room it
     /// asked for moved them to a larger buffer, which is not kept after the cut.
@@ -50,13 +50,13 @@ impl Block {
 
 /// A turn at the thread's buffer: bytes appended with [`Arena::room`]'s buffer become a piece
 /// at [`Arena::cut`].
-pub(super) struct Arena<'a>(&'a mut Block);
+pub struct Arena<'a>(&'a mut Block);
 
 impl Arena<'_> {
     /// The buffer, with at least `n` bytes free after what is appended so far. When the block
     /// has less, what is pending moves to a new block, or to a buffer of its own if it and `n`
     /// need more than a block.
-    pub(super) fn room(&mut self, n: usize) -> &mut BytesMut {
+    pub fn room(&mut self, n: usize) -> &mut BytesMut {
         let pending = self.0.buf.len();
         if self.0.buf.capacity() - pending < n {
             let need = pending + n;
@@ -68,12 +68,16 @@ impl Arena<'_> {
     }
 
     /// The bytes appended since the last cut.
-    pub(super) fn len(&self) -> usize {
+    pub fn len(&self) -> usize {
         self.0.buf.len()
     }
 
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
     /// What was appended since the last cut, as a piece; `None` if nothing was.
-    pub(super) fn cut(&mut self) -> Option<Bytes> {
+    pub fn cut(&mut self) -> Option<Bytes> {
         if self.0.buf.is_empty() {
             return None;
         }
@@ -89,7 +93,7 @@ impl Arena<'_> {
 /// `f` panics (a response body's poll can): a turn starts empty, so no byte of one response can
 /// lead another's. A turn inside a turn (a response body that reads a request's trailers
 /// could start one) gets a buffer of its own.
-pub(super) fn with<R>(f: impl FnOnce(&mut Arena<'_>) -> R) -> R {
+pub fn with<R>(f: impl FnOnce(&mut Arena<'_>) -> R) -> R {
     let mut f = Some(f);
     let ran = ARENA.try_with(|arena| {
         let mut block = arena.try_borrow_mut().ok()?;

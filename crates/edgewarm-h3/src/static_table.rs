@@ -1,6 +1,6 @@
 //! RFC 9204 Appendix A: the QPACK static table, by index.
 
-pub(super) const STATIC: [(&str, &str); 99] = [
+pub const STATIC: [(&str, &str); 99] = [
     (":authority", ""),
     (":path", "/"),
     ("age", "0"),
@@ -104,7 +104,7 @@ pub(super) const STATIC: [(&str, &str); 99] = [
 
 /// The static entries named `name`, by index: the first names the field in a literal; any
 /// of them may match its value too.
-pub(super) fn named(name: &str) -> &'static [u8] {
+pub fn named(name: &str) -> &'static [u8] {
     match name {
         ":authority" => &[0],
         ":path" => &[1],

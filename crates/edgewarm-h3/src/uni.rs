@@ -11,15 +11,15 @@ use std::pin::Pin;
 use std::task::{ready, Context, Poll};
 
 use bytes::Bytes;
-use h3::quic::RecvStream;
 
-use super::frame::{self, code, varint, Kind, ReadError, Reader};
+use crate::frame::{self, code, varint, Kind, ReadError, Reader};
+use crate::RecvStream;
 
 /// A connection error: the code to close with, and why.
 #[derive(Debug)]
-pub(super) struct ConnError {
-    pub(super) code: u64,
-    pub(super) why: &'static str,
+pub struct ConnError {
+    pub code: u64,
+    pub why: &'static str,
 }
 
 const fn error(code: u64, why: &'static str) -> ConnError {
@@ -27,7 +27,7 @@ const fn error(code: u64, why: &'static str) -> ConnError {
 }
 
 /// What a client's unidirectional stream told.
-pub(super) enum Event {
+pub enum Event {
     /// Its type: one of the critical streams (0 control, 1 QPACK encoder, 2 QPACK decoder),
     /// each of which a client may open once ([`Seen`]).
     Critical(usize),
@@ -58,19 +58,19 @@ enum State {
 }
 
 /// One unidirectional stream of the client's.
-pub(super) struct Uni<R> {
+pub struct Uni<R> {
     reader: Reader<R>,
     state: State,
 }
 
 /// The critical streams already opened: control, encoder, decoder (§6.2.1, RFC 9204 §4.2).
 #[derive(Default)]
-pub(super) struct Seen([bool; 3]);
+pub struct Seen([bool; 3]);
 
 impl Seen {
     /// The client opened critical stream `i` ([`Event::Critical`]): a second of one type is a
     /// connection error.
-    pub(super) fn open(&mut self, i: usize) -> Result<(), ConnError> {
+    pub fn open(&mut self, i: usize) -> Result<(), ConnError> {
         match self.0.get_mut(i).map(|seen| std::mem::replace(seen, true)) {
             Some(false) => Ok(()),
             _ => Err(error(code::STREAM_CREATION_ERROR, "a second critical stream of one type")),
@@ -80,10 +80,10 @@ impl Seen {
 
 /// A stream's next event, as a future: the connection keeps them in a set that polls a stream
 /// only once the stream has woken it, not on every turn of the connection's task.
-pub(super) struct Next<R>(Option<Uni<R>>);
+pub struct Next<R>(Option<Uni<R>>);
 
 impl<R> Next<R> {
-    pub(super) fn new(uni: Uni<R>) -> Self {
+    pub fn new(uni: Uni<R>) -> Self {
         Self(Some(uni))
     }
 }
@@ -115,11 +115,11 @@ fn only_zero_capacity(bytes: &[u8]) -> bool {
 }
 
 impl<R: RecvStream> Uni<R> {
-    pub(super) fn new(recv: R) -> Self {
+    pub fn new(recv: R) -> Self {
         Self { reader: Reader::new(recv), state: State::Type }
     }
 
-    fn read_error(e: ReadError) -> ConnError {
+    fn read_error<E>(e: ReadError<E>) -> ConnError {
         match e {
             ReadError::Truncated => error(code::FRAME_ERROR, "a control frame cut short"),
             // Closing or resetting a critical stream: H3_CLOSED_CRITICAL_STREAM (§6.2.1).
@@ -129,7 +129,7 @@ impl<R: RecvStream> Uni<R> {
 
     /// Read what has arrived. `Ready(Ok(Some))`: an event; `Ready(Ok(None))`: the stream is
     /// done with (an unknown type, stopped).
-    pub(super) fn poll(&mut self, cx: &mut Context<'_>) -> Poll<Result<Option<Event>, ConnError>> {
+    pub fn poll(&mut self, cx: &mut Context<'_>) -> Poll<Result<Option<Event>, ConnError>> {
         loop {
             match self.state {
                 State::Type => {
@@ -250,7 +250,7 @@ fn check_settings(mut payload: &[u8]) -> Result<(), ConnError> {
 
 /// The edge's control stream's first bytes: its type, and SETTINGS announcing the largest
 /// request head taken. QPACK's table capacity and blocked streams stay at their default, 0.
-pub(super) fn control_preface(max_field_section: u64) -> Bytes {
+pub fn control_preface(max_field_section: u64) -> Bytes {
     let mut settings = Vec::new();
     frame::put_varint(&mut settings, frame::MAX_FIELD_SECTION_SIZE);
     frame::put_varint(&mut settings, max_field_section);
@@ -261,7 +261,7 @@ pub(super) fn control_preface(max_field_section: u64) -> Bytes {
 }
 
 /// A GOAWAY frame naming `id` (§5.2).
-pub(super) fn goaway(id: u64) -> Bytes {
+pub fn goaway(id: u64) -> Bytes {
     let mut payload = Vec::new();
     frame::put_varint(&mut payload, id);
     let mut out = Vec::new();

@@ -1,6 +1,6 @@
 //! RFC 7541 Appendix B: each symbol's Huffman code, as (code, bit length); symbol 256 is EOS.
 
-pub(super) const CODES: [(u32, u8); 257] = [
+pub(crate) const CODES: [(u32, u8); 257] = [
     (0x1ff8, 13),
     (0x7fffd8, 23),
     (0xfffffe2, 28),

@@ -1,4 +1,4 @@
-//! What the fuzz targets (`fuzz/`, through [`crate::fuzzing`]) drive: the frame reader and the
+//! What the fuzz targets (`fuzz/`, through `edgewarm::fuzzing`) drive: the frame reader and the
 //! client's unidirectional streams, on bytes a client chose, cut into chunks where the fuzzer
 //! says (a QUIC stream hands data over in pieces of any size). Each checks what must hold
 //! whatever the bytes: no panic, an end in a bounded number of steps, and every byte of a
@@ -7,10 +7,10 @@
 use std::task::{Context, Poll, Waker};
 
 use bytes::{Buf, Bytes};
-use h3::quic::{RecvStream, StreamErrorIncoming, StreamId};
 
-use super::frame::{self, put_varint, varint, Kind, Reader};
-use super::uni::Uni;
+use crate::frame::{self, put_varint, varint, Kind, Reader};
+use crate::uni::Uni;
+use crate::RecvStream;
 
 /// A stream whose data is `data` cut after each length in `cuts` (cycled; a 0 is a 1), then its
 /// end. Never pending.
@@ -33,9 +33,10 @@ impl Chunked {
 }
 
 impl RecvStream for Chunked {
-    type Buf = Bytes;
+    /// Never fails: all of the data is here.
+    type Error = std::convert::Infallible;
 
-    fn poll_data(&mut self, _: &mut Context<'_>) -> Poll<Result<Option<Bytes>, StreamErrorIncoming>> {
+    fn poll_data(&mut self, _: &mut Context<'_>) -> Poll<Result<Option<Bytes>, Self::Error>> {
         if self.data.is_empty() {
             return Poll::Ready(Ok(None));
         }
@@ -46,10 +47,28 @@ impl RecvStream for Chunked {
 
     // Nothing to stop: all of the data is here already.
     fn stop_sending(&mut self, _: u64) {}
+}
 
-    fn recv_id(&self) -> StreamId {
-        StreamId::try_from(2).expect("a valid stream ID")
+/// A request head's field section (QPACK with the static table only), read as the edge reads
+/// one off a client's HEADERS frame, and the same bytes as trailers: whether each was
+/// accepted. Every string that decodes is also checked to come back through the Huffman coder
+/// unchanged.
+pub fn field_section(block: &[u8]) -> (bool, bool) {
+    let bytes = Bytes::copy_from_slice(block);
+    let mut strings = Vec::new();
+    let _ = crate::qpack::decode::<crate::qpack::Invalid>(&bytes, |name, value| {
+        strings.push(name.into_bytes());
+        strings.push(value.into_bytes());
+        Ok(())
+    });
+    for s in strings {
+        let mut coded = bytes::BytesMut::new();
+        crate::huffman::encode(&s, &mut coded);
+        let mut back = bytes::BytesMut::new();
+        assert_eq!(crate::huffman::decode(&coded, &mut back), Ok(()));
+        assert_eq!(back, s, "a string comes back through the Huffman coder");
     }
+    (crate::head::request(&bytes).is_ok(), crate::head::trailers(&bytes).is_ok())
 }
 
 /// The largest payload read whole here: larger ones are skipped, as the edge does with frames
@@ -59,7 +78,7 @@ const MAX_PAYLOAD: u64 = 1 << 16;
 /// Read the stream as frames to its end. Returns how many frames were read whole, or `None`
 /// where the stream ended inside one. Checks that every byte was consumed once, and that each
 /// integer read comes back through the encoder no longer than it came.
-pub(crate) fn frames(input: &[u8]) -> Option<usize> {
+pub fn frames(input: &[u8]) -> Option<usize> {
     let stream = Chunked::new(input);
     let total = stream.data.len();
     let whole = stream.data.clone();
@@ -108,7 +127,7 @@ pub(crate) fn frames(input: &[u8]) -> Option<usize> {
 /// Read the stream as one of the client's unidirectional streams (control, QPACK encoder or
 /// decoder, or another type) until it ends, errs or is put aside. Returns the events it told
 /// and the connection error it ended with, if any (its code).
-pub(crate) fn uni(input: &[u8]) -> (usize, Option<u64>) {
+pub fn uni(input: &[u8]) -> (usize, Option<u64>) {
     let stream = Chunked::new(input);
     let bound = stream.data.len() + 2;
     let mut uni = Uni::new(stream);
@@ -131,7 +150,7 @@ pub(crate) fn uni(input: &[u8]) -> (usize, Option<u64>) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::http::client::h3::frame::code;
+    use crate::frame::code;
 
     /// The harness on the committed seeds' shapes: a request's frames whole however cut, a
     /// frame cut short, a control stream's events then its close, the QPACK streams.

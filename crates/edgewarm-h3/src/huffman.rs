@@ -10,7 +10,7 @@ use std::sync::LazyLock;
 
 use bytes::{BufMut, BytesMut};
 
-use super::huffman_table::CODES;
+use crate::huffman_table::CODES;
 
 /// Codes up to this long are decoded by one lookup (all of the printable ASCII's common
 /// symbols are 5–8 bits).
@@ -20,7 +20,7 @@ const EOS: u16 = 256;
 /// A string literal's Huffman coding is invalid (RFC 7541 §5.2): EOS in it, or padding that is
 /// longer than 7 bits or not the EOS code's leading ones.
 #[derive(Debug, PartialEq, Eq)]
-pub(super) struct Invalid;
+pub struct Invalid;
 
 /// Each symbol's code length alone: the length pass reads a byte a symbol.
 const LENGTHS: [u8; 256] = {
@@ -34,14 +34,14 @@ const LENGTHS: [u8; 256] = {
 };
 
 /// The number of bytes `s` takes Huffman-coded.
-pub(super) fn encoded_len(s: &[u8]) -> usize {
+pub fn encoded_len(s: &[u8]) -> usize {
     let bits: usize = s.iter().map(|&b| usize::from(LENGTHS[usize::from(b)])).sum();
     bits.div_ceil(8)
 }
 
 /// Append `s` Huffman-coded to `out`, padded with the EOS code's leading ones. The caller
 /// reserves the room ([`encoded_len`]).
-pub(super) fn encode(s: &[u8], out: &mut BytesMut) {
+pub fn encode(s: &[u8], out: &mut BytesMut) {
     // Bits waiting to be written, aligned to the low end of `acc`: fewer than 32 between
     // symbols, and a code is at most 30, so they fit; they leave four bytes at a time.
     let mut acc: u64 = 0;
@@ -106,12 +106,12 @@ static DECODER: LazyLock<Decoder> = LazyLock::new(|| {
 });
 
 /// The most bytes `len` Huffman-coded bytes decode to (the shortest code is 5 bits).
-pub(super) const fn decoded_max(len: usize) -> usize {
+pub const fn decoded_max(len: usize) -> usize {
     len * 8 / 5
 }
 
 /// Decode a Huffman-coded string literal, appending it to `out`.
-pub(super) fn decode(mut s: &[u8], out: &mut BytesMut) -> Result<(), Invalid> {
+pub fn decode(mut s: &[u8], out: &mut BytesMut) -> Result<(), Invalid> {
     let d = &*DECODER;
     out.reserve(decoded_max(s.len()));
     // The next bits, left-aligned in `acc`; `bits` of them are the string's.

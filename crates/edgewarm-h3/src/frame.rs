@@ -3,41 +3,41 @@
 
 use std::task::{ready, Context, Poll};
 
+use crate::RecvStream;
 use bytes::{Buf, BufMut, Bytes, BytesMut};
-use h3::quic::{RecvStream, StreamErrorIncoming};
 
-pub(super) const DATA: u64 = 0x00;
-pub(super) const HEADERS: u64 = 0x01;
-pub(super) const CANCEL_PUSH: u64 = 0x03;
-pub(super) const SETTINGS: u64 = 0x04;
-pub(super) const PUSH_PROMISE: u64 = 0x05;
-pub(super) const GOAWAY: u64 = 0x07;
-pub(super) const MAX_PUSH_ID: u64 = 0x0d;
+pub const DATA: u64 = 0x00;
+pub const HEADERS: u64 = 0x01;
+pub const CANCEL_PUSH: u64 = 0x03;
+pub const SETTINGS: u64 = 0x04;
+pub const PUSH_PROMISE: u64 = 0x05;
+pub const GOAWAY: u64 = 0x07;
+pub const MAX_PUSH_ID: u64 = 0x0d;
 
 /// SETTINGS_MAX_FIELD_SECTION_SIZE (§7.2.4.1).
-pub(super) const MAX_FIELD_SECTION_SIZE: u64 = 0x06;
+pub const MAX_FIELD_SECTION_SIZE: u64 = 0x06;
 
 /// HTTP/3's error codes (§8.1) and QPACK's (RFC 9204 §6).
-pub(super) mod code {
-    pub(crate) const NO_ERROR: u64 = 0x100;
-    pub(crate) const GENERAL_PROTOCOL_ERROR: u64 = 0x101;
-    pub(crate) const INTERNAL_ERROR: u64 = 0x102;
-    pub(crate) const STREAM_CREATION_ERROR: u64 = 0x103;
-    pub(crate) const CLOSED_CRITICAL_STREAM: u64 = 0x104;
-    pub(crate) const FRAME_UNEXPECTED: u64 = 0x105;
-    pub(crate) const FRAME_ERROR: u64 = 0x106;
-    pub(crate) const EXCESSIVE_LOAD: u64 = 0x107;
-    pub(crate) const SETTINGS_ERROR: u64 = 0x109;
-    pub(crate) const MISSING_SETTINGS: u64 = 0x10a;
-    pub(crate) const REQUEST_REJECTED: u64 = 0x10b;
-    pub(crate) const REQUEST_INCOMPLETE: u64 = 0x10d;
-    pub(crate) const MESSAGE_ERROR: u64 = 0x10e;
-    pub(crate) const QPACK_DECOMPRESSION_FAILED: u64 = 0x200;
-    pub(crate) const QPACK_ENCODER_STREAM_ERROR: u64 = 0x201;
+pub mod code {
+    pub const NO_ERROR: u64 = 0x100;
+    pub const GENERAL_PROTOCOL_ERROR: u64 = 0x101;
+    pub const INTERNAL_ERROR: u64 = 0x102;
+    pub const STREAM_CREATION_ERROR: u64 = 0x103;
+    pub const CLOSED_CRITICAL_STREAM: u64 = 0x104;
+    pub const FRAME_UNEXPECTED: u64 = 0x105;
+    pub const FRAME_ERROR: u64 = 0x106;
+    pub const EXCESSIVE_LOAD: u64 = 0x107;
+    pub const SETTINGS_ERROR: u64 = 0x109;
+    pub const MISSING_SETTINGS: u64 = 0x10a;
+    pub const REQUEST_REJECTED: u64 = 0x10b;
+    pub const REQUEST_INCOMPLETE: u64 = 0x10d;
+    pub const MESSAGE_ERROR: u64 = 0x10e;
+    pub const QPACK_DECOMPRESSION_FAILED: u64 = 0x200;
+    pub const QPACK_ENCODER_STREAM_ERROR: u64 = 0x201;
 }
 
 /// What a frame type may do on a stream where it has no meaning.
-pub(super) enum Kind {
+pub enum Kind {
     /// HTTP/2's frame types that HTTP/3 reserves, and frames that belong to another kind of
     /// stream: a connection error (§7.2.8, §7.2).
     Unexpected,
@@ -47,7 +47,7 @@ pub(super) enum Kind {
 }
 
 /// Whether `t` is a frame type HTTP/3 defines, one it reserves, or one to skip.
-pub(super) fn kind(t: u64) -> Kind {
+pub fn kind(t: u64) -> Kind {
     match t {
         DATA | HEADERS | CANCEL_PUSH | SETTINGS | PUSH_PROMISE | GOAWAY | MAX_PUSH_ID => Kind::Known,
         0x02 | 0x06 | 0x08 | 0x09 => Kind::Unexpected,
@@ -60,7 +60,7 @@ const VARINT_MAX: u64 = (1 << 62) - 1;
 
 /// Read a variable-length integer from the front of `b`: the value and its size, or `None`
 /// if `b` is too short.
-pub(super) fn varint(b: &[u8]) -> Option<(u64, usize)> {
+pub fn varint(b: &[u8]) -> Option<(u64, usize)> {
     let first = *b.first()?;
     let len = 1usize << (first >> 6);
     let bytes = b.get(..len)?;
@@ -72,7 +72,7 @@ pub(super) fn varint(b: &[u8]) -> Option<(u64, usize)> {
 }
 
 /// Append `v` (at most 2^62 - 1) as a variable-length integer, in the fewest bytes.
-pub(super) fn put_varint(out: &mut impl BufMut, v: u64) {
+pub fn put_varint(out: &mut impl BufMut, v: u64) {
     debug_assert!(v <= VARINT_MAX);
     if v < 1 << 6 {
         out.put_u8(v as u8);
@@ -86,36 +86,33 @@ pub(super) fn put_varint(out: &mut impl BufMut, v: u64) {
 }
 
 /// The longest frame header: a type and a length of eight bytes each.
-pub(super) const MAX_HEADER: usize = 16;
+pub const MAX_HEADER: usize = 16;
 
 /// Append a frame's header: its type and payload length.
-pub(super) fn put_header(out: &mut impl BufMut, t: u64, len: usize) {
+pub fn put_header(out: &mut impl BufMut, t: u64, len: usize) {
     put_varint(out, t);
     put_varint(out, len as u64);
 }
 
 /// Why a stream could not be read as frames.
 #[derive(Debug)]
-pub(super) enum ReadError {
+pub enum ReadError<E> {
     /// The stream ended inside a frame: H3_FRAME_ERROR (§7.1).
     Truncated,
     /// The QUIC stream failed: reset by the peer, or the connection gone.
-    Stream(StreamErrorIncoming),
+    Stream(E),
 }
 
-impl From<StreamErrorIncoming> for ReadError {
-    fn from(e: StreamErrorIncoming) -> Self {
-        Self::Stream(e)
-    }
-}
+/// What a read of the stream gives: `T`, or why not.
+pub type Read<T, E> = Poll<Result<T, ReadError<E>>>;
 
 /// A stream read as a sequence of frames. What is read and not yet consumed is kept as the
 /// QUIC layer handed it over: a frame inside one chunk is a view into it. A frame header cut
 /// between chunks is joined with the next (a header is at most 16 bytes, so that copies the
 /// chunk once); a whole payload ([`Reader::poll_exact`]) is gathered into one buffer of its
 /// size, so each byte is copied once however finely the peer cuts it up.
-pub(super) struct Reader<R> {
-    pub(super) recv: R,
+pub struct Reader<R> {
+    pub recv: R,
     have: Bytes,
     /// A payload being gathered by [`Reader::poll_exact`].
     gather: BytesMut,
@@ -124,17 +121,17 @@ pub(super) struct Reader<R> {
 }
 
 impl<R: RecvStream> Reader<R> {
-    pub(super) fn new(recv: R) -> Self {
+    pub fn new(recv: R) -> Self {
         Self { recv, have: Bytes::new(), gather: BytesMut::new(), fin: false }
     }
 
     /// The stream's next chunk; `None` at its end.
-    fn poll_chunk(&mut self, cx: &mut Context<'_>) -> Poll<Result<Option<Bytes>, ReadError>> {
+    fn poll_chunk(&mut self, cx: &mut Context<'_>) -> Read<Option<Bytes>, R::Error> {
         if self.fin {
             return Poll::Ready(Ok(None));
         }
-        match ready!(self.recv.poll_data(cx))? {
-            Some(mut chunk) => Poll::Ready(Ok(Some(chunk.copy_to_bytes(chunk.remaining())))),
+        match ready!(self.recv.poll_data(cx)).map_err(ReadError::Stream)? {
+            Some(chunk) => Poll::Ready(Ok(Some(chunk))),
             None => {
                 self.fin = true;
                 Poll::Ready(Ok(None))
@@ -144,7 +141,7 @@ impl<R: RecvStream> Reader<R> {
 
     /// Read the next chunk into `have` (only ever a few bytes before it): false at the
     /// stream's end.
-    fn poll_more(&mut self, cx: &mut Context<'_>) -> Poll<Result<bool, ReadError>> {
+    fn poll_more(&mut self, cx: &mut Context<'_>) -> Read<bool, R::Error> {
         let Some(chunk) = ready!(self.poll_chunk(cx))? else { return Poll::Ready(Ok(false)) };
         if self.have.is_empty() {
             self.have = chunk;
@@ -158,7 +155,7 @@ impl<R: RecvStream> Reader<R> {
     }
 
     /// A variable-length integer (a unidirectional stream's type); `None` at the stream's end.
-    pub(super) fn poll_varint(&mut self, cx: &mut Context<'_>) -> Poll<Result<Option<u64>, ReadError>> {
+    pub fn poll_varint(&mut self, cx: &mut Context<'_>) -> Read<Option<u64>, R::Error> {
         loop {
             if let Some((v, n)) = varint(&self.have) {
                 self.have.advance(n);
@@ -171,7 +168,7 @@ impl<R: RecvStream> Reader<R> {
     }
 
     /// The next frame's type and payload length; `None` where the stream ends between frames.
-    pub(super) fn poll_header(&mut self, cx: &mut Context<'_>) -> Poll<Result<Option<(u64, u64)>, ReadError>> {
+    pub fn poll_header(&mut self, cx: &mut Context<'_>) -> Read<Option<(u64, u64)>, R::Error> {
         loop {
             if let Some((t, n)) = varint(&self.have) {
                 if let Some((len, m)) = varint(&self.have[n..]) {
@@ -186,7 +183,7 @@ impl<R: RecvStream> Reader<R> {
     }
 
     /// A payload of `len` bytes, whole. The caller bounds `len`.
-    pub(super) fn poll_exact(&mut self, cx: &mut Context<'_>, len: usize) -> Poll<Result<Bytes, ReadError>> {
+    pub fn poll_exact(&mut self, cx: &mut Context<'_>, len: usize) -> Read<Bytes, R::Error> {
         if self.gather.is_empty() && self.have.len() >= len {
             return Poll::Ready(Ok(self.have.split_to(len)));
         }
@@ -207,7 +204,7 @@ impl<R: RecvStream> Reader<R> {
     }
 
     /// Up to `left` bytes of a payload, as much as has arrived (never empty).
-    pub(super) fn poll_some(&mut self, cx: &mut Context<'_>, left: u64) -> Poll<Result<Bytes, ReadError>> {
+    pub fn poll_some(&mut self, cx: &mut Context<'_>, left: u64) -> Read<Bytes, R::Error> {
         if self.have.is_empty() && !ready!(self.poll_more(cx))? {
             return Poll::Ready(Err(ReadError::Truncated));
         }
@@ -216,7 +213,7 @@ impl<R: RecvStream> Reader<R> {
     }
 
     /// Skip `left` bytes of a payload; `left` is what is still to skip.
-    pub(super) fn poll_skip(&mut self, cx: &mut Context<'_>, left: &mut u64) -> Poll<Result<(), ReadError>> {
+    pub fn poll_skip(&mut self, cx: &mut Context<'_>, left: &mut u64) -> Read<(), R::Error> {
         while *left > 0 {
             let n = ready!(self.poll_some(cx, *left))?.len();
             *left -= n as u64;

@@ -11,37 +11,37 @@ use bytes::{BufMut, Bytes, BytesMut};
 use http::header::{HeaderMap, HeaderValue};
 use http::StatusCode;
 
-use super::arena::{self, Arena};
-use super::huffman;
-use super::static_table::{named, STATIC};
+use crate::arena::{self, Arena};
+use crate::huffman;
+use crate::static_table::{named, STATIC};
 
 /// A field section that breaks QPACK's rules: QPACK_DECOMPRESSION_FAILED, a connection error.
 #[derive(Debug, PartialEq, Eq)]
-pub(super) struct Invalid(pub(super) &'static str);
+pub struct Invalid(pub &'static str);
 
 /// A name or value as the section carried it: a static table entry's, or its own.
 #[derive(Debug)]
-pub(super) enum Text {
+pub enum Text {
     Static(&'static str),
     Own(Bytes),
 }
 
 impl Text {
-    pub(super) fn as_bytes(&self) -> &[u8] {
+    pub fn as_bytes(&self) -> &[u8] {
         match self {
             Self::Static(s) => s.as_bytes(),
             Self::Own(b) => b,
         }
     }
 
-    pub(super) fn into_bytes(self) -> Bytes {
+    pub fn into_bytes(self) -> Bytes {
         match self {
             Self::Static(s) => Bytes::from_static(s.as_bytes()),
             Self::Own(b) => b,
         }
     }
 
-    pub(super) fn into_value(self) -> Result<HeaderValue, http::header::InvalidHeaderValue> {
+    pub fn into_value(self) -> Result<HeaderValue, http::header::InvalidHeaderValue> {
         match self {
             Self::Static(s) => Ok(HeaderValue::from_static(s)),
             Self::Own(b) => HeaderValue::from_maybe_shared(b),
@@ -97,10 +97,7 @@ fn static_entry(index: u64) -> Result<&'static (&'static str, &'static str), Inv
 }
 
 /// Decode a field section, handing each field line to `field` in order.
-pub(super) fn decode<E: From<Invalid>>(
-    block: &Bytes,
-    mut field: impl FnMut(Text, Text) -> Result<(), E>,
-) -> Result<(), E> {
+pub fn decode<E: From<Invalid>>(block: &Bytes, mut field: impl FnMut(Text, Text) -> Result<(), E>) -> Result<(), E> {
     arena::with(|arena| decode_in(block, arena, &mut field))
 }
 
@@ -148,7 +145,7 @@ fn decode_in<E: From<Invalid>>(
 }
 
 /// Append a prefixed integer: `flags` are the first byte's bits above its `bits`-bit prefix.
-pub(super) fn put_int(out: &mut BytesMut, bits: u32, flags: u8, v: u64) {
+pub fn put_int(out: &mut BytesMut, bits: u32, flags: u8, v: u64) {
     let mask = (1u64 << bits) - 1;
     if v < mask {
         out.put_u8(flags | v as u8);
@@ -219,7 +216,7 @@ fn put_field(out: &mut BytesMut, name: &str, value: &[u8], sensitive: bool) {
 
 /// Encode a response head (`status`) or trailers (none) as a field section, appending it to
 /// `out`.
-pub(super) fn encode(status: Option<StatusCode>, headers: &HeaderMap, out: &mut BytesMut) {
+pub fn encode(status: Option<StatusCode>, headers: &HeaderMap, out: &mut BytesMut) {
     // Required Insert Count 0, Base 0.
     out.extend_from_slice(&[0, 0]);
     if let Some(status) = status {
