@@ -198,6 +198,9 @@ pub struct FleetReport {
     pub target_ms: f64,
     pub origin_rtt_ms: f64,
     pub nodes: Vec<NodeRow>,
+    /// What starting a call costs the lab (curl in edge 0's namespace, `/ready`'s median):
+    /// part of every purge → applied time.
+    pub call_overhead_ms: f64,
     /// The `?wait=fleet` call, as the lab timed it (curl in edge 0's namespace), and as edgewarm
     /// did (`waited_ms`: stored to applied by every live node); calls answered 504.
     pub call_p50_ms: f64,
@@ -255,16 +258,17 @@ impl FleetReport {
         let ms = |v: Option<f64>| v.map_or("never".to_string(), |v| format!("{v:.0} ms"));
         out += &format!(
             "\nPurge → applied: from the start of the purge call (curl in edge 0's namespace) to the node's \
-             `fleet purge applied` log line for its sequence. The `?wait=fleet` call took p50 {:.1} ms, p99 \
+             `fleet purge applied` log line for its sequence; starting a call costs the lab {:.1} ms of it \
+             (curl in the namespace and a local round trip, `/ready`'s median). The `?wait=fleet` call took p50 {:.1} ms, p99 \
              {:.1} ms (edgewarm's `waited_ms`: p50 {:.1}, p99 {:.1}); {} answered 504 (a live node missing).\n\n\
              | reads | ok | edge hits | failed | stale, connected nodes | stale, cut node while cut | stale, cut node back, not caught up |\n\
              |---:|---:|---:|---:|---:|---:|---:|\n\
              | {} | {} | {} | {} | **{}** | **{}** | **{}** |\n\n\
              Stale: a copy the origin made before a purge of it was called, read after that purge was \
-             acknowledged. **Catch-up**: edge {} missed {} purges while cut; it had applied them all {} \
+             acknowledged. **Catch-up**: edge {} missed {} purge(s) while cut; it had applied them all {} \
              after its link came back (its log), and its `/fleet` said applied ≥ {} and caught up {} \
              after (target: 1 s).\n\nDelay box worst lateness: {} µs.\n",
-            self.call_p50_ms, self.call_p99_ms, self.waited_p50_ms, self.waited_p99_ms, self.answered_504,
+            self.call_overhead_ms, self.call_p50_ms, self.call_p99_ms, self.waited_p50_ms, self.waited_p99_ms, self.answered_504,
             r.total, r.ok, r.edge_hits, r.failed, r.stale_connected, r.stale_cut_during_cut, r.stale_cut_catching_up,
             c.edge, c.missed, ms(c.applied_ms), self.cut.last_seq, ms(c.fleet_ms), self.delay_box_max_late_us,
         );
