@@ -90,7 +90,9 @@ pub async fn run(opts: &LabOpts) -> Result<FleetReport, LabError> {
         let is_cut = i == Some(cut_edge);
         nodes.push(NodeRow::new(&name, &at, &purges, is_cut.then_some(&cut)));
         if is_cut {
-            catch_up = Some(CatchUp::new(&cut, &at, &purges));
+            // Each connection after the first raised the fence until it had caught up.
+            let reconnections = log.matches("fleet: connected to NATS").count().saturating_sub(1);
+            catch_up = Some(CatchUp { reconnections, ..CatchUp::new(&cut, &at, &purges) });
         }
     }
     let sorted = |f: fn(&Purge) -> f64| {
@@ -113,6 +115,10 @@ pub async fn run(opts: &LabOpts) -> Result<FleetReport, LabError> {
         waited_p50_ms: pct(&waited, 0.5),
         waited_p99_ms: pct(&waited, 0.99),
         answered_504: purges.iter().filter(|p| p.answer.status == 504).count(),
+        answered_without_all: purges
+            .iter()
+            .filter(|p| p.answer.status == 200 && p.answer.applied.len() < usize::from(tiers.edges) + 1)
+            .count(),
         reads: Reads::tally(&reads, &purges, &cut),
         catch_up: catch_up.unwrap_or_else(|| CatchUp::new(&cut, &Default::default(), &purges)),
         cut,
@@ -216,11 +222,7 @@ impl Lab<'_> {
             start_cut.notify_one();
             out
         };
-        let cutting = async {
-            let cut = self.cut(cut_edge, o.cut, &start_cut).await;
-            restored.notify_one();
-            cut
-        };
+        let cutting = self.cut(cut_edge, o.cut, (&start_cut, &restored));
         let reading =
             futures_util::future::join_all((0..self.net.edges.len() as u8).map(|e| self.reader(e, &last, &stop)));
         let stopping = async {
@@ -264,16 +266,17 @@ impl Lab<'_> {
         Ok(purges)
     }
 
-    /// Cut edge `edge`'s link to the shield for `length` once told (at most a minute later),
-    /// restore it, then follow its `/fleet` (every 20 ms, at most 30 s) until it has applied
-    /// the stream's last purge and caught up.
-    async fn cut(&self, edge: u8, length: Duration, start: &Notify) -> Cut {
+    /// Cut edge `edge`'s link to the shield for `length` once told to `start` (at most a
+    /// minute later), restore it and say so (`restored`), then follow its `/fleet` (every
+    /// 20 ms, at most 30 s) until it has applied the stream's last purge and caught up.
+    async fn cut(&self, edge: u8, length: Duration, (start, restored): (&Notify, &Notify)) -> Cut {
         let _ = tokio::time::timeout(Duration::from_secs(60), start.notified()).await;
         self.net.cut_edge(edge, true);
         let from_ms = self.now_ms();
         tokio::time::sleep(length).await;
         self.net.cut_edge(edge, false);
         let to_ms = self.now_ms();
+        restored.notify_one();
         let last_seq = nats::status(&self.net.edges[0]).await["applied"].as_u64().unwrap_or(0);
         let ns = &self.net.edges[usize::from(edge)];
         let mut caught_up_ms = None;

@@ -157,6 +157,8 @@ pub struct CatchUp {
     pub missed: usize,
     pub applied_ms: Option<f64>,
     pub fleet_ms: Option<f64>,
+    /// Times it connected to NATS again (its log): each raises the fence until caught up.
+    pub reconnections: usize,
 }
 
 impl CatchUp {
@@ -175,6 +177,7 @@ impl CatchUp {
             missed: missed.len(),
             applied_ms: all.map(|a| a.into_iter().fold(cut.to_ms, f64::max) - cut.to_ms),
             fleet_ms: cut.caught_up_ms.map(|c| c - cut.to_ms),
+            reconnections: 0,
         }
     }
 }
@@ -208,6 +211,9 @@ pub struct FleetReport {
     pub waited_p50_ms: f64,
     pub waited_p99_ms: f64,
     pub answered_504: usize,
+    /// Calls answered 200 without every node among `applied` (one not heard from for 5 s no
+    /// longer counts as live).
+    pub answered_without_all: usize,
     pub reads: Reads,
     pub catch_up: CatchUp,
     pub cut: Cut,
@@ -260,17 +266,20 @@ impl FleetReport {
             "\nPurge → applied: from the start of the purge call (curl in edge 0's namespace) to the node's \
              `fleet purge applied` log line for its sequence; starting a call costs the lab {:.1} ms of it \
              (curl in the namespace and a local round trip, `/ready`'s median). The `?wait=fleet` call took p50 {:.1} ms, p99 \
-             {:.1} ms (edgewarm's `waited_ms`: p50 {:.1}, p99 {:.1}); {} answered 504 (a live node missing).\n\n\
+             {:.1} ms (edgewarm's `waited_ms`: p50 {:.1}, p99 {:.1}); {} answered 504 (a live node missing), {} answered 200 without every node (one not heard \
+             from for 5 s is not waited for).\n\n\
              | reads | ok | edge hits | failed | stale, connected nodes | stale, cut node while cut | stale, cut node back, not caught up |\n\
              |---:|---:|---:|---:|---:|---:|---:|\n\
              | {} | {} | {} | {} | **{}** | **{}** | **{}** |\n\n\
              Stale: a copy the origin made before a purge of it was called, read after that purge was \
              acknowledged. **Catch-up**: edge {} missed {} purge(s) while cut; it had applied them all {} \
              after its link came back (its log), and its `/fleet` said applied ≥ {} and caught up {} \
-             after (target: 1 s).\n\nDelay box worst lateness: {} µs.\n",
+             after (target: 1 s); it connected to NATS again {} time(s) meanwhile.\n\nDelay box worst lateness: {} µs.\n",
             self.call_overhead_ms, self.call_p50_ms, self.call_p99_ms, self.waited_p50_ms, self.waited_p99_ms, self.answered_504,
+            self.answered_without_all,
             r.total, r.ok, r.edge_hits, r.failed, r.stale_connected, r.stale_cut_during_cut, r.stale_cut_catching_up,
-            c.edge, c.missed, ms(c.applied_ms), self.cut.last_seq, ms(c.fleet_ms), self.delay_box_max_late_us,
+            c.edge, c.missed, ms(c.applied_ms), self.cut.last_seq, ms(c.fleet_ms), c.reconnections,
+            self.delay_box_max_late_us,
         );
         out
     }
