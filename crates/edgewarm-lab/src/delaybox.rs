@@ -19,6 +19,9 @@
 //! final spin is not, and tokio's 1 ms timer would be far too coarse. Lateness (release to
 //! actual write) is measured and reported as `max_late`.
 //!
+//! Cut: [`Link::cut`] drops every packet either way until it is restored (counted as `lost`):
+//! a link gone dark, as a partition is, with no error for either side to see.
+//!
 //! Queue: bounded (like a router's buffer); packets arriving to a full queue are dropped and
 //! counted (`drops`), and TCP reacts as it would to a real loss. Packets the loss model takes
 //! are counted apart (`lost`), so an impaired link's queue overflows still show.
@@ -64,6 +67,7 @@ struct Queue {
 /// One link: two TUN devices and four threads. Dropping it stops and joins the threads.
 pub struct Link {
     stop: Arc<AtomicBool>,
+    cut: Arc<AtomicBool>,
     threads: Vec<JoinHandle<()>>,
     pub forward: Arc<Counters>,
     pub backward: Arc<Counters>,
@@ -75,6 +79,7 @@ impl Link {
     pub fn start(a: SyncDevice, b: SyncDevice, one_way: Duration, impair: LinkImpair, seed: u64) -> io::Result<Self> {
         let (a, b) = (Arc::new(a), Arc::new(b));
         let stop = Arc::new(AtomicBool::new(false));
+        let cut = Arc::new(AtomicBool::new(false));
         let (forward, backward) = (Arc::new(Counters::default()), Arc::new(Counters::default()));
         let mut threads = Vec::new();
         for (dir, (from, to, counters, name)) in
@@ -83,10 +88,11 @@ impl Link {
             let queue = Arc::new(Queue { packets: Mutex::new(VecDeque::new()), ready: Condvar::new() });
             let impairer = Impairer::new(one_way, impair, stream_seed(seed, dir as u64));
             let (from, q, st, c) = (from.clone(), queue.clone(), stop.clone(), counters.clone());
+            let cut = cut.clone();
             threads.push(
                 std::thread::Builder::new()
                     .name(format!("delay-read {name}"))
-                    .spawn(move || read_loop(&from, &q, impairer, &st, &c))?,
+                    .spawn(move || read_loop(&from, &q, (impairer, &cut), &st, &c))?,
             );
             let (to, st, c) = (to.clone(), stop.clone(), counters.clone());
             threads.push(
@@ -95,7 +101,12 @@ impl Link {
                     .spawn(move || write_loop(&to, &queue, &st, &c))?,
             );
         }
-        Ok(Self { stop, threads, forward, backward })
+        Ok(Self { stop, cut, threads, forward, backward })
+    }
+
+    /// Cut the link (`true`: every packet either way is dropped from now on) or restore it.
+    pub fn cut(&self, cut: bool) {
+        self.cut.store(cut, Ordering::Relaxed);
     }
 }
 
@@ -115,7 +126,13 @@ impl Drop for Link {
     }
 }
 
-fn read_loop(dev: &SyncDevice, queue: &Queue, mut impairer: Impairer, stop: &AtomicBool, c: &Counters) {
+fn read_loop(
+    dev: &SyncDevice,
+    queue: &Queue,
+    (mut impairer, cut): (Impairer, &AtomicBool),
+    stop: &AtomicBool,
+    c: &Counters,
+) {
     let mut buf = vec![0u8; MAX_PACKET];
     while !stop.load(Ordering::Relaxed) {
         match sockopt::wait_readable(dev, POLL) {
@@ -128,7 +145,8 @@ fn read_loop(dev: &SyncDevice, queue: &Queue, mut impairer: Impairer, stop: &Ato
             Err(e) if e.kind() == io::ErrorKind::WouldBlock || e.kind() == io::ErrorKind::Interrupted => continue,
             Err(_) => return,
         };
-        let Some(release) = impairer.admit(Instant::now()) else {
+        let admitted = impairer.admit(Instant::now()).filter(|_| !cut.load(Ordering::Relaxed));
+        let Some(release) = admitted else {
             c.lost.fetch_add(1, Ordering::Relaxed);
             continue;
         };

@@ -3,7 +3,7 @@
 #[derive(Debug, thiserror::Error)]
 pub enum LabError {
     #[error(
-        "unknown scenario {0:?}: default, ats-poc, far-origin, ramp, tfo, floor, lossy, pages, upgrade, two-tier or failover"
+        "unknown scenario {0:?}: default, ats-poc, far-origin, ramp, tfo, floor, lossy, pages, upgrade, two-tier, fleet or failover"
     )]
     Scenario(String),
     #[error("scenario file {0}")]
@@ -33,11 +33,14 @@ pub enum LabError {
     /// or the lab lacks), said before anything is built.
     #[error("two-tier: {0}")]
     Tiers(String),
+    /// `fleet`: a setting the fleet lab cannot run, said before anything is built.
+    #[error("fleet: {0}")]
+    Fleet(String),
 }
 
 impl LabError {
     /// Bad input from the user (scenario name or file, suite folder), as opposed to a failure while running.
     pub fn is_usage(&self) -> bool {
-        matches!(self, Self::Scenario(_) | Self::ScenarioFile(_) | Self::NoSuite(_) | Self::Tiers(_))
+        matches!(self, Self::Scenario(_) | Self::ScenarioFile(_) | Self::NoSuite(_) | Self::Tiers(_) | Self::Fleet(_))
     }
 }

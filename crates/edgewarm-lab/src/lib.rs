@@ -31,6 +31,9 @@
 //! - [`two_tier`]: `lab --scenario two-tier`, edges whose origin is a shield (a second
 //!   edgewarm near the origin, both caching): what reaches the origin, and each visit's cost by
 //!   what the caches hold.
+//! - [`fleet`]: `lab --scenario fleet`, the two-tier hosts as one fleet purging through NATS:
+//!   purge → applied time on every node, stale reads after an acknowledged purge, and a cut
+//!   edge's catch-up.
 //! - [`cache_tests`]: `edgewarm-lab cache-tests`, the HTTP cache test suite (http-tests'
 //!   cache-tests) run against edgewarm: [`cache_suite`] prepares the suite, [`cache_edge`]
 //!   starts edgewarm in front of its origin, [`cache_report`] tallies the results against the
@@ -47,6 +50,7 @@ pub mod delaybox;
 pub mod error;
 pub mod failover;
 pub(crate) mod files;
+pub mod fleet;
 pub(crate) mod hosts;
 pub mod impair;
 pub mod load;

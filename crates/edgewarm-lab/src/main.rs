@@ -22,7 +22,7 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// Emulate WAN round trips in network namespaces and measure TTFB per mode (needs root).
-    Lab(edgewarm_lab::run::LabOpts),
+    Lab(Box<edgewarm_lab::run::LabOpts>),
     /// Load generator: every request on a new TCP + TLS (or QUIC) connection.
     Load(edgewarm_lab::load::LoadOpts),
     /// Headless Chromium loads a page, as a first and a returning visit, and reports its
@@ -60,7 +60,7 @@ fn main() -> ExitCode {
     };
     runtime.block_on(async move {
         match cli.command {
-            Command::Lab(opts) => lab(opts).await,
+            Command::Lab(opts) => lab(*opts).await,
             Command::Load(opts) => load(opts).await,
             Command::Browse(opts) => browse(opts).await,
             Command::Origin(opts) => origin(opts).await,
@@ -71,12 +71,13 @@ fn main() -> ExitCode {
 }
 
 async fn lab(opts: edgewarm_lab::run::LabOpts) -> ExitCode {
-    use edgewarm_lab::{failover, pages_lab, run, two_tier, upgrade_lab};
+    use edgewarm_lab::{failover, fleet, pages_lab, run, two_tier, upgrade_lab};
     match opts.scenario.as_str() {
         "pages" => finish(&opts, pages_lab::run(&opts), |r| (r.markdown(), r.run_dir.clone(), r.failed())).await,
         "upgrade" => finish(&opts, upgrade_lab::run(&opts), |r| (r.markdown(), r.run_dir.clone(), 0)).await,
         "failover" => finish(&opts, failover::run(&opts), |r| (r.markdown(), r.run_dir.clone(), r.failed())).await,
         "two-tier" => finish(&opts, two_tier::run(&opts), |r| (r.markdown(), r.run_dir.clone(), r.failed())).await,
+        "fleet" => finish(&opts, fleet::run(&opts), |r| (r.markdown(), r.run_dir.clone(), r.failed())).await,
         _ => finish(&opts, run::run(&opts), |r| (r.markdown(), r.run_dir.clone(), 0)).await,
     }
 }

@@ -4,7 +4,9 @@
 //! its responses cacheable (`--cache-control`) and log every request it answers
 //! (`--access-log`): the count of what reached the origin. The browser lab's released pages
 //! carry the cache headers [`crate::pages_cache`] gives them, and their HTML is answered 304
-//! for its own `ETag`.
+//! for its own `ETag`. Every other response carries `x-lab-generation`: its request's place
+//! among those the origin answered (1, 2, …; the access log's line number, when there is one),
+//! so a cache's copy tells when it was made (the fleet lab's stale check).
 
 use std::future::Future;
 use std::sync::Arc;
@@ -86,6 +88,8 @@ struct Answers {
     html_think: Duration,
     cache_control: Option<hyper::header::HeaderValue>,
     log: Option<std::sync::Mutex<std::fs::File>>,
+    /// Requests answered so far (the generation of the last response).
+    answered: std::sync::atomic::AtomicU64,
 }
 
 /// Serve until `shutdown` (TLS with `tls`, else cleartext). Each connection in its own task.
@@ -111,6 +115,7 @@ pub async fn serve(
         html_think: opts.html_think,
         cache_control,
         log,
+        answered: std::sync::atomic::AtomicU64::new(0),
     });
     tokio::pin!(shutdown);
     loop {
@@ -156,8 +161,8 @@ where
                 *response.status_mut() = status;
                 return Ok(response);
             }
-            answers.record(&req);
-            Ok::<_, std::convert::Infallible>(respond(&req, &answers))
+            let generation = answers.record(&req);
+            Ok::<_, std::convert::Infallible>(respond(&req, &answers, generation))
         }
     });
     let builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
@@ -191,22 +196,26 @@ impl Answers {
 
     /// One access-log line. Written (a blocking write of one short line: a lab origin answers a
     /// few requests a second) before the response leaves, so whoever has the response finds
-    /// its request counted in the file.
-    fn record<B>(&self, req: &hyper::Request<B>) {
+    /// its request counted in the file. Returns the request's place (its response's
+    /// generation), counted under the file's lock so that it is the line's number.
+    fn record<B>(&self, req: &hyper::Request<B>) -> u64 {
         use std::io::Write as _;
-        let Some(log) = &self.log else { return };
+        let next = || self.answered.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
+        let Some(log) = &self.log else { return next() };
         let target = req.uri().path_and_query().map_or("/", |p| p.as_str());
         let line = format!("{} {target}\n", req.method());
         let mut file = log.lock().unwrap_or_else(|p| p.into_inner());
+        let generation = next();
         if let Err(e) = file.write_all(line.as_bytes()) {
             tracing::warn!(error = %e, "cannot write the access log");
         }
+        generation
     }
 }
 
 /// A page of the browser lab's ([`crate::pages`]) if the path names one, else the fixed body
-/// (with `--cache-control`'s header).
-fn respond<B>(req: &hyper::Request<B>, answers: &Answers) -> hyper::Response<Full<Bytes>> {
+/// (with `--cache-control`'s header and its `generation`).
+fn respond<B>(req: &hyper::Request<B>, answers: &Answers, generation: u64) -> hyper::Response<Full<Bytes>> {
     let authority = req.uri().authority().map(|a| a.as_str());
     let host = authority
         .or_else(|| req.headers().get(hyper::header::HOST).and_then(|h| h.to_str().ok()))
@@ -217,6 +226,7 @@ fn respond<B>(req: &hyper::Request<B>, answers: &Answers) -> hyper::Response<Ful
         if let Some(v) = &answers.cache_control {
             response.headers_mut().insert(hyper::header::CACHE_CONTROL, v.clone());
         }
+        response.headers_mut().insert("x-lab-generation", hyper::header::HeaderValue::from(generation));
         return response;
     };
     use hyper::header::{HeaderValue, CACHE_CONTROL, ETAG, IF_NONE_MATCH, LINK};

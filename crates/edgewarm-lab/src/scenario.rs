@@ -24,7 +24,8 @@ pub struct LabOpts {
     /// lossy (r 20 ms, R 150 ms: page loads of direct, prewarm and http at 40 new clients a
     /// second for 20 s while link B loses 0, 0.5, 1 and 2 % of its packets), two-tier (r 20 ms,
     /// R 100 ms: caching edges whose origin is a caching shield 1 ms from the origin; cold, warm
-    /// shield and warm edge visits, and the origin's request count), failover (on loopback: a
+    /// shield and warm edge visits, and the origin's request count), fleet (the two-tier hosts
+    /// purging as one through NATS, one edge cut off for a while), failover (on loopback: a
     /// route's two origin servers, one killed, slowed by 200 ms and answering 503 in turn, with
     /// `--peers` HAProxy and nginx beside edgewarm; `--requests`: each fault's seconds, 10).
     #[arg(long, default_value = "default")]
@@ -56,7 +57,8 @@ pub struct LabOpts {
     #[arg(long = "big-r", value_parser = humantime::parse_duration)]
     pub big_r: Option<Duration>,
     /// New connections per mode (default 40); for `pages`, loads per page, mode and visit
-    /// (default 10); for `upgrade`, rounds (default 7); for `two-tier`, objects (default 40).
+    /// (default 10); for `upgrade`, rounds (default 7); for `two-tier`, objects (default 40);
+    /// for `fleet`, warm objects (default 20).
     #[arg(long)]
     pub requests: Option<usize>,
     /// `pages` only: the pages to load (login, news, app, split; default all).
@@ -114,6 +116,8 @@ pub struct LabOpts {
     pub edgewarm: Option<PathBuf>,
     #[command(flatten)]
     pub tiers: crate::two_tier::opts::TierOpts,
+    #[command(flatten)]
+    pub fleet: crate::fleet::opts::FleetOpts,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -388,7 +392,7 @@ impl Scenario {
                 return Some(Self { ramp, ..base(20.0, 100.0, false, vec![pq(Mode::Prewarm)]) });
             }
             // Its visits are its own (`two_tier`), not modes.
-            "two-tier" => return Some(base(20.0, 100.0, false, Vec::new())),
+            "two-tier" | "fleet" => return Some(base(20.0, 100.0, false, Vec::new())),
             "lossy" => {
                 // Page loads at a fixed 40 new clients a second (the open-loop generator at a
                 // constant rate) while link B loses 0, 0.5, 1 and 2 % of its packets.

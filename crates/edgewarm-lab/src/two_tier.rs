@@ -18,11 +18,14 @@
 //! edgewarm cannot run (the HTTP/3 origin kind, until it exists) is a usage error naming it.
 //! Children are killed when their guards drop and [`net::Tiers`] removes the namespaces when
 //! it drops: an error or Ctrl-C leaves nothing behind.
+//!
+//! The fleet lab ([`crate::fleet`]) builds on the same hosts: [`net`], [`config`], [`start`]
+//! and [`write_checked`] are shared with it.
 
 pub mod opts;
 
-mod config;
-mod net;
+pub(crate) mod config;
+pub(crate) mod net;
 mod report;
 
 use std::collections::BTreeMap;
@@ -118,7 +121,7 @@ pub async fn run(opts: &LabOpts) -> Result<TwoTierReport, LabError> {
 /// Write a tier's configuration to `file` and have `edgewarm check` read it: what it refuses
 /// (a key this edgewarm does not know, such as `upstream.protocol: h3` before that kind
 /// exists) stops the run before anything is built, with edgewarm's own words.
-fn write_checked(proxy: &str, file: &Path, text: &str, tiers: &TierOpts) -> Result<(), LabError> {
+pub(crate) fn write_checked(proxy: &str, file: &Path, text: &str, tiers: &TierOpts) -> Result<(), LabError> {
     std::fs::write(file, text)?;
     let out = std::process::Command::new(proxy).arg("check").arg("--config").arg(file).output()?;
     if out.status.success() {
@@ -135,7 +138,13 @@ fn write_checked(proxy: &str, file: &Path, text: &str, tiers: &TierOpts) -> Resu
 
 /// The origin, the shield and the edges, each in its namespace, started in that order (each
 /// tier's origin first) and each waited for. Killed when the guards drop.
-async fn start(net: &Tiers, exe: &str, proxy: &str, dir: &Path, tiers: &TierOpts) -> Result<Vec<Guard>, LabError> {
+pub(crate) async fn start(
+    net: &Tiers,
+    exe: &str,
+    proxy: &str,
+    dir: &Path,
+    tiers: &TierOpts,
+) -> Result<Vec<Guard>, LabError> {
     let d = dir.display().to_string();
     let port = config::origin_port(tiers.origin_protocol);
     let listen = format!("{}:{port}", net::ORIGIN);

@@ -111,6 +111,14 @@ impl Tiers {
         Ok(tiers)
     }
 
+    /// Cut edge `i`'s link to the shield (`true`: every packet dropped, both ways) or restore
+    /// it (the fleet lab's partition). The links were made per edge, client side first.
+    pub(crate) fn cut_edge(&self, i: u8, cut: bool) {
+        if let Some(link) = self.links.get(2 * usize::from(i) + 1) {
+            link.cut(cut);
+        }
+    }
+
     /// Worst lateness of the delay box so far, µs (accuracy check).
     pub(crate) fn max_late_us(&self) -> u64 {
         self.links.iter().map(Link::max_late_us).max().unwrap_or(0)

@@ -6,17 +6,17 @@ use serde::Serialize;
 
 #[derive(Debug, Clone, clap::Args)]
 pub struct TierOpts {
-    /// `two-tier` only: edges sharing the one shield, each with clients of its own (1 to 8).
+    /// `two-tier` and `fleet`: edges sharing the one shield, each with clients of its own (1 to 8).
     #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u8).range(1..=8))]
     pub edges: u8,
-    /// `two-tier` only: what the edges speak to the shield: h2 (HTTP/2 over TLS), http1.1
+    /// `two-tier` and `fleet`: what the edges speak to the shield: h2 (HTTP/2 over TLS), http1.1
     /// (HTTP/1.1 over TLS), h2c (HTTP/2 in cleartext, `upstream.tls: false`: for a private
     /// network; needs a shield that accepts cleartext, which edgewarm's listeners do not yet),
     /// h3 (`upstream.protocol: h3` to the shield's `http3` listener: needs edgewarm's HTTP/3
     /// origin kind).
     #[arg(long, value_enum, default_value_t = TierProtocol::H2)]
     pub tier_protocol: TierProtocol,
-    /// `two-tier` only: what the shield speaks to the origin: h2 (HTTP/2 over TLS), http1.1
+    /// `two-tier` and `fleet`: what the shield speaks to the origin: h2 (HTTP/2 over TLS), http1.1
     /// (over TLS) or h2c (cleartext: the origin on the shield's own network).
     #[arg(long, value_enum, default_value_t = TierProtocol::H2)]
     pub origin_protocol: TierProtocol,
