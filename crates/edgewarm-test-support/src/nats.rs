@@ -37,4 +37,12 @@ impl Nats {
     pub fn stop(&mut self) {
         self.server = None;
     }
+
+    /// Stop (SIGSTOP) or resume (SIGCONT) the server: its connections stay open and nothing
+    /// answers on them, as over a link gone dark.
+    pub fn freeze(&self, frozen: bool) {
+        let pid = self.server.as_ref().expect("running").0.id().to_string();
+        let signal = if frozen { "-STOP" } else { "-CONT" };
+        assert!(Command::new("kill").args([signal, &pid]).status().unwrap().success());
+    }
 }

@@ -107,10 +107,12 @@ async fn respond(req: &Request<Incoming>, state: &AdminState) -> Response<Full<B
         return match fleet.purge(&what).await {
             Ok(seq) if query.split('&').any(|p| p == "wait=fleet") => {
                 let stored = std::time::Instant::now();
-                let (applied, missing) = fleet.wait_fleet(seq).await;
+                let (applied, missing, silent) = fleet.wait_fleet(seq).await;
                 let waited_ms = stored.elapsed().as_secs_f64() * 1000.0;
-                tracing::info!(?what, seq, ?applied, ?missing, waited_ms, "fleet purge");
-                let body = serde_json::json!({ "sequence": seq, "applied": applied, "missing": missing, "waited_ms": waited_ms });
+                tracing::info!(?what, seq, ?applied, ?missing, ?silent, waited_ms, "fleet purge");
+                let body = serde_json::json!({
+                    "sequence": seq, "applied": applied, "missing": missing, "silent": silent, "waited_ms": waited_ms
+                });
                 let mut r = json(body);
                 if !missing.is_empty() {
                     *r.status_mut() = StatusCode::GATEWAY_TIMEOUT;

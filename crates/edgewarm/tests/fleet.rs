@@ -276,3 +276,44 @@ async fn a_node_that_missed_purges_the_stream_no_longer_holds_drops_its_cache() 
     a.stop().await;
     b.stop().await;
 }
+
+/// A node whose NATS goes dark (the server stopped with SIGSTOP: its connections stay open and
+/// nothing answers, as over a cut link) notices by itself within seconds: its caches serve no
+/// hit, so no purge it cannot hear of is missed; NATS back, it catches up and serves hits.
+#[tokio::test]
+async fn a_node_cut_off_from_nats_fences_its_cache_until_it_is_back() {
+    let fx = pki("http");
+    let (origin, log) = cache_origin().await;
+    let nats = nats();
+    let disk = tempfile::tempdir().unwrap();
+    let a = node(&fx, origin, &nats, "a", disk.path()).await;
+    // Heard itself at least once (the watch only counts a silence after a word).
+    for _ in 0..500 {
+        if fleet_status(&a).await["peers"].as_array().is_some_and(|p| !p.is_empty()) {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    get(&fx, &a).await;
+    assert!(get(&fx, &a).await.0.contains("hit"));
+
+    nats.freeze(true);
+    let mut fenced = false;
+    for _ in 0..1000 {
+        if fleet_status(&a).await["caught_up"] == false {
+            fenced = true;
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    assert!(fenced, "the node noticed it was cut off: {}", fleet_status(&a).await);
+    let before = log.count(PAGE);
+    let (cache_status, _) = get(&fx, &a).await;
+    assert!(cache_status.contains("fleet-catch-up"), "no hit while cut off: {cache_status}");
+    assert_eq!(log.count(PAGE), before + 1, "served by the origin");
+
+    nats.freeze(false);
+    caught_up(&a).await;
+    assert!(get(&fx, &a).await.0.contains("hit"), "hits again once back");
+    a.stop().await;
+}

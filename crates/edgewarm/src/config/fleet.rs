@@ -24,6 +24,10 @@ pub struct FleetConfig {
     /// NATS unreachable: the node serves its local state and catches up when it can).
     #[serde(default = "default_catch_up", with = "duration")]
     pub catch_up: Duration,
+    /// A node that loses NATS while running: how long its caches serve no hit (every request
+    /// to the origin, so no purge it cannot hear of is missed) before it serves them again.
+    #[serde(default = "default_fence_for", with = "duration")]
+    pub fence_for: Duration,
 }
 
 fn default_stream() -> String {
@@ -34,6 +38,10 @@ fn default_keep() -> Duration {
 }
 fn default_catch_up() -> Duration {
     Duration::from_secs(5)
+}
+
+fn default_fence_for() -> Duration {
+    Duration::from_secs(60)
 }
 
 fn token(text: &str) -> bool {

@@ -35,7 +35,7 @@ use crate::cache::{Caches, Purge};
 use crate::config::FleetConfig;
 use crate::tls::process_keys::ProcessKeys;
 use message::PurgeMessage;
-use peers::Peers;
+use peers::{Peers, Waited};
 
 /// How long `?wait=fleet` waits for the live nodes to apply a purge.
 const WAIT_FLEET: Duration = Duration::from_secs(5);
@@ -143,10 +143,11 @@ impl Fleet {
         Ok(ack.sequence)
     }
 
-    /// Wait until every live node has applied `seq` (bounded): the nodes that have, and those
-    /// that had not when the wait ended.
-    pub async fn wait_fleet(&self, seq: u64) -> (Vec<String>, Vec<String>) {
-        self.peers.wait_applied(seq, WAIT_FLEET).await
+    /// Wait until every live node has applied `seq` (bounded): the nodes that have, those that
+    /// had not when the wait ended, and those not waited for (silent: fenced themselves).
+    pub async fn wait_fleet(&self, seq: u64) -> (Vec<String>, Vec<String>, Vec<String>) {
+        let Waited { applied, missing, silent } = self.peers.wait_applied(seq, WAIT_FLEET).await;
+        (applied, missing, silent)
     }
 
     /// `/fleet`.
@@ -172,6 +173,10 @@ impl Fleet {
         let options = async_nats::ConnectOptions::new()
             .name(format!("edgewarm {}", self.config.name))
             .retry_on_initial_connect()
+            // A dark link is found by pings (two unanswered), not by TCP, and a link back is
+            // used at once: the client's own backoff grows to seconds.
+            .ping_interval(Duration::from_secs(1))
+            .reconnect_delay_callback(|attempts| Duration::from_millis(100 * attempts.min(5) as u64))
             .event_callback(move |event| {
                 let weak = weak.clone();
                 async move {
@@ -210,6 +215,37 @@ impl Fleet {
                 () = stop.cancelled() => {}
             }
         });
+        // Cut off without knowing it (see `peers`): the fence goes up once per silence, and
+        // down again after `fence_for` if the silence lasts.
+        let (weak, stop, fence_for) = (Arc::downgrade(&self), self.stop.clone(), self.config.fence_for);
+        tokio::spawn(async move {
+            let mut every = tokio::time::interval(peers::WATCH);
+            // (fenced for this silence, let go of it)
+            let mut state = (false, false);
+            loop {
+                tokio::select! {
+                    _ = every.tick() => {}
+                    () = stop.cancelled() => return,
+                }
+                let Some(fleet) = weak.upgrade() else { return };
+                let Some(quiet) = fleet.peers.silence() else {
+                    state = (false, false);
+                    continue;
+                };
+                if !state.0 {
+                    state.0 = true;
+                    fleet.caches.fence().store(true, Ordering::Relaxed);
+                    tracing::warn!(?quiet, "fleet: no word back from NATS: no cache hits until caught up again");
+                } else if !state.1 && quiet > peers::SILENT + fence_for {
+                    state.1 = true;
+                    fleet.caches.fence().store(false, Ordering::Relaxed);
+                    tracing::warn!(
+                        ?quiet,
+                        "fleet: still cut off from NATS: serving the local cache; purges made meanwhile apply when it is back"
+                    );
+                }
+            }
+        });
         if let Some(keys) = self.tickets.clone() {
             let (js, bucket, stop) = (js.clone(), tickets::bucket(&self.config.stream), self.stop.clone());
             let follow = async move {
@@ -231,7 +267,7 @@ impl Fleet {
             if let Err(e) = self.consume(&js).await {
                 tracing::warn!(error = %e, "fleet: purge stream: retrying in a second");
             }
-            tokio::time::sleep(Duration::from_secs(1)).await;
+            tokio::time::sleep(Duration::from_millis(200)).await;
         }
     }
 
@@ -328,6 +364,10 @@ impl Fleet {
     }
 
     fn lower_fence(&self) {
+        // Still cut off (news of being caught up may be stale): the fence stays.
+        if self.peers.silence().is_some() {
+            return;
+        }
         if self.caches.fence().swap(false, Ordering::Relaxed) {
             tracing::info!(applied = self.applied.load(Ordering::Relaxed), "fleet: caught up with the purge stream");
         }

@@ -1,6 +1,15 @@
 //! What each node of the fleet has applied, as the nodes tell each other on a plain NATS
 //! subject (`edgewarm.STREAM.node`: `{"name", "applied"}`, after each purge and every second):
 //! the nodes heard from in the last [`LIVE`] are the live fleet `?wait=fleet` waits for.
+//!
+//! A node also hears its own word come back. When it has not for [`SILENT`] (its link cut:
+//! a dark link stalls a TCP connection rather than closing it, so the NATS client may not
+//! notice for a while), it raises its cache's fence: no hit until it has caught up again, or
+//! until `fleet.fence_for` has passed (then it serves its cache: a NATS outage must not send
+//! every node's traffic to the origins for good).
+//! Because `SILENT` (checked every [`WATCH`]) ends before `LIVE`, a node that `?wait=fleet`
+//! stopped waiting for has already stopped serving hits: no acknowledged purge is served
+//! stale by a node that was cut off. The answer names such nodes (`silent`).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, Weak};
@@ -16,6 +25,12 @@ use super::Fleet;
 /// A node not heard from for this long is not waited for.
 const LIVE: Duration = Duration::from_secs(5);
 const EVERY: Duration = Duration::from_secs(1);
+/// A node that has not heard its own word for this long takes itself for cut off.
+pub(super) const SILENT: Duration = Duration::from_millis(2500);
+/// How often a node checks that it still hears itself.
+pub(super) const WATCH: Duration = Duration::from_millis(250);
+/// A node not heard from for this long is forgotten (not listed as silent).
+const FORGET: Duration = Duration::from_secs(600);
 
 #[derive(Serialize, Deserialize)]
 struct Heard {
@@ -27,11 +42,33 @@ pub(super) struct Peers {
     me: String,
     nodes: Mutex<HashMap<String, (u64, Instant)>>,
     changed: Notify,
+    /// When this node last heard its own word through NATS.
+    echo: Mutex<Option<Instant>>,
+}
+
+/// What `?wait=fleet` found: the live nodes that applied the purge, those that had not when
+/// the wait ended, and those it did not wait for (not heard from lately: fenced themselves).
+pub(super) struct Waited {
+    pub(super) applied: Vec<String>,
+    pub(super) missing: Vec<String>,
+    pub(super) silent: Vec<String>,
 }
 
 impl Peers {
     pub(super) fn new(me: &str) -> Self {
-        Self { me: me.to_string(), nodes: Mutex::default(), changed: Notify::new() }
+        Self { me: me.to_string(), nodes: Mutex::default(), changed: Notify::new(), echo: Mutex::default() }
+    }
+
+    /// This node heard itself.
+    fn echoed(&self) {
+        *self.echo.lock().unwrap_or_else(|p| p.into_inner()) = Some(Instant::now());
+    }
+
+    /// How long since this node last heard itself, once that is over [`SILENT`] (`None`: it
+    /// heard itself lately, or never has: a start is the start fence's business).
+    pub(super) fn silence(&self) -> Option<Duration> {
+        let echo = *self.echo.lock().unwrap_or_else(|p| p.into_inner());
+        echo.map(|at| at.elapsed()).filter(|quiet| *quiet > SILENT)
     }
 
     /// `name` has applied up to `seq`.
@@ -45,39 +82,45 @@ impl Peers {
 
     /// Wait (at most `limit`) until every live node has applied `seq`: (those that have,
     /// those that had not).
-    pub(super) async fn wait_applied(&self, seq: u64, limit: Duration) -> (Vec<String>, Vec<String>) {
+    pub(super) async fn wait_applied(&self, seq: u64, limit: Duration) -> Waited {
         let deadline = Instant::now() + limit;
         loop {
             let changed = self.changed.notified();
-            let (done, missing) = self.split(seq);
-            if missing.is_empty() || Instant::now() >= deadline {
-                return (done, missing);
+            let waited = self.split(seq);
+            if waited.missing.is_empty() || Instant::now() >= deadline {
+                return waited;
             }
-            let _ = tokio::time::timeout_at(deadline, changed).await;
+            // Woken by news, or when the next node would fall silent.
+            let _ = tokio::time::timeout_at(deadline.min(Instant::now() + EVERY), changed).await;
         }
     }
 
-    fn split(&self, seq: u64) -> (Vec<String>, Vec<String>) {
+    fn split(&self, seq: u64) -> Waited {
         let nodes = self.nodes.lock().unwrap_or_else(|p| p.into_inner());
         let now = Instant::now();
-        let (mut done, mut missing) = (Vec::new(), Vec::new());
+        let mut w = Waited { applied: Vec::new(), missing: Vec::new(), silent: Vec::new() };
         for (name, (applied, seen)) in nodes.iter() {
             // This node counts whatever it last heard of itself; the others while live.
-            if *name != self.me && now.duration_since(*seen) > LIVE {
+            let quiet = now.duration_since(*seen);
+            if *name != self.me && quiet > LIVE {
+                if *applied < seq && quiet < FORGET {
+                    w.silent.push(name.clone());
+                }
                 continue;
             }
             if *applied >= seq {
-                done.push(name.clone())
+                w.applied.push(name.clone())
             } else {
-                missing.push(name.clone())
+                w.missing.push(name.clone())
             }
         }
         if !nodes.contains_key(&self.me) {
-            missing.push(self.me.clone());
+            w.missing.push(self.me.clone());
         }
-        done.sort();
-        missing.sort();
-        (done, missing)
+        for list in [&mut w.applied, &mut w.missing, &mut w.silent] {
+            list.sort();
+        }
+        w
     }
 
     pub(super) fn status(&self) -> serde_json::Value {
@@ -116,7 +159,12 @@ pub(super) async fn run(fleet: Weak<Fleet>, client: async_nats::Client, stream: 
                 let Some(message) = message else { return };
                 let Some(fleet) = fleet.upgrade() else { return };
                 match serde_json::from_slice::<Heard>(&message.payload) {
-                    Ok(h) => fleet.peers.applied(&h.name, h.applied),
+                    Ok(h) => {
+                        if h.name == fleet.config.name {
+                            fleet.peers.echoed();
+                        }
+                        fleet.peers.applied(&h.name, h.applied)
+                    }
                     Err(e) => tracing::debug!(error = %e, "fleet: a node message that does not parse"),
                 }
                 continue;
@@ -131,5 +179,39 @@ pub(super) async fn run(fleet: Weak<Fleet>, client: async_nats::Client, stream: 
             }
             told = Some(applied);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// On tokio's paused clock: a lagging live node is waited for (bounded) and named missing;
+    /// one that fell silent is not waited for and named silent; a node that stops hearing
+    /// itself knows it after `SILENT`, not before.
+    #[tokio::test(start_paused = true)]
+    async fn the_wait_skips_silent_nodes_and_a_node_knows_its_own_silence() {
+        let peers = Peers::new("a");
+        assert_eq!(peers.silence(), None, "never heard itself: the start fence's business");
+        peers.echoed();
+        peers.applied("a", 3);
+        peers.applied("b", 2);
+        let w = peers.wait_applied(3, Duration::from_secs(2)).await;
+        assert_eq!((w.applied, w.missing, w.silent), (vec!["a".into()], vec!["b".into()], vec![]));
+        // (The bounded wait took its 2 s.)
+        peers.echoed();
+        peers.applied("b", 2);
+        tokio::time::advance(Duration::from_secs(1)).await;
+        assert_eq!(peers.silence(), None, "within SILENT");
+        tokio::time::advance(SILENT).await;
+        assert!(peers.silence().is_some());
+        // b silent past LIVE: not waited for, and said.
+        let w = peers.wait_applied(3, Duration::from_secs(10)).await;
+        assert_eq!((w.applied, w.missing, w.silent), (vec!["a".into()], vec![], vec!["b".into()]));
+        peers.applied("b", 3);
+        let w = peers.wait_applied(3, Duration::from_secs(10)).await;
+        assert_eq!(w.applied, vec!["a".to_string(), "b".to_string()]);
+        peers.echoed();
+        assert_eq!(peers.silence(), None, "heard itself again");
     }
 }
