@@ -15,11 +15,11 @@ use super::{terminate_tls, ConnCtx};
 use crate::accesslog::AccessLog;
 use crate::error::CloseReason;
 use crate::http::client::{self, Ended};
-use crate::http::early::EarlyData;
 use crate::http::service::{Conn, Service};
 use crate::metrics::ClientProtocol;
 use crate::peek::Hello;
 use crate::route::HttpRoute;
+use crate::tls::handshake::EarlyData;
 use crate::transport::batch::TurnCount;
 use crate::transport::idle::IdleTimeout;
 use crate::transport::Batched;
@@ -68,7 +68,7 @@ pub(crate) async fn serve(
 /// ([`crate::listener::quic`]): TLS is quinn's, so only the driver is left to pick. `handshake`
 /// is the handshake still running when requests may arrive in 0-RTT data.
 pub(crate) async fn serve_quic(
-    quic: impl client::quic::QuicConn,
+    quic: impl crate::transport::quic_conn::QuicConn,
     handshake: Option<Arc<dyn EarlyData>>,
     route: &Arc<HttpRoute>,
     ctx: &ConnCtx<'_>,

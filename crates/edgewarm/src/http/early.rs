@@ -8,73 +8,14 @@
 //! origin's `425 Too Early` is never shown to the client: the edge waits for the handshake and
 //! sends the request again ([`super::retry`]).
 
-use std::future::Future;
-use std::pin::Pin;
-
 use http::{Method, Request};
 use http_body::Body;
 
 use super::respond::ProxyError;
-use crate::tls::early::Handshake;
+pub(crate) use crate::tls::handshake::EarlyData;
 
 /// RFC 8470 §5.1: tells the origin the request arrived in early data.
 pub(crate) const EARLY_DATA: http::HeaderName = http::HeaderName::from_static("early-data");
-
-/// A client handshake that may still be running while requests are read: the seam through
-/// which a client protocol tells the HTTP core whether a request is replayable.
-pub(crate) trait EarlyData: Send + Sync {
-    /// The handshake is still running: a request read now came in early data.
-    fn in_early_data(&self) -> bool;
-    /// Wait for the handshake to complete (`true`) or fail (`false`).
-    fn handshake_done(&self) -> Pin<Box<dyn Future<Output = bool> + Send + '_>>;
-}
-
-impl EarlyData for Handshake {
-    fn in_early_data(&self) -> bool {
-        !self.is_done()
-    }
-
-    fn handshake_done(&self) -> Pin<Box<dyn Future<Output = bool> + Send + '_>> {
-        Box::pin(self.wait())
-    }
-}
-
-/// A QUIC connection's handshake (HTTP/3), while requests may arrive in its 0-RTT data.
-pub(crate) struct QuicHandshake {
-    conn: quinn::Connection,
-    done: tokio::sync::watch::Receiver<bool>,
-}
-
-impl QuicHandshake {
-    /// `accepted` is quinn's signal that the handshake completed (on a server it resolves
-    /// then, whatever its value); `None` for a handshake already complete.
-    pub(crate) fn new(conn: quinn::Connection, accepted: Option<quinn::ZeroRttAccepted>) -> Self {
-        let (tx, done) = tokio::sync::watch::channel(accepted.is_none());
-        if let Some(accepted) = accepted {
-            tokio::spawn(async move {
-                let _ = accepted.await;
-                let _ = tx.send(true);
-            });
-        }
-        Self { conn, done }
-    }
-}
-
-impl EarlyData for QuicHandshake {
-    fn in_early_data(&self) -> bool {
-        // The task above may not have run yet: the HANDSHAKE_DONE frame the server sends once
-        // the handshake completes says so at once.
-        !*self.done.borrow() && self.conn.stats().frame_tx.handshake_done == 0
-    }
-
-    fn handshake_done(&self) -> Pin<Box<dyn Future<Output = bool> + Send + '_>> {
-        Box::pin(async move {
-            let mut done = self.done.clone();
-            let _ = done.wait_for(|d| *d).await;
-            self.conn.close_reason().is_none()
-        })
-    }
-}
 
 /// What the gate decided for one request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -1,5 +1,6 @@
 //! TLS for routes that terminate it: the client-facing server ([`client`]; with 0-RTT, its
-//! handshake driver [`early`] and session store [`sessions`]; a fleet's shared ticket keys
+//! handshake driver [`early`] and session store [`sessions`]; [`handshake`]: whether a client's
+//! handshake is still running as requests are read, over TCP or QUIC; a fleet's shared ticket keys
 //! [`ticket_keys`], else the process's own, handed over at upgrades: [`process_keys`]) and the
 //! origin-facing client side ([`origin`]); handing either side's record
 //! layer to the kernel ([`ktls`]); what a route's certificate says of itself, its names and
@@ -8,6 +9,7 @@
 pub mod certinfo;
 pub mod client;
 pub mod early;
+pub(crate) mod handshake;
 mod hkdf;
 pub mod ktls;
 pub mod origin;

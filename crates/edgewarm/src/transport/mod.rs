@@ -10,6 +10,8 @@
 //! - [`linger`]: a stream that reads on for a moment after it is dropped (lingering close).
 //! - [`rewind`]: a stream that first returns bytes already read from it (the peeked hello).
 //! - [`quic_cc`]: QUIC congestion control by name (listeners and HTTP/3 origins).
+//! - [`quic_conn`]: what HTTP/3 serving needs of a client's QUIC connection, whichever driver
+//!   runs it.
 
 pub mod batch;
 pub mod dial;
@@ -17,6 +19,7 @@ pub mod fastopen;
 pub mod idle;
 pub mod linger;
 pub(crate) mod quic_cc;
+pub(crate) mod quic_conn;
 pub mod resolve;
 pub mod rewind;
 pub mod sockopt;
@@ -25,3 +28,7 @@ pub use batch::Batched;
 pub use fastopen::FastOpenStream;
 pub use resolve::Resolver;
 pub use rewind::Rewind;
+
+/// Requests one client connection may have open at once, over any protocol (HTTP/2 and
+/// HTTP/3 say so in their settings; the QUIC listener's stream limit).
+pub(crate) const MAX_CLIENT_STREAMS: u32 = 128;

@@ -1,13 +1,17 @@
-//! What the HTTP/3 client driver ([`super::h3`]) needs of a QUIC connection besides h3's
+//! What HTTP/3 serving ([`crate::http::client::h3`]) needs of a QUIC connection besides h3's
 //! stream traits: closing, and the RTT and packet counts that tell when a response has arrived.
 //! Implemented for quinn's connections and for the listener's own driver
-//! ([`crate::listener::quic::driver`]).
+//! ([`crate::listener::quic::driver`]). Here, below both, so neither imports the other.
 
 use std::task::{Context, Poll};
 use std::time::Duration;
 
 use bytes::Bytes;
 use h3::quic::{SendStreamUnframed, StreamErrorIncoming};
+
+/// H3_NO_ERROR (RFC 9114 §8.1): how a connection is closed when all went well, and a stream
+/// stopped whose rest is not needed.
+pub(crate) const H3_NO_ERROR: u32 = 0x100;
 
 /// A server-side QUIC connection HTTP/3 can be served on.
 pub(crate) trait QuicConn: Clone + Send + Sync + 'static {

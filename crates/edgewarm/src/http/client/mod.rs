@@ -7,7 +7,6 @@
 pub(crate) mod h1;
 pub(crate) mod h2;
 pub(crate) mod h3;
-pub(crate) mod quic;
 
 use http::{header, HeaderMap, HeaderValue};
 use http_body::Body as _;
@@ -19,7 +18,7 @@ use crate::metrics::{Fault, HttpError};
 /// Largest request head accepted (HTTP/1.1 buffer, HTTP/2 header list): 431 beyond.
 pub(crate) const MAX_HEADER_BYTES: usize = edgewarm_h3::MAX_HEADER_BYTES;
 /// Streams one client may have open at once over HTTP/2.
-pub(crate) const MAX_CLIENT_STREAMS: u32 = 128;
+pub(crate) use crate::transport::MAX_CLIENT_STREAMS;
 
 /// How long a connection that has not yet sent its first request is given to send it once
 /// asked to finish. A client that has just completed its handshake sends its request at once

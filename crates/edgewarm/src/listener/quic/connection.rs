@@ -17,12 +17,12 @@ use tokio::sync::OwnedSemaphorePermit;
 use crate::accesslog::AccessLog;
 use crate::config::{EarlyData as EarlyDataConfig, ListenerConfig};
 use crate::error::CloseReason;
-use crate::http::client::quic::QuicConn;
-use crate::http::early::EarlyData;
 use crate::listener::Context;
 use crate::metrics::{Metrics, QuicHandshake as Outcome, QuicResult, QuicRouteLabel, RouteName};
 use crate::route::{HttpRoute, Route, RouteAction};
 use crate::snapshot::Snapshot;
+use crate::tls::handshake::EarlyData;
+use crate::transport::quic_conn::QuicConn;
 
 /// A connection being made, as a driver hands it over: what [`connection`] needs of it before
 /// h3 runs on it.

@@ -34,10 +34,10 @@ use tokio::sync::Semaphore;
 
 use super::Context;
 use crate::config::{ListenerConfig, QuicDriver};
-use crate::http::early::{EarlyData, QuicHandshake};
 use crate::metrics::{
     ListenerLabel, QuicHandshake as Outcome, QuicRelayLabel, QuicRelayed, QuicResult, QuicZeroRttLabel, ZeroRtt,
 };
+use crate::tls::handshake::{EarlyData, QuicHandshake};
 use connection::{connection, Connecting, Handshaking};
 
 /// Handshakes in progress (accepted, not yet complete) above which a client whose address is
@@ -113,7 +113,7 @@ pub(crate) fn serve(
 ) -> std::io::Result<Vec<Loop>> {
     let snapshot = cx.snapshot.borrow().clone();
     let settings = tls::QuicSettings {
-        streams: crate::http::client::MAX_CLIENT_STREAMS,
+        streams: crate::transport::MAX_CLIENT_STREAMS,
         idle: snapshot.timeouts.idle,
         max_connections: config.max_connections,
         congestion: config.quic_congestion.clone(),

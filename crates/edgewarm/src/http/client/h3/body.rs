@@ -14,7 +14,7 @@ use edgewarm_h3::frame::{self, code, Kind, ReadError, Reader};
 use edgewarm_h3::head::{self, Refused};
 
 use super::{protocol_error, MAX_HEADER_BYTES};
-use crate::http::client::quic::{QuicConn, Recv};
+use crate::transport::quic_conn::{QuicConn, Recv};
 
 /// Why a request body could not be read whole.
 #[derive(Debug, thiserror::Error)]

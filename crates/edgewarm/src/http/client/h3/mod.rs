@@ -1,5 +1,5 @@
 //! HTTP/3 clients (RFC 9114) over a QUIC connection (quinn's, or the listener's own driver's:
-//! [`super::quic`]): as for HTTP/2 ([`super::h2`]), every request stream of a connection runs
+//! [`crate::transport::quic_conn`]): as for HTTP/2 ([`super::h2`]), every request stream of a connection runs
 //! inside that connection's own task, and each is handed to the one request service. The QUIC
 //! handshake, 0-RTT and the UDP socket are the listener's ([`crate::listener::quic`]); this
 //! driver sees a connection whose route is already known.
@@ -11,7 +11,7 @@
 //! time with two allocations each and keeps its framing private: its QPACK and framing were a
 //! third of what an HTTP/3 request cost beyond an HTTP/2 one (docs/benchmarks.md). The codec
 //! reads QUIC streams through its own trait ([`edgewarm_h3::RecvStream`], adapted in
-//! [`super::quic::Recv`]); h3's `quic` traits remain the seam between this file and the two
+//! [`crate::transport::quic_conn::Recv`]); h3's `quic` traits remain the seam between this file and the two
 //! QUIC drivers.
 //!
 //! Flow control is QUIC's: a response chunk is handed to the stream only once it has taken the
@@ -38,13 +38,9 @@ use edgewarm_h3::frame::code;
 use edgewarm_h3::qpack;
 use edgewarm_h3::uni::{self, ConnError, Event, Next, Seen, Uni};
 
-use super::quic::{QuicConn, Recv, SendChunks};
 use super::{handler_panicked, stopping, Ended, MAX_HEADER_BYTES};
 use crate::http::service::Service;
-
-/// H3_NO_ERROR (RFC 9114 §8.1): how a connection is closed when all went well, and a stream
-/// stopped whose rest is not needed.
-pub(crate) const H3_NO_ERROR: u32 = 0x100;
+use crate::transport::quic_conn::{QuicConn, Recv, SendChunks, H3_NO_ERROR};
 
 /// What the connection brought.
 enum Incoming<Q: QuicConn> {

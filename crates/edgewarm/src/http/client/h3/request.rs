@@ -22,13 +22,13 @@ use edgewarm_h3::head::{self, Refused};
 
 use super::body::H3Body;
 use super::{protocol_error, qpack, write_all, MAX_HEADER_BYTES};
-use crate::http::client::quic::{QuicConn, Recv, SendChunks};
 use crate::http::client::{content_length, finish_head};
 use crate::http::interim::Interims;
 use crate::http::respond::plain;
 use crate::http::service::Service;
 use crate::http::Body;
 use crate::metrics::{Fault, HttpError};
+use crate::transport::quic_conn::{QuicConn, Recv, SendChunks};
 
 /// Body chunks shorter than this are copied in beside their frame header; longer ones go to
 /// the stream as they are. quinn-proto keeps a chunk until it is acknowledged, and with it the

@@ -13,7 +13,7 @@ use h3::quic::{ConnectionErrorIncoming, StreamErrorIncoming};
 use quinn_proto::{ConnectionError, ConnectionHandle, ConnectionStats, Dir, VarInt};
 
 use super::state::{dir_index, Shared, Slot};
-use crate::http::early::EarlyData;
+use crate::tls::handshake::EarlyData;
 
 /// A connection in a worker's loop. Clones name the same connection.
 #[derive(Clone)]

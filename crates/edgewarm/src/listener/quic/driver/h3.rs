@@ -10,7 +10,7 @@ use quinn_proto::{ConnectionError, Dir};
 
 use super::conn::{incoming, Conn};
 use super::stream::{BidiStream, RecvStream, SendStream};
-use crate::http::client::quic::QuicConn;
+use crate::transport::quic_conn::QuicConn;
 
 impl QuicConn for Conn {
     type Send = SendStream<Bytes>;

@@ -25,9 +25,9 @@ use tokio::sync::Semaphore;
 
 use super::connection::{connection, Connecting, Handshaking};
 use super::{Outcome, Shared as Listener};
-use crate::http::early::EarlyData;
 use crate::listener::Context;
 use crate::metrics::QuicResult;
+use crate::tls::handshake::EarlyData;
 pub(crate) use conn::Conn;
 use endpoint::Admit;
 use state::Shared;

@@ -10,8 +10,8 @@ use h3::quic::{StreamErrorIncoming, StreamId as H3StreamId, WriteBuf};
 use quinn_proto::{FinishError, ReadError, ReadableError, StreamId, VarInt, WriteError};
 
 use super::conn::{incoming, Conn};
-use crate::http::client::h3::H3_NO_ERROR;
-use crate::http::client::quic::SendChunks;
+use crate::transport::quic_conn::SendChunks;
+use crate::transport::quic_conn::H3_NO_ERROR;
 
 /// The largest piece read at once: a QUIC packet's worth is all a read usually finds.
 const READ_MAX: usize = 64 * 1024;
