@@ -28,6 +28,10 @@ pub struct FleetConfig {
     /// to the origin, so no purge it cannot hear of is missed) before it serves them again.
     #[serde(default = "default_fence_for", with = "duration")]
     pub fence_for: Duration,
+    /// How long one attempt to connect to a NATS server may take (TCP, TLS and NATS's own
+    /// greeting): short, so a node whose link comes back is connected again soon after.
+    #[serde(default = "default_connect_timeout", with = "duration")]
+    pub connect_timeout: Duration,
 }
 
 fn default_stream() -> String {
@@ -38,6 +42,10 @@ fn default_keep() -> Duration {
 }
 fn default_catch_up() -> Duration {
     Duration::from_secs(5)
+}
+
+fn default_connect_timeout() -> Duration {
+    Duration::from_secs(1)
 }
 
 fn default_fence_for() -> Duration {
@@ -67,6 +75,9 @@ impl FleetConfig {
         }
         if !token(&self.stream) {
             return Err(ConfigError::invalid("fleet.stream", "1 to 64 letters, digits, '-' or '_'"));
+        }
+        if self.connect_timeout < Duration::from_millis(100) {
+            return Err(ConfigError::invalid("fleet.connect_timeout", "at least 100ms"));
         }
         if self.keep < Duration::from_secs(60) {
             return Err(ConfigError::invalid("fleet.keep", "at least 1m"));

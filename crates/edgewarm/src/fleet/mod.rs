@@ -173,9 +173,9 @@ impl Fleet {
         let options = async_nats::ConnectOptions::new()
             .name(format!("edgewarm {}", self.config.name))
             .retry_on_initial_connect()
-            // A dark link is found by pings (two unanswered), not by TCP, and a link back is
-            // used at once: the client's own backoff grows to seconds.
-            .ping_interval(Duration::from_secs(1))
+            // A link back is used at once (the client's own backoff grows to seconds), and an
+            // attempt into a dark link gives up soon (see the watch below).
+            .connection_timeout(self.config.connect_timeout)
             .reconnect_delay_callback(|attempts| Duration::from_millis(100 * attempts.min(5) as u64))
             .event_callback(move |event| {
                 let weak = weak.clone();
@@ -207,7 +207,7 @@ impl Fleet {
         let _ = self.jetstream.set(js.clone());
         let (stop, peers) = (
             self.stop.clone(),
-            peers::run(Arc::downgrade(&self), client, self.config.stream.clone(), self.signal.clone()),
+            peers::run(Arc::downgrade(&self), client.clone(), self.config.stream.clone(), self.signal.clone()),
         );
         tokio::spawn(async move {
             tokio::select! {
@@ -216,8 +216,12 @@ impl Fleet {
             }
         });
         // Cut off without knowing it (see `peers`): the fence goes up once per silence, and
-        // down again after `fence_for` if the silence lasts.
+        // down again after `fence_for` if the silence lasts. The stalled connection is dropped
+        // for new attempts: the client's pings do not find a dark link while anything is sent
+        // (each command puts its ping off), and TCP would resume the old one only at its next
+        // retransmission, seconds after the link is back.
         let (weak, stop, fence_for) = (Arc::downgrade(&self), self.stop.clone(), self.config.fence_for);
+        let reconnect = client.clone();
         tokio::spawn(async move {
             let mut every = tokio::time::interval(peers::WATCH);
             // (fenced for this silence, let go of it)
@@ -236,6 +240,10 @@ impl Fleet {
                     state.0 = true;
                     fleet.caches.fence().store(true, Ordering::Relaxed);
                     tracing::warn!(?quiet, "fleet: no word back from NATS: no cache hits until caught up again");
+                    let client = reconnect.clone();
+                    tokio::spawn(async move {
+                        let _ = tokio::time::timeout(Duration::from_secs(5), client.force_reconnect()).await;
+                    });
                 } else if !state.1 && quiet > peers::SILENT + fence_for {
                     state.1 = true;
                     fleet.caches.fence().store(false, Ordering::Relaxed);
