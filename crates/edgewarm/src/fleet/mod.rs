@@ -39,6 +39,10 @@ use peers::{Peers, Waited};
 
 /// How long `?wait=fleet` waits for the live nodes to apply a purge.
 const WAIT_FLEET: Duration = Duration::from_secs(5);
+/// A purge delivered and not acknowledged for this long is delivered again. Short: purges sent
+/// into a connection that went dark are redelivered as soon as the node is back, before the
+/// purges made after them (nats-server serves redeliveries first).
+const ACK_WAIT: Duration = Duration::from_secs(2);
 
 /// A purge could not be shared.
 #[derive(Debug, thiserror::Error)]
@@ -56,8 +60,10 @@ pub struct Fleet {
     /// The process's ticket keys, to follow the fleet's (none: a `tls.ticket_keys` file rules).
     tickets: Option<Arc<ProcessKeys>>,
     drops: prometheus_client::metrics::counter::Counter,
-    /// The last stream sequence this node applied.
+    /// The stream sequence up to which this node has applied every purge.
     applied: AtomicU64,
+    /// Purges applied beyond `applied` (a redelivery fills the gap below them).
+    ahead: std::sync::Mutex<std::collections::BTreeSet<u64>>,
     connected: AtomicBool,
     peers: Peers,
     /// A purge was applied: tell the others now, not at the next heartbeat.
@@ -85,6 +91,7 @@ impl Fleet {
             tickets,
             drops,
             applied: AtomicU64::new(0),
+            ahead: std::sync::Mutex::default(),
             connected: AtomicBool::new(false),
             signal: Arc::default(),
             stop: tokio_util::sync::CancellationToken::new(),
@@ -296,6 +303,7 @@ impl Fleet {
                 pull::Config {
                     durable_name: Some(self.config.name.clone()),
                     ack_policy: jetstream::consumer::AckPolicy::Explicit,
+                    ack_wait: ACK_WAIT,
                     ..Default::default()
                 },
             )
@@ -312,7 +320,7 @@ impl Fleet {
             0 => floor,
             mine => mine,
         };
-        self.applied.fetch_max(known.max(first.saturating_sub(1)), Ordering::Relaxed);
+        self.raise_applied(known.max(first.saturating_sub(1)));
         if first > known.saturating_add(1) {
             let dropped = self.caches.purge(&Purge::Prefix(String::new()));
             self.drops.inc();
@@ -351,20 +359,52 @@ impl Fleet {
                 Err(e) => tracing::warn!(seq, error = %e, "fleet: a purge message that does not parse: skipped"),
             }
             message.ack().await.map_err(|e| e.to_string())?;
-            self.applied.fetch_max(seq, Ordering::Relaxed);
-            self.peers.applied(&self.config.name, seq);
+            self.record_applied(seq);
             self.signal.notify_one();
             if pending == 0 {
-                self.lower_fence();
+                // Nothing undelivered; whether anything delivered is still unacknowledged
+                // (sent into a connection that died) only the server knows.
+                self.check_caught_up(&mut consumer).await;
             }
         }
     }
 
+    /// `seq` applied: `applied` moves up over every purge applied without a gap below it.
+    fn record_applied(&self, seq: u64) {
+        let mut ahead = self.ahead.lock().unwrap_or_else(|p| p.into_inner());
+        let mut floor = self.applied.load(Ordering::Relaxed);
+        if seq > floor {
+            ahead.insert(seq);
+        }
+        while ahead.remove(&(floor + 1)) {
+            floor += 1;
+        }
+        self.applied.store(floor, Ordering::Relaxed);
+        drop(ahead);
+        self.peers.applied(&self.config.name, floor);
+    }
+
+    /// The server says every purge up to `floor` is applied (acknowledged by this node, or
+    /// gone from the stream).
+    fn raise_applied(&self, floor: u64) {
+        let mut ahead = self.ahead.lock().unwrap_or_else(|p| p.into_inner());
+        let mut at = self.applied.load(Ordering::Relaxed).max(floor);
+        ahead.retain(|s| *s > at);
+        while ahead.remove(&(at + 1)) {
+            at += 1;
+        }
+        self.applied.store(at, Ordering::Relaxed);
+        drop(ahead);
+        self.peers.applied(&self.config.name, at);
+    }
+
     async fn check_caught_up(&self, consumer: &mut jetstream::consumer::Consumer<pull::Config>) {
-        if !self.caches.fence().load(Ordering::Relaxed) {
+        let behind = !self.ahead.lock().unwrap_or_else(|p| p.into_inner()).is_empty();
+        if !self.caches.fence().load(Ordering::Relaxed) && !behind {
             return;
         }
         if let Ok(info) = consumer.info().await {
+            self.raise_applied(info.ack_floor.stream_sequence);
             if info.num_pending == 0 && info.num_ack_pending == 0 {
                 self.lower_fence();
             }
