@@ -297,19 +297,34 @@ impl Fleet {
             })
             .await
             .map_err(|e| e.to_string())?;
-        let consumer: jetstream::consumer::Consumer<pull::Config> = stream
-            .get_or_create_consumer(
-                &self.config.name,
-                pull::Config {
-                    durable_name: Some(self.config.name.clone()),
-                    ack_policy: jetstream::consumer::AckPolicy::Explicit,
-                    ack_wait: ACK_WAIT,
-                    ..Default::default()
-                },
-            )
-            .await
-            .map_err(|e| e.to_string())?;
-        let mut consumer = consumer;
+        let config = |from: Option<u64>| pull::Config {
+            durable_name: Some(self.config.name.clone()),
+            ack_policy: jetstream::consumer::AckPolicy::Explicit,
+            ack_wait: ACK_WAIT,
+            deliver_policy: from.map_or(jetstream::consumer::DeliverPolicy::All, |start_sequence| {
+                jetstream::consumer::DeliverPolicy::ByStartSequence { start_sequence }
+            }),
+            ..Default::default()
+        };
+        let name = &self.config.name;
+        let mut consumer: jetstream::consumer::Consumer<pull::Config> =
+            stream.get_or_create_consumer(name, config(None)).await.map_err(|e| e.to_string())?;
+        // Purges the server sent into a connection that went dark wait for redelivery, a few
+        // at a time, interleaved with newer ones. Back from such a cut, the node's place is
+        // made again right after the last purge it applied with none missing below: what it
+        // missed comes at once and in order.
+        let (unacknowledged, acked) = {
+            let info = consumer.info().await.map_err(|e| e.to_string())?;
+            (info.num_ack_pending, info.ack_floor.stream_sequence)
+        };
+        if unacknowledged > 0 {
+            let from = self.applied.load(Ordering::Relaxed).max(acked) + 1;
+            stream.delete_consumer(name).await.map_err(|e| e.to_string())?;
+            consumer = stream.create_consumer(config(Some(from))).await.map_err(|e| e.to_string())?;
+            // Everything from `from` on comes again.
+            self.ahead.lock().unwrap_or_else(|p| p.into_inner()).clear();
+            tracing::info!(from, unacknowledged, "fleet: replaying the purge stream from where this node is");
+        }
         // Purges this node has not applied that the stream no longer holds (away longer than
         // `keep`, or the stream purged by hand): nothing says what they were, so everything goes.
         // What this node has applied: its own count once it applied something, else (just
