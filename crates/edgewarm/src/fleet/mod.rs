@@ -68,6 +68,8 @@ pub struct Fleet {
     peers: Peers,
     /// A purge was applied: tell the others now, not at the next heartbeat.
     signal: Arc<tokio::sync::Notify>,
+    /// Connected again after a disconnection: the node takes its place in the stream anew.
+    reconnected: tokio::sync::Notify,
     /// Cancelled when the server shuts down: a draining process applies no more purges (its
     /// successor, or its next start, replays them from the node's place in the stream).
     stop: tokio_util::sync::CancellationToken,
@@ -94,6 +96,7 @@ impl Fleet {
             ahead: std::sync::Mutex::default(),
             connected: AtomicBool::new(false),
             signal: Arc::default(),
+            reconnected: tokio::sync::Notify::new(),
             stop: tokio_util::sync::CancellationToken::new(),
         });
         let weak = Arc::downgrade(&fleet);
@@ -193,6 +196,7 @@ impl Fleet {
                             fleet.connected.store(true, Ordering::Relaxed);
                             // Back from an absence: no hit until what it missed is applied.
                             fleet.caches.fence().store(true, Ordering::Relaxed);
+                            fleet.reconnected.notify_one();
                             tracing::info!("fleet: connected to NATS");
                         }
                         async_nats::Event::Disconnected => {
@@ -280,7 +284,7 @@ impl Fleet {
         }
         loop {
             if let Err(e) = self.consume(&js).await {
-                tracing::warn!(error = %e, "fleet: purge stream: retrying in a second");
+                tracing::warn!(error = %e, "fleet: purge stream: starting again");
             }
             tokio::time::sleep(Duration::from_millis(200)).await;
         }
@@ -306,6 +310,8 @@ impl Fleet {
             }),
             ..Default::default()
         };
+        // A connection made before this start is no news to it (a stored wake-up is taken).
+        let _ = tokio::time::timeout(Duration::ZERO, self.reconnected.notified()).await;
         let name = &self.config.name;
         let mut consumer: jetstream::consumer::Consumer<pull::Config> =
             stream.get_or_create_consumer(name, config(None)).await.map_err(|e| e.to_string())?;
@@ -351,7 +357,12 @@ impl Fleet {
         // a moment, since a node with nothing to replay gets no message to learn it from.
         self.check_caught_up(&mut consumer).await;
         loop {
-            let next = tokio::time::timeout(Duration::from_millis(200), messages.next()).await;
+            let next = tokio::select! {
+                next = tokio::time::timeout(Duration::from_millis(200), messages.next()) => next,
+                // The pull goes on across a reconnection, but what was sent into the old
+                // connection would come back only as slow redeliveries: start again (above).
+                () = self.reconnected.notified() => return Err("connected again: taking its place anew".into()),
+            };
             let message = match next {
                 Err(_) => {
                     self.check_caught_up(&mut consumer).await;
