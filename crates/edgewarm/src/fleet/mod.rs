@@ -65,6 +65,9 @@ pub struct Fleet {
     /// Purges applied beyond `applied` (a redelivery fills the gap below them).
     ahead: std::sync::Mutex<std::collections::BTreeSet<u64>>,
     connected: AtomicBool,
+    /// Caught up with the stream once: the start fence is over (later fences are lowered by
+    /// catching up again, or by `fence_for`, never by the start's `catch_up`).
+    caught_up_once: AtomicBool,
     peers: Peers,
     /// A purge was applied: tell the others now, not at the next heartbeat.
     signal: Arc<tokio::sync::Notify>,
@@ -95,6 +98,7 @@ impl Fleet {
             applied: AtomicU64::new(0),
             ahead: std::sync::Mutex::default(),
             connected: AtomicBool::new(false),
+            caught_up_once: AtomicBool::new(false),
             signal: Arc::default(),
             reconnected: tokio::sync::Notify::new(),
             stop: tokio_util::sync::CancellationToken::new(),
@@ -114,7 +118,8 @@ impl Fleet {
         tokio::spawn(async move {
             tokio::time::sleep(catch_up).await;
             let Some(fleet) = weak.upgrade() else { return };
-            if fleet.caches.fence().swap(false, Ordering::Relaxed) {
+            // Caught up already: a fence up now is a cut's, not the start's.
+            if !fleet.caught_up_once.load(Ordering::Relaxed) && fleet.caches.fence().swap(false, Ordering::Relaxed) {
                 tracing::warn!(
                     "fleet: not caught up with the purge stream after {catch_up:?} (NATS unreachable?): serving \
                      the local cache, and catching up once connected"
@@ -442,6 +447,7 @@ impl Fleet {
         if self.peers.silence().is_some() {
             return;
         }
+        self.caught_up_once.store(true, Ordering::Relaxed);
         if self.caches.fence().swap(false, Ordering::Relaxed) {
             tracing::info!(applied = self.applied.load(Ordering::Relaxed), "fleet: caught up with the purge stream");
         }
