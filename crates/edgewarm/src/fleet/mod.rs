@@ -7,6 +7,8 @@
 //! ACME for the fleet ([`acme_store`]): one account and one certificate per name for every
 //! node, each name ordered by one node at a time, challenges answered by any.
 //!
+//! A node that stops hearing itself through NATS takes itself for cut off ([`watch`]).
+//!
 //! The fleet's ticket keys ([`tickets`]): shared and rotated through a key-value bucket, so a
 //! client resumes its session on any node.
 //!
@@ -22,6 +24,7 @@ mod bucket;
 mod message;
 mod peers;
 mod tickets;
+mod watch;
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -231,45 +234,7 @@ impl Fleet {
                 () = stop.cancelled() => {}
             }
         });
-        // Cut off without knowing it (see `peers`): the fence goes up once per silence, and
-        // down again after `fence_for` if the silence lasts. The stalled connection is dropped
-        // for new attempts: the client's pings do not find a dark link while anything is sent
-        // (each command puts its ping off), and TCP would resume the old one only at its next
-        // retransmission, seconds after the link is back.
-        let (weak, stop, fence_for) = (Arc::downgrade(&self), self.stop.clone(), self.config.fence_for);
-        let reconnect = client.clone();
-        tokio::spawn(async move {
-            let mut every = tokio::time::interval(peers::WATCH);
-            // (fenced for this silence, let go of it)
-            let mut state = (false, false);
-            loop {
-                tokio::select! {
-                    _ = every.tick() => {}
-                    () = stop.cancelled() => return,
-                }
-                let Some(fleet) = weak.upgrade() else { return };
-                let Some(quiet) = fleet.peers.silence() else {
-                    state = (false, false);
-                    continue;
-                };
-                if !state.0 {
-                    state.0 = true;
-                    fleet.caches.fence().store(true, Ordering::Relaxed);
-                    tracing::warn!(?quiet, "fleet: no word back from NATS: no cache hits until caught up again");
-                    let client = reconnect.clone();
-                    tokio::spawn(async move {
-                        let _ = tokio::time::timeout(Duration::from_secs(5), client.force_reconnect()).await;
-                    });
-                } else if !state.1 && quiet > peers::SILENT + fence_for {
-                    state.1 = true;
-                    fleet.caches.fence().store(false, Ordering::Relaxed);
-                    tracing::warn!(
-                        ?quiet,
-                        "fleet: still cut off from NATS: serving the local cache; purges made meanwhile apply when it is back"
-                    );
-                }
-            }
-        });
+        watch::start(&self, client.clone());
         if let Some(keys) = self.tickets.clone() {
             let (js, bucket, stop) = (js.clone(), tickets::bucket(&self.config.stream), self.stop.clone());
             let follow = async move {
