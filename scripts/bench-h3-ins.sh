@@ -1,7 +1,6 @@
 #!/usr/bin/env bash
-# User-space instructions per request over HTTP/2, HTTP/3 on the own QUIC driver (the default)
-# and HTTP/3 on quinn's driver (`quic_driver: quinn`): the same `http` route and nginx HTTP/2 origin as
-# bench-h3.sh, each edge run alone under callgrind. bench-h3.sh's CPU times move by ±20 %
+# User-space instructions per request over HTTP/2 and HTTP/3: the same `http` route and nginx
+# HTTP/2 origin as bench-h3.sh, each edge run alone under callgrind. bench-h3.sh's CPU times move by ±20 %
 # between rounds on the shared machine; instruction counts repeat to 0.5 %, so this is where a
 # change to the HTTP/3 path shows. The kernel's share (UDP against TCP) is not counted.
 # Per request is the slope between two windows of C1 and C2 connections in one process
@@ -18,8 +17,7 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 . "$root/scripts/bench-lib.sh"
 bench_http_setup
 bench_h2_origin $origin 2
-BENCH_HTTP3=1 bench_http_edge $edge $admin $origin > "$dir/own.yaml"
-BENCH_HTTP3=1 BENCH_QUIC_DRIVER=quinn bench_http_edge $edge $admin $origin > "$dir/quinn.yaml"
+BENCH_HTTP3=1 bench_http_edge $edge $admin $origin > "$dir/edge.yaml"
 nginx -c "$dir/origin.conf" & pids+=($!)
 wait_ports $origin
 
@@ -53,13 +51,12 @@ run_one() { # key alpn config
   kill -KILL "$p" 2>/dev/null || true; wait "$p" 2>/dev/null || true
   echo "$key: ${per[$key]} instructions per request" >&2
 }
-run_one h2 h2 own.yaml
-run_one h3 h3 own.yaml
-run_one h3quinn h3 quinn.yaml
+run_one h2 h2 edge.yaml
+run_one h3 h3 edge.yaml
 
 echo
 echo "| client protocol (callgrind; a page and $page sub-resources a connection; slope $c1 → $c2 connections) | user-space instructions per request | against HTTP/2 |"
 echo "|---|---|---|"
-for key in h2 h3 h3quinn; do
+for key in h2 h3; do
   awk -v k="$key" -v n="${per[$key]}" -v b="${per[h2]}" 'BEGIN {printf "| %s | %d | %.2f |\n", k, n, n / b}'
 done

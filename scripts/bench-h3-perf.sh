@@ -2,7 +2,7 @@
 # Where HTTP/3's time goes against HTTP/2's: `perf record -e cpu-clock` of one edge under
 # bench-h3.sh's open-loop load (a page and PAGE sub-resources a connection, RATE connections a
 # second), RUNS loads of CONNECTIONS connections for each protocol, and the samples turned into
-# µs a request by where they fell (quinn-proto, the own QUIC loop, the HTTP/3 layer, the h2
+# µs a request by where they fell (quinn-proto, quinn and the listener, the HTTP/3 layer, the h2
 # crate, crypto, the allocator, the kernel, the rest). Requests are counted from the edge's own
 # metrics, so the two columns compare directly. Set the figures beside bench-h3-ins.sh's
 # instructions to see which code is slow per instruction (memory stalls), which callgrind cannot.
@@ -43,7 +43,7 @@ for alpn in h2 h3; do
         g = "other"
         if (kind == "[k]") g = "kernel"
         else if (s ~ /quinn_proto/) g = "quinn-proto"
-        else if (s ~ /listener::quic/) g = "the own QUIC loop"
+        else if (s ~ /quinn::|listener::quic/) g = "quinn and the QUIC listener"
         else if (s ~ /http::client::h3/) g = "the edge'"'"'s HTTP/3 layer"
         else if (s ~ /(^| |<)h2::/) g = "the h2 crate"
         else if (s ~ /aws_lc|curve25519|nistz|sha256|keccak|aes|gcm/) g = "crypto"

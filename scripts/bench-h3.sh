@@ -10,9 +10,6 @@
 #    the load generator shares them with the edge and the origin, and its QUIC client costs
 #    about twice its HTTP/2 client per request: the load generator's CPU per request (user +
 #    system, from bash's `time`) is printed beside it, so a reader sees what bounds the loop.
-# A third column, h3quinn, is HTTP/3 on a second edge whose listener has `quic_driver: quinn`
-# (quinn's endpoint and connection tasks instead of the own loop, the default), in the same
-# rounds (BENCH_QUINN=0 leaves it out); the h2 and h3 columns are the first edge's.
 # Needs: nginx, openssl (scripts/deps.sh).
 #
 #   scripts/bench-h3.sh [ROUNDS] [CONNECTIONS] [PAGE] [RATE] [CONCURRENCY]   # 7 3000 30 600 10
@@ -26,13 +23,6 @@ bench_http_setup
 bench_h3_start
 declare -A port=([h2]=$edge [h3]=$edge) edge_pid=([h2]=$pid [h3]=$pid) protocol=([h2]=h2 [h3]=h3)
 columns="h2 h3"
-if [ "${BENCH_QUINN:-1}" != 0 ]; then
-  quinn=$((edge + 1))
-  BENCH_HTTP3=1 BENCH_QUIC_DRIVER=quinn bench_http_edge $quinn $((admin + 1)) $origin > "$dir/quinn.yaml"
-  RUST_LOG=warn "$edgewarm" run --config "$dir/quinn.yaml" 2>"$dir/quinn.log" & pids+=($!)
-  port[h3quinn]=$quinn edge_pid[h3quinn]=$! protocol[h3quinn]=h3 columns="h2 h3 h3quinn"
-  wait_ports $quinn
-fi
 hz=$(getconf CLK_TCK)
 declare -A rps cpu gen
 # load COLUMN ARGS...: one run; sets $n (requests answered), $secs and $us (edge CPU µs a request).
@@ -72,7 +62,3 @@ for alpn in $columns; do
   echo "| $alpn | $(echo "${cpu[$alpn]}" | median) | $(echo "${rps[$alpn]}" | median) | $(echo "${gen[$alpn]}" | median) |"
 done
 h3_ratio "${cpu[h3]}" "${cpu[h2]}"
-if [ -n "${cpu[h3quinn]:-}" ]; then
-  printf "quinn's QUIC driver: "
-  h3_ratio "${cpu[h3quinn]}" "${cpu[h2]}"
-fi

@@ -106,13 +106,13 @@ bench_h3_start() {
 
 # bench_http_edge LISTEN_PORT ADMIN_PORT ORIGIN_PORT [EXTRA_ROUTE_LINE]: an edgewarm config (on
 # stdout) with one `http` route for b.test, two standing connections to the origin; with
-# BENCH_HTTP3=1, HTTP/3 on the listener too (BENCH_QUIC_DRIVER=quinn: on quinn's QUIC driver). Its upgrade socket is in $dir (the default, under
+# BENCH_HTTP3=1, HTTP/3 on the listener too. Its upgrade socket is in $dir (the default, under
 # /run, would outlive the bench).
 bench_http_edge() {
   cat <<CONF
 admin: {listen: "127.0.0.1:$2"}
 upgrade: {socket: $dir/upgrade-$1.sock}
-listeners: [{listen: "127.0.0.1:$1"${BENCH_HTTP3:+, http3: true}${BENCH_QUIC_DRIVER:+, quic_driver: $BENCH_QUIC_DRIVER}}]
+listeners: [{listen: "127.0.0.1:$1"${BENCH_HTTP3:+, http3: true}}]
 routes:
   - sni: b.test
     action: http

@@ -14,6 +14,7 @@ use tokio_util::task::TaskTracker;
 use super::{terminate_tls, ConnCtx};
 use crate::accesslog::AccessLog;
 use crate::error::CloseReason;
+use crate::http::client::alt_svc::AltSvc;
 use crate::http::client::{self, Ended};
 use crate::http::service::{Conn, Service};
 use crate::metrics::ClientProtocol;
@@ -46,12 +47,13 @@ pub(crate) async fn serve(
     // A client that moves no byte for `timeouts.idle` (silent between requests, or no longer
     // reading a response) is closed, releasing every origin stream it held.
     let tls = IdleTimeout::new(tls, ctx.snapshot.timeouts.idle);
+    let alt_svc = Arc::new(AltSvc::over_tcp(ctx.alt_svc.clone()));
     let ended = if h2 {
         // HTTP/2 writes are gathered: the responses of every stream ready in one poll of this
         // task leave in one write (transport::batch).
         let turns = TurnCount::default();
         let io = Batched::with_turns(tls, turns.clone());
-        let mut serving = pin!(client::h2::serve(io, service.clone(), ctx.stop, &retired, ctx.cut));
+        let mut serving = pin!(client::h2::serve(io, service.clone(), alt_svc, ctx.stop, &retired, ctx.cut));
         poll_fn(|cx| {
             turns.tick();
             serving.as_mut().poll(cx)
@@ -59,7 +61,7 @@ pub(crate) async fn serve(
         .await
     } else {
         let header_timeout = ctx.snapshot.timeouts.client_hello;
-        client::h1::serve(tls, service.clone(), header_timeout, ctx.stop, &retired, ctx.cut).await
+        client::h1::serve(tls, service.clone(), alt_svc, header_timeout, ctx.stop, &retired, ctx.cut).await
     };
     close(ended, &service, log)
 }
@@ -68,7 +70,7 @@ pub(crate) async fn serve(
 /// ([`crate::listener::quic`]): TLS is quinn's, so only the driver is left to pick. `handshake`
 /// is the handshake still running when requests may arrive in 0-RTT data.
 pub(crate) async fn serve_quic(
-    quic: impl crate::transport::quic_conn::QuicConn,
+    quic: crate::transport::quic_conn::QuicConn,
     handshake: Option<Arc<dyn EarlyData>>,
     route: &Arc<HttpRoute>,
     ctx: &ConnCtx<'_>,
@@ -77,7 +79,8 @@ pub(crate) async fn serve_quic(
     let Some((service, retired)) = service(route, ctx, log, handshake, ClientProtocol::Http3) else {
         return CloseReason::Internal;
     };
-    let ended = client::h3::serve(quic, service.clone(), ctx.stop, &retired, ctx.cut).await;
+    let alt_svc = Arc::new(AltSvc::over_http3(ctx.alt_svc.clone()));
+    let ended = client::h3::serve(quic, service.clone(), alt_svc, ctx.stop, &retired, ctx.cut).await;
     close(ended, &service, log)
 }
 
@@ -102,8 +105,6 @@ fn service(
         cut: ctx.cut.clone(),
         handshake,
         early_metrics: ctx.metrics.early.requests.clone(),
-        alt_svc: ctx.alt_svc.clone(),
-        alt_svc_sent: Default::default(),
         protocol,
         up: AtomicU64::new(0),
         down: AtomicU64::new(0),

@@ -50,7 +50,7 @@ pub(crate) struct ConnCtx<'a> {
     /// Cancelled when the shutdown grace period is over.
     pub cut: &'a CancellationToken,
     pub accepted: Instant,
-    /// `Alt-Svc` for this listener's HTTP/1.1 and HTTP/2 responses when it serves HTTP/3 too.
+    /// `Alt-Svc` when this listener serves HTTP/3 too (its drivers decide how often: [`crate::http::client::alt_svc`]).
     pub alt_svc: Option<::http::HeaderValue>,
 }
 

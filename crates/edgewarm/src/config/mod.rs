@@ -212,11 +212,6 @@ pub struct ListenerConfig {
     /// (quinn's, in user space); default cubic.
     #[serde(default)]
     pub quic_congestion: Option<String>,
-    /// What drives the listener's QUIC connections: `own` (default: each worker steps its
-    /// connections in place from one loop on quinn-proto) or `quinn` (quinn's endpoint and
-    /// connection tasks).
-    #[serde(default)]
-    pub quic_driver: QuicDriver,
     /// How long a browser may remember that HTTP/3 is here (`Alt-Svc: h3=":PORT"; ma=...`).
     #[serde(default = "default_alt_svc_max_age", with = "duration")]
     pub alt_svc_max_age: Duration,
@@ -244,14 +239,10 @@ impl ListenerConfig {
     }
 }
 
-/// `listeners[].quic_driver`.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum QuicDriver {
-    Quinn,
-    #[default]
-    Own,
-}
+/// Keys an earlier version took and this one refuses, with why: an old file's error then says
+/// what became of the key, instead of listing the keys there are.
+const REMOVED: &[(&str, &str)] =
+    &[("quic_driver", "removed: an HTTP/3 listener has one QUIC driver now, quinn's; delete this key")];
 
 fn default_alt_svc_max_age() -> Duration {
     Duration::from_secs(24 * 3600)
@@ -402,6 +393,9 @@ impl Config {
                 Some((prefix, rest)) if path.starts_with(prefix) => rest,
                 _ => &inner,
             };
+            let key = path.rsplit('.').next().unwrap_or_default();
+            let removed = REMOVED.iter().find(|(k, _)| *k == key && message.starts_with("unknown field"));
+            let message = removed.map_or(message, |(_, why)| why);
             if path.is_empty() || path == "." {
                 ConfigError::Syntax(inner.clone())
             } else {

@@ -9,7 +9,7 @@
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Instant;
 
 use http::{Request, Response};
@@ -54,10 +54,6 @@ pub(crate) struct Conn {
     /// The client's handshake, while requests may arrive in its early data.
     pub(crate) handshake: Option<Arc<dyn EarlyData>>,
     pub(crate) early_metrics: Family<RouteEarly, Counter>,
-    /// `Alt-Svc: h3=…` on a listener that serves HTTP/3 too ([`Conn::alt_svc`]).
-    pub(crate) alt_svc: Option<http::HeaderValue>,
-    /// The hosts an HTTP/3 connection has sent `Alt-Svc` for ([`Conn::alt_svc`]).
-    pub(crate) alt_svc_sent: Mutex<Vec<Box<str>>>,
     /// The client's protocol (a label on the request metrics).
     pub(crate) protocol: ClientProtocol,
     /// Body bytes of every request on this connection, for its own log line.
@@ -71,37 +67,6 @@ pub(crate) struct Conn {
     /// [`Outgoing::affinity`]).
     pub(crate) affinity: Affinity,
 }
-
-impl Conn {
-    /// The `Alt-Svc` for the response to `req`: on every response over TCP, where
-    /// it leads a client to HTTP/3; over HTTP/3 on the connection's first response for each
-    /// host. A client already here needs no directions, only its record of them renewed, which
-    /// it keeps per origin (RFC 7838 §2, §3.1: `ma` counts from the response that carried it):
-    /// once a connection and host does that, for every origin a browser coalesces onto the
-    /// connection. QPACK without a dynamic table would Huffman-code the value again on every
-    /// response (HPACK sends it once a connection, then as an index): about 3 % of an HTTP/3
-    /// request's instructions (docs/benchmarks.md). Past [`ALT_SVC_HOSTS`] hosts on one
-    /// connection, every response carries it.
-    fn alt_svc<B>(&self, req: &Request<B>) -> Option<&http::HeaderValue> {
-        let value = self.alt_svc.as_ref()?;
-        if !matches!(self.protocol, ClientProtocol::Http3) {
-            return Some(value);
-        }
-        let host =
-            req.uri().host().or_else(|| req.headers().get(http::header::HOST)?.to_str().ok()).unwrap_or_default();
-        let mut sent = self.alt_svc_sent.lock().unwrap_or_else(|p| p.into_inner());
-        if sent.iter().any(|h| h.eq_ignore_ascii_case(host)) {
-            return None;
-        }
-        if sent.len() < ALT_SVC_HOSTS {
-            sent.push(host.into());
-        }
-        Some(value)
-    }
-}
-
-/// Hosts an HTTP/3 connection remembers having sent `Alt-Svc` for.
-const ALT_SVC_HOSTS: usize = 8;
 
 /// One route's requests on one client connection. It reads the route's settings from the
 /// route itself ([`HttpRoute::config`]), so a new route option is read where it is used.
@@ -171,15 +136,10 @@ impl Service {
     {
         let started = Instant::now();
         let mut rlog = RequestLog::new(&req, self.conn.client, &self.route);
-        let alt_svc = self.conn.alt_svc(&req);
-        let mut response = match self.proxy(req, interim, &mut rlog, started).await {
+        match self.proxy(req, interim, &mut rlog, started).await {
             Ok(sent) => self.respond(sent, rlog, started),
             Err(e) => self.fail(rlog, started, &e),
-        };
-        if let Some(alt_svc) = alt_svc {
-            response.headers_mut().insert(http::header::ALT_SVC, alt_svc.clone());
         }
-        response
     }
 
     async fn proxy<B>(

@@ -76,7 +76,7 @@ mod cleartext;
 mod clients;
 mod h1_origins;
 mod h3;
-mod h3_drivers;
+mod h3_aioquic;
 mod h3_origin;
 mod hints;
 mod poisoning;

@@ -9,13 +9,8 @@ use bytes::Buf;
 /// The configuration with HTTP/3 on the listener, two workers (so two sockets, steered by
 /// connection ID) and `extra` appended to the routes.
 pub(super) fn config_h3(s: &Setup, extra: &str) -> PathBuf {
-    config_h3_driver(s, extra, "")
-}
-
-/// The same with `driver` (`, quic_driver: ...`) on the listener.
-fn config_h3_driver(s: &Setup, extra: &str, driver: &str) -> PathBuf {
     let text = std::fs::read_to_string(config(s, extra)).unwrap();
-    let text = format!("workers: 2\n{}", text.replacen("\"}]", &format!("\", http3: true{driver}}}]"), 1));
+    let text = format!("workers: 2\n{}", text.replacen("\"}]", "\", http3: true}]", 1));
     let path = s.dir.join("edge-h3.yaml");
     std::fs::write(&path, text).unwrap();
     path
@@ -50,25 +45,19 @@ async fn relayed(admin: SocketAddr, result: &str) -> f64 {
 /// reach the UDP sockets it no longer reads and which the new process relays to it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_http3_download_carries_on_across_an_upgrade() {
-    bounded(download_across_upgrades(1, "")).await;
+    bounded(download_across_upgrades(1)).await;
 }
 
 /// The same across two upgrades in a row: the newest process relays to the one before, which
 /// passes the first one's datagrams on to it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_http3_download_carries_on_across_two_upgrades_in_a_row() {
-    bounded(download_across_upgrades(2, "")).await;
+    bounded(download_across_upgrades(2)).await;
 }
 
-/// The same on quinn's QUIC driver (the fallback to the own loop).
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_http3_download_on_quinn_s_driver_carries_on_across_two_upgrades() {
-    bounded(download_across_upgrades(2, ", quic_driver: quinn")).await;
-}
-
-async fn download_across_upgrades(upgrades: usize, driver: &str) {
+async fn download_across_upgrades(upgrades: usize) {
     let s = setup().await;
-    let cfg = config_h3_driver(&s, "", driver);
+    let cfg = config_h3(&s, "");
     let log = |i: usize| s.dir.join(format!("edge-{i}.log"));
     let mut procs = vec![start(&cfg, false, &log(0))];
     logged(&log(0), "listening for upgrades").await;

@@ -36,6 +36,14 @@ fn misspelt_key_is_named_with_line() {
     assert!(e.contains("conect"), "{e}");
 }
 
+/// A key an earlier version took is refused with what became of it.
+#[test]
+fn a_removed_key_says_so() {
+    let e =
+        err(&GOOD.replace("listen: 127.0.0.1:8443", "listen: 127.0.0.1:8443\n    http3: true\n    quic_driver: own"));
+    assert!(e.starts_with("listeners[0].quic_driver: removed: ") && e.contains("one QUIC driver"), "{e}");
+}
+
 #[test]
 fn semantic_errors_name_the_key() {
     assert!(err(&GOOD.replace("origin-a.internal:443", "origin-a.internal")).starts_with("routes[0].origin"));

@@ -18,6 +18,7 @@ use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
+use super::alt_svc::{self, AltSvc};
 use super::{Ended, FIRST_REQUEST_GRACE, MAX_CLIENT_STREAMS, MAX_HEADER_BYTES};
 use crate::http::service::Service;
 use crate::http::upgrade::is_upgrade;
@@ -50,6 +51,7 @@ impl FirstRequest {
 pub(crate) async fn serve<T>(
     io: T,
     service: Arc<Service>,
+    alt_svc: Arc<AltSvc>,
     header_timeout: Duration,
     stop: &CancellationToken,
     retired: &CancellationToken,
@@ -63,7 +65,7 @@ where
         let (service, first) = (service.clone(), first.clone());
         service_fn(move |req| {
             first.mark();
-            let service = service.clone();
+            let (service, alt_svc) = (service.clone(), alt_svc.clone());
             // Boxed: the request's future is large, and hyper spawns a task per request
             // around it; a small task allocates from the allocator's fast path. The upgrade's
             // is boxed again inside, so only upgrades pay its size.
@@ -71,8 +73,11 @@ where
                 let response = if is_upgrade(&req) {
                     Box::pin(service.handle_upgrade(req)).await
                 } else {
+                    let alt = alt_svc.for_request(&req);
                     // No 103 over HTTP/1.1: browsers ignore it there.
-                    service.handle(req, None).await
+                    let mut response = service.handle(req, None).await;
+                    alt_svc::add(response.headers_mut(), alt);
+                    response
                 };
                 Ok::<_, Infallible>(response)
             })

@@ -40,6 +40,7 @@ use super::{
     MAX_HEADER_BYTES,
 };
 use crate::h2_stream::Frames;
+use crate::http::client::alt_svc::{self, AltSvc};
 use crate::http::interim::Interims;
 use crate::http::service::Service;
 use crate::http::Body;
@@ -58,6 +59,7 @@ const MAX_SEND_BUFFER: usize = 400 * 1024;
 pub(crate) async fn serve<T>(
     io: T,
     shared: Arc<Service>,
+    alt_svc: Arc<AltSvc>,
     stop: &CancellationToken,
     retired: &CancellationToken,
     cut: &CancellationToken,
@@ -120,14 +122,14 @@ where
                 // contained it; this keeps that).
                 Some(Ok((req, respond))) => {
                     accepted_any = true;
-                    streams.push(AssertUnwindSafe(stream(shared.clone(), req, respond)).catch_unwind());
+                    streams.push(AssertUnwindSafe(stream(shared.clone(), alt_svc.clone(), req, respond)).catch_unwind());
                     // Every request already read is taken before any of them runs. Taken one
                     // at a time, each would run (a cache hit completes at once) and be written
                     // by the next accept's drive of the connection: one write per response.
                     loop {
                         match poll_fn(|cx| Poll::Ready(conn.poll_accept(cx))).await {
                             Poll::Ready(Some(Ok((req, respond)))) => {
-                                streams.push(AssertUnwindSafe(stream(shared.clone(), req, respond)).catch_unwind());
+                                streams.push(AssertUnwindSafe(stream(shared.clone(), alt_svc.clone(), req, respond)).catch_unwind());
                             }
                             Poll::Ready(Some(Err(e))) => return Ended::Failed(e.to_string()),
                             Poll::Ready(None) => return Ended::Done,
@@ -150,9 +152,15 @@ where
 
 /// One stream: the request handled, its response sent (head, then body under flow control);
 /// informational heads (`103 Early Hints`, [`Interims`]) go out while it is awaited.
-async fn stream(shared: Arc<Service>, req: Request<RecvStream>, mut respond: SendResponse<Bytes>) {
+async fn stream(
+    shared: Arc<Service>,
+    alt_svc: Arc<AltSvc>,
+    req: Request<RecvStream>,
+    mut respond: SendResponse<Bytes>,
+) {
     let length = content_length(req.headers());
     let req = req.map(|recv| H2Body::new(recv, length));
+    let alt = alt_svc.for_request(&req);
     let interims = Interims::new();
     let response = {
         let to_client = interims.to_client();
@@ -177,6 +185,7 @@ async fn stream(shared: Arc<Service>, req: Request<RecvStream>, mut respond: Sen
     // Whatever is still queued would come after the response: dropped.
     drop(interims);
     let (mut head, body) = response.into_parts();
+    alt_svc::add(&mut head.headers, alt);
     finish_head(&mut head, &body);
     let end = body.is_end_stream();
     match respond.send_response(Response::from_parts(head, ()), end) {

@@ -4,6 +4,7 @@
 //! end the same way ([`Ended`]) and all honour `stop` (shutdown, or a reload retiring the
 //! route's origin connections) by finishing gracefully, and `cut` by ending.
 
+pub(crate) mod alt_svc;
 pub(crate) mod h1;
 pub(crate) mod h2;
 pub(crate) mod h3;

@@ -1,8 +1,7 @@
-//! One QUIC connection from its accept to its access-log line, the same for both drivers: its
-//! ClientHello read within the hello timeout, its route, its handshake counted, RFC 8470's gate
-//! (or the wait for the handshake on routes without 0-RTT), h3, and the connection's single exit
-//! ([`Context::finish`]), as [`crate::listener::conn::handle`] for TCP. What differs between the
-//! drivers is only how a connection being made is read: [`Connecting`].
+//! One QUIC connection from its accept to its access-log line: its ClientHello read within the
+//! hello timeout, its route, its handshake counted, RFC 8470's gate (or the wait for the
+//! handshake on routes without 0-RTT), HTTP/3, and the connection's single exit
+//! ([`Context::finish`]), as [`crate::listener::conn::handle`] for TCP.
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -21,31 +20,41 @@ use crate::listener::Context;
 use crate::metrics::{Metrics, QuicHandshake as Outcome, QuicResult, QuicRouteLabel, RouteName};
 use crate::route::{HttpRoute, Route, RouteAction};
 use crate::snapshot::Snapshot;
-use crate::tls::handshake::EarlyData;
+use crate::tls::handshake::{EarlyData, QuicHandshake};
 use crate::transport::quic_conn::QuicConn;
 
-/// A connection being made, as a driver hands it over: what [`connection`] needs of it before
-/// h3 runs on it.
-pub(super) trait Connecting: Send + Sized + 'static {
-    /// The connection h3 is served on.
-    type Conn: QuicConn;
+/// quinn's connection being made, from its accept (or why that failed).
+pub(super) struct Connecting {
+    pub(super) remote: SocketAddr,
+    pub(super) connecting: Result<quinn::Connecting, String>,
+}
 
-    /// The client's address.
-    fn remote(&self) -> SocketAddr;
+impl Connecting {
     /// The ClientHello's server name, once it is read (`Err`: why the connection ended first).
-    fn server_name(&mut self) -> impl Future<Output = Result<Option<String>, String>> + Send;
+    async fn server_name(&mut self) -> Result<Option<String>, String> {
+        let connecting = self.connecting.as_mut().map_err(|e| e.clone())?;
+        let data = connecting.handshake_data().await.map_err(|e| e.to_string())?;
+        Ok(data.downcast::<quinn::crypto::rustls::HandshakeData>().ok().and_then(|d| d.server_name))
+    }
+
     /// The connection from the end of its ClientHello on, and its handshake as RFC 8470's gate
     /// sees it (`Err`: why it ended first).
-    fn made(self) -> impl Future<Output = Result<(Self::Conn, Arc<dyn EarlyData>), String>> + Send;
-    /// Ends a connection that is not to be served.
-    fn close(self);
-    /// A served connection's path statistics, once it has ended.
-    fn stats(conn: &Self::Conn) -> Option<quinn_proto::ConnectionStats>;
+    async fn made(self) -> Result<(quinn::Connection, Arc<QuicHandshake>), String> {
+        let connecting = self.connecting?;
+        // Server side, quinn always goes on before the handshake completes (0.5-RTT).
+        let (conn, zero_rtt) = match connecting.into_0rtt() {
+            Ok((conn, accepted)) => (conn, Some(accepted)),
+            // Only a client without a session to resume is refused 0-RTT; kept for safety.
+            Err(connecting) => (connecting.await.map_err(|e| e.to_string())?, None),
+        };
+        let handshake = Arc::new(QuicHandshake::new(conn.clone(), zero_rtt));
+        Ok((conn, handshake))
+    }
 }
 
 /// One QUIC connection, start to end, with one access-log line.
-pub(super) async fn connection<C: Connecting>(
-    mut connecting: C,
+pub(super) async fn connection(
+    mut connecting: Connecting,
     local: SocketAddr,
     guard: Handshaking,
     config: Arc<ListenerConfig>,
@@ -56,7 +65,7 @@ pub(super) async fn connection<C: Connecting>(
 ) {
     let accepted = Instant::now();
     let metrics = &*cx.metrics;
-    let mut log = log_start(&cx, connecting.remote(), local);
+    let mut log = log_start(&cx, connecting.remote, local);
     let snapshot = cx.snapshot.borrow().clone();
     let count = |result| {
         metrics.quic.handshakes.get_or_create(&QuicResult { listener: local.to_string(), result }).inc();
@@ -66,24 +75,23 @@ pub(super) async fn connection<C: Connecting>(
         // The server name is known once the ClientHello is read (the certificate was chosen
         // from it then): well before the handshake completes. No certificate for the name (no
         // `http` route for it) ends here too.
+        // A connection dropped unserved is closed by quinn as its last handle goes.
         match hello(snapshot.timeouts.client_hello, connecting.server_name(), &mut log).await {
             Ok(name) => log.sni = name,
             Err(reason) => {
                 count(Outcome::Failed);
-                connecting.close();
                 break 'conn reason;
             }
         }
         log.hello_time = Some(accepted.elapsed());
         let Some((route, http)) = http_route(&snapshot, &mut log) else {
             count(Outcome::Failed);
-            connecting.close();
             break 'conn CloseReason::UnknownSni;
         };
         let ctx = cx.conn_ctx(&snapshot, route, &config, local.port(), accepted);
         route_metrics = Some(ctx.route_metrics);
-        // Server side, both drivers go on before the handshake completes (0.5-RTT): requests
-        // may arrive in 0-RTT data from here.
+        // Server side, quinn goes on before the handshake completes (0.5-RTT): requests may
+        // arrive in 0-RTT data from here.
         let (conn, handshake) = match connecting.made().await {
             Ok(made) => made,
             Err(e) => {
@@ -95,7 +103,7 @@ pub(super) async fn connection<C: Connecting>(
         let serve = async {
             let early = if http.client.early_data == EarlyDataConfig::Safe {
                 // RFC 8470's gate sees each request read from here.
-                Some(handshake.clone())
+                Some(handshake.clone() as Arc<dyn EarlyData>)
             } else {
                 // Not a 0-RTT route: nothing is read before the handshake completes, so nothing
                 // read can be a replay. A handshake under way at a stop (an upgrade's, say) goes
@@ -103,7 +111,7 @@ pub(super) async fn connection<C: Connecting>(
                 let completed = tokio::select! {
                     ok = handshake.handshake_done() => ok,
                     () = cx.cut.cancelled() => {
-                        conn.close(0);
+                        conn.close(0u32.into(), b"");
                         return CloseReason::Shutdown;
                     }
                 };
@@ -112,12 +120,10 @@ pub(super) async fn connection<C: Connecting>(
                 }
                 None
             };
-            Box::pin(crate::action::http::serve_quic(conn.clone(), early, http, &ctx, &mut log)).await
+            Box::pin(crate::action::http::serve_quic(QuicConn(conn.clone()), early, http, &ctx, &mut log)).await
         };
         let reason = counting(serve, &*handshake, count, guard).await;
-        if let Some(stats) = C::stats(&conn) {
-            count_path(metrics, local, &log, &stats);
-        }
+        count_path(metrics, local, &log, &conn.stats());
         reason
     };
     cx.finish(log, reason, route_metrics, accepted, permit);

@@ -8,19 +8,26 @@
 //! function of the QUIC version and that ID, and keep no state between packets, so the second
 //! derivation takes the first one's keys, shared.
 //!
-//! The keys wait in a slot of the thread's own: both calls run on the worker that received the
-//! packet, the second right after the first (in the same turn of the own driver's loop). A
-//! slot holding another connection's keys is simply not used.
+//! The keys wait in slots of the thread's own: both calls run on the worker that received the
+//! packet, the first as quinn's endpoint task reads it, the second when the listener's accept
+//! loop accepts it, after the endpoint task may have read the rest of its batch (other clients'
+//! first packets among them). So the last [`RECENT`] derivations are kept, each taken once; a
+//! connection whose keys were pushed out derives its own, as it would without this.
 
 use std::cell::RefCell;
+use std::collections::VecDeque;
 use std::sync::Arc;
 
 use bytes::BytesMut;
 use quinn::crypto::{CryptoError, HeaderKey, KeyPair, Keys, PacketKey};
 use quinn::ConnectionId;
 
+/// Derivations kept per worker: more than new connections' first packets in one receive batch
+/// usually are, and a few hundred bytes each.
+const RECENT: usize = 16;
+
 thread_local! {
-    static LAST: RefCell<Option<Derived>> = const { RefCell::new(None) };
+    static LAST: RefCell<VecDeque<Derived>> = const { RefCell::new(VecDeque::new()) };
 }
 
 /// Keys derived for a connection ID, shared between the two who ask for them.
@@ -51,7 +58,13 @@ pub(super) fn remember(version: u32, cid: &ConnectionId, keys: Keys) -> Keys {
         packet: KeyPair { local: Arc::from(keys.packet.local), remote: Arc::from(keys.packet.remote) },
     };
     let now = derived.keys();
-    LAST.with(|last| *last.borrow_mut() = Some(derived));
+    LAST.with(|last| {
+        let mut last = last.borrow_mut();
+        if last.len() >= RECENT {
+            last.pop_front();
+        }
+        last.push_back(derived);
+    });
     now
 }
 
@@ -59,11 +72,8 @@ pub(super) fn remember(version: u32, cid: &ConnectionId, keys: Keys) -> Keys {
 pub(super) fn take(version: u32, cid: &ConnectionId) -> Option<Keys> {
     LAST.with(|last| {
         let mut last = last.borrow_mut();
-        if last.as_ref().is_some_and(|d| d.version == version && d.cid == *cid) {
-            last.take().map(|d| d.keys())
-        } else {
-            None
-        }
+        let at = last.iter().position(|d| d.version == version && d.cid == *cid)?;
+        last.remove(at).map(|d| d.keys())
     })
 }
 
@@ -152,5 +162,21 @@ mod tests {
         let second = take(v1, &id).expect("the keys remembered");
         assert!(same(&first, &second) && same(&second, &fresh));
         assert!(take(v1, &id).is_none(), "taken once");
+    }
+
+    /// A batch of first packets read before any is accepted: each connection still finds its
+    /// own keys, up to [`RECENT`] of them; older ones are derived again.
+    #[test]
+    fn a_batch_of_first_packets_each_keep_their_keys_up_to_recent() {
+        let config = Arc::new(config());
+        let ids: Vec<ConnectionId> = (0..=RECENT as u8).map(|i| ConnectionId::new(&[i; 8])).collect();
+        for id in &ids {
+            remember(1, id, config.initial_keys(1, id).unwrap());
+        }
+        assert!(take(1, &ids[0]).is_none(), "the oldest was pushed out");
+        for id in ids[1..].iter().rev() {
+            let keys = take(1, id).expect("kept");
+            assert!(same(&keys, &config.initial_keys(1, id).unwrap()));
+        }
     }
 }

@@ -1,9 +1,16 @@
 //! HTTP/3 listeners (`listeners[].http3`): a QUIC endpoint on a UDP socket at the TCP
 //! listener's address and port, serving that listener's `http` routes. Each worker's endpoint
-//! is driven by its own loop on quinn-proto ([`driver`], the default), or by quinn's endpoint
-//! and connection tasks (`quic_driver: quinn`, [`accept_loop`]). Retry and the limits are
-//! decided alike for both; what is around a connection (the route, 0-RTT, the handshake's count,
-//! the log line) is one function for both ([`connection()`]).
+//! is quinn's (its endpoint task, a task per connection): [`accept_loop`] decides Retry and the
+//! limits, and [`connection()`] what is around a connection (the route, 0-RTT, the handshake's
+//! count, the log line).
+//!
+//! One driver, chosen by measurement. A loop of our own on quinn-proto (each worker stepping its
+//! connections in place, no task or channel per connection) ran beside quinn's as the default
+//! for a while: it took about 2 % fewer instructions on short answers, yet used 6 to 10 % more of
+//! the edge's CPU on a real browser's page (docs/benchmarks.md), with as many wake-ups and
+//! system calls a request; a browser is who the edge serves, and quinn's driver is code we
+//! do not keep. The patches to quinn-proto's behaviour ([`padding`], [`initial`],
+//! [`next_keys`]) sit in the TLS session and packet keys, below any driver.
 //!
 //! A connection attempt goes: address check (a Retry when unvalidated handshakes pile up) →
 //! connection limit → QUIC handshake, whose server name picks the route with the TCP lookup
@@ -17,7 +24,6 @@
 
 mod cid;
 mod connection;
-pub(crate) mod driver;
 mod initial;
 mod next_keys;
 pub(crate) mod padding;
@@ -26,18 +32,16 @@ mod socket;
 mod tls;
 mod zero_rtt;
 
-use std::net::SocketAddr;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use tokio::sync::Semaphore;
 
 use super::Context;
-use crate::config::{ListenerConfig, QuicDriver};
+use crate::config::ListenerConfig;
 use crate::metrics::{
     ListenerLabel, QuicHandshake as Outcome, QuicRelayLabel, QuicRelayed, QuicResult, QuicZeroRttLabel, ZeroRtt,
 };
-use crate::tls::handshake::{EarlyData, QuicHandshake};
 use connection::{connection, Connecting, Handshaking};
 
 /// Handshakes in progress (accepted, not yet complete) above which a client whose address is
@@ -146,22 +150,12 @@ pub(crate) fn serve(
         let to_old = to_old.next();
         let run = async move {
             let parts = endpoint_parts(socket, i, (pair, to_old), &keys, &cx2);
-            let endpoint = parts.and_then(|(socket, config)| match shared.config.quic_driver {
-                QuicDriver::Quinn => {
-                    let runtime = Arc::new(quinn::TokioRuntime);
-                    let endpoint = quinn::Endpoint::new_with_abstract_socket(config, Some(server), socket, runtime)?;
-                    Ok(Box::pin(accept_loop(endpoint, shared, cx2)) as Loop)
-                }
-                QuicDriver::Own => {
-                    // The loop outlives the stop (its connections finish through it), so it is
-                    // drained with them; this worker's accept loop is done at the stop.
-                    let stop = cx2.stop.clone();
-                    tokio::spawn(cx2.tracker.track_future(driver::run(socket, config, server, shared, cx2.clone())));
-                    Ok(Box::pin(async move { stop.cancelled().await }) as Loop)
-                }
+            let endpoint = parts.and_then(|(socket, config)| {
+                let runtime = Arc::new(quinn::TokioRuntime);
+                quinn::Endpoint::new_with_abstract_socket(config, Some(server), socket, runtime)
             });
             match endpoint {
-                Ok(run) => run.await,
+                Ok(endpoint) => accept_loop(endpoint, shared, cx2).await,
                 Err(e) => tracing::error!(error = %e, "cannot serve HTTP/3 on a worker"),
             }
         };
@@ -260,7 +254,7 @@ async fn accept_loop(endpoint: quinn::Endpoint, shared: Arc<Shared>, cx: Arc<Con
         let guard = Handshaking::enter(&shared.handshaking);
         // A failed accept still gets its connection's count and access-log line, in the task.
         let remote = incoming.remote_address();
-        let connecting = QuinnConnecting { remote, connecting: incoming.accept().map_err(|e| e.to_string()) };
+        let connecting = Connecting { remote, connecting: incoming.accept().map_err(|e| e.to_string()) };
         // Served here, on this endpoint's worker.
         let task = connection(connecting, local, guard, shared.config.clone(), cx.clone(), (permit, place));
         tokio::spawn(cx.tracker.track_future(task));
@@ -273,43 +267,4 @@ async fn accept_loop(endpoint: quinn::Endpoint, shared: Arc<Shared>, cx: Arc<Con
     // timeout.
     cx.quic.keep(endpoint.clone());
     cx.tracker.spawn(async move { endpoint.wait_idle().await });
-}
-
-/// quinn's connection being made, from its accept (or why that failed).
-struct QuinnConnecting {
-    remote: SocketAddr,
-    connecting: Result<quinn::Connecting, String>,
-}
-
-impl Connecting for QuinnConnecting {
-    type Conn = quinn::Connection;
-
-    fn remote(&self) -> SocketAddr {
-        self.remote
-    }
-
-    async fn server_name(&mut self) -> Result<Option<String>, String> {
-        let connecting = self.connecting.as_mut().map_err(|e| e.clone())?;
-        let data = connecting.handshake_data().await.map_err(|e| e.to_string())?;
-        Ok(data.downcast::<quinn::crypto::rustls::HandshakeData>().ok().and_then(|d| d.server_name))
-    }
-
-    async fn made(self) -> Result<(quinn::Connection, Arc<dyn EarlyData>), String> {
-        let connecting = self.connecting?;
-        // Server side, quinn always goes on before the handshake completes (0.5-RTT).
-        let (conn, zero_rtt) = match connecting.into_0rtt() {
-            Ok((conn, accepted)) => (conn, Some(accepted)),
-            // Only a client without a session to resume is refused 0-RTT; kept for safety.
-            Err(connecting) => (connecting.await.map_err(|e| e.to_string())?, None),
-        };
-        let handshake = Arc::new(QuicHandshake::new(conn.clone(), zero_rtt));
-        Ok((conn, handshake))
-    }
-
-    /// quinn closes a connection whose last handle is dropped.
-    fn close(self) {}
-
-    fn stats(conn: &quinn::Connection) -> Option<quinn_proto::ConnectionStats> {
-        Some(conn.stats())
-    }
 }

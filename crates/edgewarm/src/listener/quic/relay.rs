@@ -38,7 +38,7 @@ pub(crate) struct QuicProcess {
     pub handed_over: Arc<AtomicBool>,
     /// The endpoints, once they accept no more: kept for as long as the process lives, since
     /// one that has handed over may still relay for an older process draining beside it.
-    /// (quinn's endpoints, or the own driver's relaying tasks.)
+    /// (quinn's endpoints.)
     kept: Mutex<Vec<Box<dyn std::any::Any + Send>>>,
 }
 

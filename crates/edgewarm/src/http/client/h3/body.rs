@@ -7,7 +7,7 @@ use std::pin::Pin;
 use std::task::{ready, Context, Poll};
 
 use bytes::Bytes;
-use h3::quic::{RecvStream, StreamErrorIncoming};
+use edgewarm_h3::RecvStream as _;
 use http_body::{Frame, SizeHint};
 
 use edgewarm_h3::frame::{self, code, Kind, ReadError, Reader};
@@ -20,7 +20,7 @@ use crate::transport::quic_conn::{QuicConn, Recv};
 #[derive(Debug, thiserror::Error)]
 pub(crate) enum BodyError {
     #[error("request stream failed: {0}")]
-    Stream(StreamErrorIncoming),
+    Stream(quinn::ReadError),
     #[error("HTTP/3 protocol error in the request body: {0}")]
     Protocol(&'static str),
 }
@@ -36,9 +36,9 @@ enum State {
     Trailers(usize),
 }
 
-pub(crate) struct H3Body<Q: QuicConn> {
-    reader: Reader<Recv<Q::Recv>>,
-    quic: Q,
+pub(crate) struct H3Body {
+    reader: Reader<Recv>,
+    quic: QuicConn,
     state: State,
     /// A frame read ahead by [`H3Body::settle`], given out first.
     peeked: Option<Result<Frame<Bytes>, BodyError>>,
@@ -47,8 +47,8 @@ pub(crate) struct H3Body<Q: QuicConn> {
     length: Option<u64>,
 }
 
-impl<Q: QuicConn> H3Body<Q> {
-    pub(super) fn new(reader: Reader<Recv<Q::Recv>>, quic: Q, length: Option<u64>) -> Self {
+impl H3Body {
+    pub(super) fn new(reader: Reader<Recv>, quic: QuicConn, length: Option<u64>) -> Self {
         let mut body = Self { reader, quic, state: State::Frames, peeked: None, done: false, length };
         body.settle();
         body
@@ -78,11 +78,11 @@ impl<Q: QuicConn> H3Body<Q> {
     /// A malformed message: the stream is stopped (§4.1.2).
     fn malformed(&mut self, why: &'static str) -> Poll<Option<Result<Frame<Bytes>, BodyError>>> {
         self.done = true;
-        self.reader.recv.0.stop_sending(code::MESSAGE_ERROR);
+        self.reader.recv.stop_sending(code::MESSAGE_ERROR);
         Poll::Ready(Some(Err(BodyError::Protocol(why))))
     }
 
-    fn read_error(&mut self, e: ReadError<StreamErrorIncoming>) -> Poll<Option<Result<Frame<Bytes>, BodyError>>> {
+    fn read_error(&mut self, e: ReadError<quinn::ReadError>) -> Poll<Option<Result<Frame<Bytes>, BodyError>>> {
         match e {
             ReadError::Truncated => self.connection_error(code::FRAME_ERROR, "the stream ended inside a frame"),
             ReadError::Stream(e) => {
@@ -170,9 +170,9 @@ impl<Q: QuicConn> H3Body<Q> {
 }
 
 // Nothing in the body is pinned in place: it is only ever polled through `&mut`.
-impl<Q: QuicConn> Unpin for H3Body<Q> {}
+impl Unpin for H3Body {}
 
-impl<Q: QuicConn> http_body::Body for H3Body<Q> {
+impl http_body::Body for H3Body {
     type Data = Bytes;
     type Error = BodyError;
 

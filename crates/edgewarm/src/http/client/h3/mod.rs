@@ -1,5 +1,5 @@
-//! HTTP/3 clients (RFC 9114) over a QUIC connection (quinn's, or the listener's own driver's:
-//! [`crate::transport::quic_conn`]): as for HTTP/2 ([`super::h2`]), every request stream of a connection runs
+//! HTTP/3 clients (RFC 9114) over a QUIC connection (quinn's: [`crate::transport::quic_conn`]):
+//! as for HTTP/2 ([`super::h2`]), every request stream of a connection runs
 //! inside that connection's own task, and each is handed to the one request service. The QUIC
 //! handshake, 0-RTT and the UDP socket are the listener's ([`crate::listener::quic`]); this
 //! driver sees a connection whose route is already known.
@@ -10,9 +10,8 @@
 //! the service. h3 0.0.8, which did the framing before, Huffman-coded every string a bit at a
 //! time with two allocations each and keeps its framing private: its QPACK and framing were a
 //! third of what an HTTP/3 request cost beyond an HTTP/2 one (docs/benchmarks.md). The codec
-//! reads QUIC streams through its own trait ([`edgewarm_h3::RecvStream`], adapted in
-//! [`crate::transport::quic_conn::Recv`]); h3's `quic` traits remain the seam between this file and the two
-//! QUIC drivers.
+//! reads QUIC streams through its own trait ([`edgewarm_h3::RecvStream`]), which quinn's
+//! streams take in [`crate::transport::quic_conn`].
 //!
 //! Flow control is QUIC's: a response chunk is handed to the stream only once it has taken the
 //! last one, so a slow client slows the origin instead of growing our buffers; a request body
@@ -31,7 +30,6 @@ use std::time::Duration;
 use bytes::Bytes;
 use futures_util::stream::{FuturesUnordered, StreamExt};
 use futures_util::FutureExt;
-use h3::quic::{BidiStream, Connection, OpenStreams, SendStream, StreamErrorIncoming};
 use tokio_util::sync::CancellationToken;
 
 use edgewarm_h3::frame::code;
@@ -39,12 +37,13 @@ use edgewarm_h3::qpack;
 use edgewarm_h3::uni::{self, ConnError, Event, Next, Seen, Uni};
 
 use super::{handler_panicked, stopping, Ended, MAX_HEADER_BYTES};
+use crate::http::client::alt_svc::AltSvc;
 use crate::http::service::Service;
-use crate::transport::quic_conn::{QuicConn, Recv, SendChunks, H3_NO_ERROR};
+use crate::transport::quic_conn::{Accept, QuicConn, Recv, Send, H3_NO_ERROR};
 
 /// What the connection brought.
-enum Incoming<Q: QuicConn> {
-    Request(Q::Bidi),
+enum Incoming {
+    Request(Send, Recv),
     ClientGoAway,
     /// The connection ended, or broke the rules (then closed here).
     Lost(String),
@@ -53,25 +52,25 @@ enum Incoming<Q: QuicConn> {
 
 /// The connection's streams as they come: request streams, and the client's unidirectional
 /// streams, read here as they arrive.
-struct Streams<Q: QuicConn> {
-    conn: Q::H3,
-    uni: FuturesUnordered<Next<Recv<Q::Recv>>>,
+struct Streams {
+    accept: Accept,
+    uni: FuturesUnordered<Next<Recv>>,
     seen: Seen,
 }
 
-impl<Q: QuicConn> Streams<Q> {
+impl Streams {
     /// Request streams first: a request opened in the same flight as the client's GOAWAY is
     /// accepted before the GOAWAY is read.
-    fn poll(&mut self, cx: &mut Context<'_>) -> Poll<Incoming<Q>> {
-        match self.conn.poll_accept_bidi(cx) {
-            Poll::Ready(Ok(stream)) => return Poll::Ready(Incoming::Request(stream)),
-            Poll::Ready(Err(e)) => return Poll::Ready(Incoming::Lost(e.to_string())),
+    fn poll(&mut self, cx: &mut Context<'_>) -> Poll<Incoming> {
+        match self.accept.poll_bi(cx) {
+            Poll::Ready(Ok((send, recv))) => return Poll::Ready(Incoming::Request(send, recv)),
+            Poll::Ready(Err(e)) => return Poll::Ready(Incoming::Lost(e)),
             Poll::Pending => {}
         }
-        while let Poll::Ready(recv) = self.conn.poll_accept_recv(cx) {
+        while let Poll::Ready(recv) = self.accept.poll_uni(cx) {
             match recv {
-                Ok(recv) => self.uni.push(Next::new(Uni::new(Recv(recv)))),
-                Err(e) => return Poll::Ready(Incoming::Lost(e.to_string())),
+                Ok(recv) => self.uni.push(Next::new(Uni::new(recv))),
+                Err(e) => return Poll::Ready(Incoming::Lost(e)),
             }
         }
         // Ready(None) once no stream is left.
@@ -98,16 +97,15 @@ impl<Q: QuicConn> Streams<Q> {
 
 /// Open the edge's control stream and send its SETTINGS. It is kept open for as long as the
 /// connection lives: closing it is a connection error (§6.2.1).
-async fn open_control<Q: QuicConn>(conn: &Q::H3) -> Result<Q::Send, String> {
-    let mut opener = conn.opener();
-    let mut send = poll_fn(|cx| opener.poll_open_send(cx)).await.map_err(|e| e.to_string())?;
+async fn open_control(quic: &QuicConn) -> Result<Send, String> {
+    let mut send = quic.open_uni().await?;
     let mut preface = [uni::control_preface(MAX_HEADER_BYTES as u64)];
     write_all(&mut send, &mut preface).await.map_err(|e| e.to_string())?;
     Ok(send)
 }
 
 /// Write all of `chunks` to a stream, as its window takes them.
-async fn write_all<S: SendChunks>(send: &mut S, chunks: &mut [Bytes]) -> Result<(), StreamErrorIncoming> {
+async fn write_all(send: &mut Send, chunks: &mut [Bytes]) -> Result<(), quinn::WriteError> {
     while chunks.iter().any(|c| !c.is_empty()) {
         poll_fn(|cx| send.poll_send_chunks(cx, chunks)).await?;
     }
@@ -117,19 +115,19 @@ async fn write_all<S: SendChunks>(send: &mut S, chunks: &mut [Bytes]) -> Result<
 /// Serve one HTTP/3 connection until it ends. `stop` (shutdown, or a reload retiring the
 /// route's origin connections) sends GOAWAY and lets the requests in flight finish; `cut` then
 /// closes whatever is left.
-pub(crate) async fn serve<Q: QuicConn>(
-    quic: Q,
+pub(crate) async fn serve(
+    quic: QuicConn,
     shared: Arc<Service>,
+    alt_svc: Arc<AltSvc>,
     stop: &CancellationToken,
     retired: &CancellationToken,
     cut: &CancellationToken,
 ) -> Ended {
     let mut cut_wait = pin!(cut.cancelled());
-    let conn = quic.h3();
     // Even after a stop: the client may have sent its first request already; it gets GOAWAY
     // below and its request is answered.
     let mut control = tokio::select! {
-        r = open_control::<Q>(&conn) => match r {
+        r = open_control(&quic) => match r {
             Ok(control) => control,
             Err(e) => return ended(&quic, e),
         },
@@ -138,7 +136,7 @@ pub(crate) async fn serve<Q: QuicConn>(
             return Ended::Cut;
         }
     };
-    let mut incoming = Streams::<Q> { conn, uni: FuturesUnordered::new(), seen: Seen::default() };
+    let mut incoming = Streams { accept: quic.accept(), uni: FuturesUnordered::new(), seen: Seen::default() };
     let mut stop_wait = pin!(stopping(stop, retired));
     let mut streams = FuturesUnordered::new();
     // The GOAWAY sent: requests on streams from this ID on are refused unprocessed.
@@ -164,16 +162,15 @@ pub(crate) async fn serve<Q: QuicConn>(
             // Before the stop: a request that has arrived is accepted, and answered, before
             // GOAWAY is announced.
             next = poll_fn(|cx| incoming.poll(cx)) => match next {
-                Incoming::Request(stream) => {
-                    let id = stream.send_id().into_inner();
+                Incoming::Request(mut send, mut recv) => {
+                    let id = send.id();
                     if goaway.is_some_and(|g| id >= g) {
-                        let (mut send, mut recv) = stream.split();
                         request::refuse(&mut send, &mut recv, code::REQUEST_REJECTED);
                         continue;
                     }
                     next_id = next_id.max(id + 4);
                     // A panic is caught per stream, as for HTTP/2: it must not end the connection.
-                    let serving = request::request::<Q>(shared.clone(), quic.clone(), stream);
+                    let serving = request::request(shared.clone(), alt_svc.clone(), quic.clone(), send, recv);
                     streams.push(AssertUnwindSafe(serving).catch_unwind());
                 }
                 // The client's GOAWAY: it is going away, so the edge answers what it has asked
@@ -217,14 +214,14 @@ pub(crate) async fn serve<Q: QuicConn>(
 
 /// A client that broke HTTP/3's rules, on any of its streams: logged, and its connection
 /// closed with the RFC's `code` (every HTTP/3 and QPACK code fits 32 bits).
-fn protocol_error(quic: &impl QuicConn, code: u64, why: &'static str) {
+fn protocol_error(quic: &QuicConn, code: u64, why: &'static str) {
     tracing::debug!(why, "HTTP/3 client broke the protocol; closing its connection");
     quic.close(u32::try_from(code).unwrap_or(code::GENERAL_PROTOCOL_ERROR as u32));
 }
 
 /// A connection whose client broke the protocol: closed with `code`, unless it had already
 /// ended.
-fn broke(quic: &impl QuicConn, code: u64, why: &'static str) -> Ended {
+fn broke(quic: &QuicConn, code: u64, why: &'static str) -> Ended {
     if quic.ended_normally() {
         return Ended::Done;
     }
@@ -239,13 +236,13 @@ fn broke(quic: &impl QuicConn, code: u64, why: &'static str) -> Ended {
 /// RTT, four RTT variations and the peer's ACK delay), a timeout that doubles with each probe
 /// unanswered. A second beyond three RTTs covers a few of those doublings on any path a client
 /// could still be served on; a loss declared meanwhile restarts the wait.
-fn quiet_period(quic: &impl QuicConn) -> Duration {
+fn quiet_period(quic: &QuicConn) -> Duration {
     quic.rtt() * 3 + Duration::from_secs(1)
 }
 
 /// Whether the connection has sent nothing, and declared nothing lost, since the last check
 /// (`then`, updated).
-fn delivered(quic: &impl QuicConn, then: &mut Option<(u64, u64)>) -> bool {
+fn delivered(quic: &QuicConn, then: &mut Option<(u64, u64)>) -> bool {
     let now = quic.sent_and_lost();
     let quiet = *then == Some(now);
     *then = Some(now);
@@ -254,7 +251,7 @@ fn delivered(quic: &impl QuicConn, then: &mut Option<(u64, u64)>) -> bool {
 
 /// How a connection whose HTTP/3 layer failed ended: a close by the client (any code: aioquic
 /// closes with 0, browsers with H3_NO_ERROR) or the idle timeout is a normal end.
-fn ended(quic: &impl QuicConn, error: String) -> Ended {
+fn ended(quic: &QuicConn, error: String) -> Ended {
     if quic.ended_normally() {
         Ended::Done
     } else {

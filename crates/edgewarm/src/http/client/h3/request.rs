@@ -12,7 +12,7 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use bytes::{BufMut, Bytes, BytesMut};
-use h3::quic::{RecvStream, SendStream, StreamErrorIncoming};
+use edgewarm_h3::RecvStream as _;
 use http::{HeaderMap, StatusCode};
 use http_body::Body as _;
 
@@ -22,13 +22,14 @@ use edgewarm_h3::head::{self, Refused};
 
 use super::body::H3Body;
 use super::{protocol_error, qpack, write_all, MAX_HEADER_BYTES};
+use crate::http::client::alt_svc::{self, AltSvc};
 use crate::http::client::{content_length, finish_head};
 use crate::http::interim::Interims;
 use crate::http::respond::plain;
 use crate::http::service::Service;
 use crate::http::Body;
 use crate::metrics::{Fault, HttpError};
-use crate::transport::quic_conn::{QuicConn, Recv, SendChunks};
+use crate::transport::quic_conn::{QuicConn, Recv, Send};
 
 /// Body chunks shorter than this are copied in beside their frame header; longer ones go to
 /// the stream as they are. quinn-proto keeps a chunk until it is acknowledged, and with it the
@@ -50,20 +51,20 @@ const HEAD_ROOM: usize = 256;
 const MAX_HEADERS_FRAME: u64 = 4 * MAX_HEADER_BYTES as u64;
 
 /// A stream's sending half, written as bytes.
-struct Writer<S: SendStream<Bytes>> {
-    send: S,
+struct Writer {
+    send: Send,
     /// Finished or reset.
     done: bool,
 }
 
-impl<S: SendChunks> Writer<S> {
-    async fn write(&mut self, chunks: &mut [Bytes]) -> Result<(), StreamErrorIncoming> {
+impl Writer {
+    async fn write(&mut self, chunks: &mut [Bytes]) -> Result<(), quinn::WriteError> {
         write_all(&mut self.send, chunks).await
     }
 
     async fn finish(&mut self) {
         self.done = true;
-        let _ = poll_fn(|cx| self.send.poll_finish(cx)).await;
+        self.send.finish();
     }
 
     fn reset(&mut self, code: u64) {
@@ -75,7 +76,7 @@ impl<S: SendChunks> Writer<S> {
 /// A response cut short (a panic, a failed body, a task dropped at the cut) is reset, never
 /// finished: both QUIC layers finish a stream dropped unfinished, and a client would take a
 /// response without a Content-Length for whole.
-impl<S: SendStream<Bytes>> Drop for Writer<S> {
+impl Drop for Writer {
     fn drop(&mut self) {
         if !self.done {
             self.send.reset(code::INTERNAL_ERROR);
@@ -112,18 +113,14 @@ fn headers_frame(status: Option<StatusCode>, headers: &HeaderMap) -> Bytes {
 
 /// A stream refused both ways with `code`: H3_REQUEST_REJECTED for a request after GOAWAY
 /// (the client may send it again, §4.1.1), H3_MESSAGE_ERROR for a malformed one.
-pub(super) fn refuse<S: SendStream<Bytes>, R: RecvStream>(send: &mut S, recv: &mut R, code: u64) {
+pub(super) fn refuse(send: &mut Send, recv: &mut Recv, code: u64) {
     recv.stop_sending(code);
     send.reset(code);
 }
 
 /// The request's HEADERS frame, skipping unknown frames before it; `None` if the stream
 /// ended, failed or broke the rules (the connection then closed).
-async fn head_block<Q: QuicConn>(
-    quic: &Q,
-    reader: &mut Reader<Recv<Q::Recv>>,
-    writer: &mut Writer<Q::Send>,
-) -> Option<Result<Bytes, u64>> {
+async fn head_block(quic: &QuicConn, reader: &mut Reader<Recv>, writer: &mut Writer) -> Option<Result<Bytes, u64>> {
     let truncated = || {
         protocol_error(quic, code::FRAME_ERROR, "a request stream ended inside a frame");
         None
@@ -165,10 +162,9 @@ async fn head_block<Q: QuicConn>(
 }
 
 /// Serve one request stream.
-pub(super) async fn request<Q: QuicConn>(shared: Arc<Service>, quic: Q, stream: Q::Bidi) {
-    let (send, recv) = h3::quic::BidiStream::split(stream);
+pub(super) async fn request(shared: Arc<Service>, alt_svc: Arc<AltSvc>, quic: QuicConn, send: Send, recv: Recv) {
     let mut writer = Writer { send, done: false };
-    let mut reader = Reader::new(Recv(recv));
+    let mut reader = Reader::new(recv);
     let Some(block) = head_block(&quic, &mut reader, &mut writer).await else { return };
     let client_error = |why: &str| {
         shared.conn.metrics.error(&shared.route, HttpError::BadRequest, Fault::Client);
@@ -183,12 +179,12 @@ pub(super) async fn request<Q: QuicConn>(shared: Arc<Service>, quic: Q, stream: 
         Ok(Err(Refused::Malformed(why))) => {
             client_error(why);
             writer.done = true;
-            return refuse(&mut writer.send, &mut reader.recv.0, code::MESSAGE_ERROR);
+            return refuse(&mut writer.send, &mut reader.recv, code::MESSAGE_ERROR);
         }
         Ok(Err(Refused::TooLarge)) | Err(_) => {
             client_error("request head too large");
             // Answered without reading the rest: the client is asked to stop sending it (§4.1).
-            reader.recv.0.stop_sending(code::NO_ERROR);
+            reader.recv.stop_sending(code::NO_ERROR);
             let tell = plain(StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE, "request header fields too large\n");
             let (mut head, body) = tell.into_parts();
             finish_head(&mut head, &body);
@@ -199,6 +195,7 @@ pub(super) async fn request<Q: QuicConn>(shared: Arc<Service>, quic: Q, stream: 
     // Boxed: this future is built, then moved into the connection's set of streams, once per
     // request, and the body is moved through every layer of the service.
     let req = req.map(|()| Box::new(H3Body::new(reader, quic, length)));
+    let alt = alt_svc.for_request(&req);
     let interims = Interims::new();
     let response = {
         let to_client = interims.to_client();
@@ -221,6 +218,7 @@ pub(super) async fn request<Q: QuicConn>(shared: Arc<Service>, quic: Q, stream: 
     // Whatever is still queued would come after the response: dropped.
     drop(interims);
     let (mut head, body) = response.into_parts();
+    alt_svc::add(&mut head.headers, alt);
     finish_head(&mut head, &body);
     respond(&mut writer, head, body).await;
 }
@@ -228,7 +226,7 @@ pub(super) async fn request<Q: QuicConn>(shared: Arc<Service>, quic: Q, stream: 
 /// Write a response: its head, then the body as the stream takes it (a write returns once the
 /// QUIC stream has taken the bytes, within its window, so at most one gathering waits here),
 /// then the trailers or the stream's end.
-async fn respond<S: SendChunks>(writer: &mut Writer<S>, head: http::response::Parts, mut body: Body) {
+async fn respond(writer: &mut Writer, head: http::response::Parts, mut body: Body) {
     let mut head = Some(head);
     loop {
         let mut frames = Frames::default();

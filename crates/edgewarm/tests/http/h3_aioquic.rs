@@ -1,11 +1,10 @@
-//! HTTP/3 on either QUIC driver (`listeners[].quic_driver`: the own loop, the default, and
-//! quinn's, the fallback) with a real QUIC client (aioquic): the same requests answered byte for
-//! byte. (The rest of HTTP/3's tests, in `h3`, run on the default.)
+//! HTTP/3 with a second real QUIC client (aioquic; the tests in `h3` use quinn's): uploads,
+//! downloads and 100 streams at once answered byte for byte, many clients at once, and a
+//! client's key updates.
 
 use super::*;
 
-const OWN: &str = "http3: true\n    quic_driver: own";
-const QUINN: &str = "http3: true\n    quic_driver: quinn";
+const HTTP3: &str = "http3: true";
 
 fn ca(fx: &Pki) -> std::path::PathBuf {
     fx.path.join("edge/ca.pem")
@@ -13,14 +12,8 @@ fn ca(fx: &Pki) -> std::path::PathBuf {
 
 #[tokio::test(flavor = "multi_thread")]
 #[cfg_attr(not(feature = "system-tests"), ignore = "system test (aioquic): scripts/test.sh runs it")]
-async fn requests_over_the_own_driver_come_back_whole() {
-    requests_come_back_whole(OWN).await;
-}
-
-#[tokio::test(flavor = "multi_thread")]
-#[cfg_attr(not(feature = "system-tests"), ignore = "system test (aioquic): scripts/test.sh runs it")]
-async fn requests_over_quinn_s_driver_come_back_whole() {
-    requests_come_back_whole(QUINN).await;
+async fn requests_come_back_whole_over_http3() {
+    requests_come_back_whole(HTTP3).await;
 }
 
 /// A GET, an upload the origin hashes, a large download and many requests at once on one
@@ -67,14 +60,8 @@ async fn requests_come_back_whole(listener: &str) {
 
 #[tokio::test(flavor = "multi_thread")]
 #[cfg_attr(not(feature = "system-tests"), ignore = "system test (aioquic): scripts/test.sh runs it")]
-async fn many_clients_at_once_on_the_own_driver() {
-    many_clients_at_once(OWN).await;
-}
-
-#[tokio::test(flavor = "multi_thread")]
-#[cfg_attr(not(feature = "system-tests"), ignore = "system test (aioquic): scripts/test.sh runs it")]
-async fn many_clients_at_once_on_quinn_s_driver() {
-    many_clients_at_once(QUINN).await;
+async fn many_http3_clients_at_once() {
+    many_clients_at_once(HTTP3).await;
 }
 
 /// Several clients at once, each with a few requests: every connection is served.
@@ -95,14 +82,8 @@ async fn many_clients_at_once(listener: &str) {
 
 #[tokio::test(flavor = "multi_thread")]
 #[cfg_attr(not(feature = "system-tests"), ignore = "system test (aioquic): scripts/test.sh runs it")]
-async fn key_updates_on_the_own_driver() {
-    key_updates(OWN).await;
-}
-
-#[tokio::test(flavor = "multi_thread")]
-#[cfg_attr(not(feature = "system-tests"), ignore = "system test (aioquic): scripts/test.sh runs it")]
-async fn key_updates_on_quinn_s_driver() {
-    key_updates(QUINN).await;
+async fn a_client_s_key_updates_are_followed() {
+    key_updates(HTTP3).await;
 }
 
 /// A client that updates its 1-RTT keys twice (RFC 9001 §6) is read and answered in each new
