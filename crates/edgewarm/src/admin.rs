@@ -7,7 +7,6 @@
 
 use std::convert::Infallible;
 use std::future::Future;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use bytes::Bytes;
@@ -29,7 +28,7 @@ use crate::origin::registry::Origins;
 pub struct AdminState {
     pub metrics: Arc<Metrics>,
     /// True while the server accepts connections (not starting, not draining).
-    pub ready: Arc<AtomicBool>,
+    pub ready: tokio::sync::watch::Receiver<bool>,
     pub origins: Arc<Origins>,
     pub caches: Arc<Caches>,
     pub groups: Arc<crate::origin::group::Groups>,
@@ -185,7 +184,7 @@ async fn respond(req: &Request<Incoming>, state: &AdminState) -> Response<Full<B
             state.acme.overlay(&mut list);
             json(serde_json::json!({ "certificates": list }))
         }
-        "/ready" if state.ready.load(Ordering::Relaxed) => text(StatusCode::OK, "ready\n"),
+        "/ready" if *state.ready.borrow() => text(StatusCode::OK, "ready\n"),
         "/ready" => text(StatusCode::SERVICE_UNAVAILABLE, "not ready\n"),
         "/live" => text(StatusCode::OK, "live\n"),
         _ => text(

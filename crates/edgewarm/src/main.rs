@@ -12,6 +12,7 @@ use edgewarm::config::Config;
 use edgewarm::route::RouteTable;
 use edgewarm::server::{Bound, Server};
 use edgewarm::tls::client::Resumption;
+use edgewarm::upgrade::successor;
 use tokio::signal::unix::{signal, SignalKind};
 
 /// mimalloc instead of glibc's malloc: the HTTP path allocates a few dozen small blocks per
@@ -174,8 +175,6 @@ impl<E: Into<anyhow::Error>> From<E> for RunError {
     }
 }
 
-/// How much sooner than the old process's deadline an upgrading process stops warming.
-const WARM_MARGIN: Duration = Duration::from_secs(10);
 /// How long a process that has handed over (or failed to take over) waits for the last step.
 const LAST_STEP: Duration = Duration::from_secs(65);
 /// Beyond the grace period: how long a drained process waits for an older one it relays to.
@@ -210,18 +209,7 @@ async fn run(path: PathBuf, config: Config, upgrade: bool) -> Result<(), RunErro
     tokio::spawn(signals(path.clone(), server.clone()));
     let takeover = match takeover {
         Some((takeover, wait)) => {
-            // Warm for less than the old process waits, so that it is there to hand over.
-            let limit = match wait.checked_sub(WARM_MARGIN) {
-                Some(w) if !wait.is_zero() => config.upgrade.warm_timeout.min(w),
-                _ => config.upgrade.warm_timeout,
-            };
-            let started = std::time::Instant::now();
-            if server.wait_warm(limit).await {
-                tracing::info!(after = ?started.elapsed(), "upgrade: origin connections ready, accepting");
-            } else {
-                count_upgrade(&server, "cold");
-                tracing::warn!(after = ?started.elapsed(), "upgrade: origin connections not all ready within the warm-up; accepting anyway");
-            }
+            successor::warm(&*server, wait, config.upgrade.warm_timeout).await;
             Some(takeover)
         }
         None => None,
@@ -266,11 +254,6 @@ async fn run(path: PathBuf, config: Config, upgrade: bool) -> Result<(), RunErro
     outcome.map_err(|e| RunError::Other(anyhow::anyhow!("upgrade: {e}; the running process serves on")))
 }
 
-/// `edgewarm_upgrades_total{result}` on the new side of an upgrade (the old side counts its own).
-fn count_upgrade(server: &Server, result: &'static str) {
-    server.metrics().upgrades.get_or_create(&edgewarm::metrics::ResultLabel { result }).inc();
-}
-
 /// Once the listeners accept: take over from the old process (if upgrading), tell systemd, and
 /// listen for the next upgrade. Once this process has handed over, its admin listener closes:
 /// `/metrics` and `/ready` are the new process's from then on. An error: the old process did
@@ -283,42 +266,23 @@ async fn serving(
     admin_stop: tokio_util::sync::CancellationToken,
     (last_step, older): (Arc<AtomicBool>, Arc<AtomicU32>),
 ) -> Result<(), edgewarm::upgrade::UpgradeError> {
-    while !server.is_ready() {
-        if server.is_stopping() {
-            // Stopped before serving: an old process (if any) serves on when the stream closes.
-            last_step.store(takeover.is_some(), Ordering::Release);
-            return if takeover.is_some() { Err(edgewarm::upgrade::UpgradeError::Stopped) } else { Ok(()) };
-        }
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
-    // A stop between the listeners' start and here: ready may have been seen for a moment.
-    if server.is_stopping() && takeover.is_some() {
-        last_step.store(true, Ordering::Release);
-        return Err(edgewarm::upgrade::UpgradeError::Stopped);
-    }
     let took_over = takeover.is_some();
-    if let Some(takeover) = takeover {
-        match takeover.serving().await {
-            Ok(old) => {
-                count_upgrade(&server, "took_over");
-                // MAINPID moves when the old process commits (it tells systemd itself) and again
-                // below: never before, or a new process the old one kills as too late would leave
-                // systemd with a dead main process.
-                tracing::info!(old_pid = old, "upgrade: took over; the old process drains");
-                older.store(old, Ordering::Release);
-                match takeover.sessions().await {
-                    Ok(sessions) => {
-                        let adopted = server.adopt_sessions(&sessions);
-                        tracing::info!(sessions = adopted, "upgrade: the old process's 0-RTT sessions adopted");
-                    }
-                    Err(e) => tracing::warn!(error = %e, "upgrade: no 0-RTT sessions from the old process"),
-                }
-            }
+    match takeover {
+        // MAINPID moves when the old process commits (it tells systemd itself) and again below:
+        // never before, or a new process the old one kills as too late would leave systemd with
+        // a dead main process.
+        Some(takeover) => match successor::take_over(takeover, &*server).await {
+            Ok(old) => older.store(old, Ordering::Release),
             Err(e) => {
-                // Never two processes serving side by side for good: the old one stays.
+                // The old process serves on; this one has stopped accepting, and its verdict
+                // is the process's last step.
                 last_step.store(true, Ordering::Release);
-                server.shutdown();
                 return Err(e);
+            }
+        },
+        None => {
+            if !edgewarm::upgrade::successor::NewProcess::accepting(&*server).await {
+                return Ok(());
             }
         }
     }

@@ -15,7 +15,7 @@ mod bind;
 
 pub use bind::{Bound, Listener};
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -57,7 +57,8 @@ pub struct Server {
     resolver: Arc<Resolver>,
     /// The config as loaded, to refuse reloads that change what is bound.
     bound_config: std::sync::Mutex<Config>,
-    ready: Arc<AtomicBool>,
+    /// Accepting and not draining: read by `/ready`, and awaited by an upgrade's new side.
+    ready: tokio::sync::watch::Sender<bool>,
     /// Last: dropping the server ends the worker threads and what still runs on them.
     _workers: Workers,
 }
@@ -126,7 +127,7 @@ impl Server {
             resumption,
             resolver,
             bound_config: std::sync::Mutex::new(config.clone()),
-            ready: Arc::new(AtomicBool::new(false)),
+            ready: tokio::sync::watch::Sender::new(false),
             _workers: workers,
         }))
     }
@@ -139,7 +140,7 @@ impl Server {
     pub fn admin_state(&self) -> AdminState {
         AdminState {
             metrics: self.metrics.clone(),
-            ready: self.ready.clone(),
+            ready: self.ready.subscribe(),
             origins: self.origins.clone(),
             caches: self.layers.caches.clone(),
             groups: self.layers.groups.clone(),
@@ -167,7 +168,7 @@ impl Server {
 
     /// Accepting and not draining.
     pub fn is_ready(&self) -> bool {
-        self.ready.load(Ordering::Relaxed)
+        *self.ready.borrow()
     }
 
     /// [`Server::shutdown`] was called: not accepting, or about to stop.
@@ -224,7 +225,7 @@ impl Server {
 
     /// Begin shutdown: stop accepting; [`Server::run`] then drains.
     pub fn shutdown(&self) {
-        self.ready.store(false, Ordering::Relaxed);
+        self.ready.send_replace(false);
         if let Some(fleet) = &self.fleet {
             fleet.stop();
         }
@@ -253,10 +254,10 @@ impl Server {
         // A stop that came while the listeners started (a signal during an upgrade's warm-up)
         // must not show as ready, even for a moment: an upgrade would take it as serving.
         if !self.is_stopping() {
-            self.ready.store(true, Ordering::Relaxed);
+            self.ready.send_replace(true);
         }
         while accept_loops.join_next().await.is_some() {}
-        self.ready.store(false, Ordering::Relaxed);
+        self.ready.send_replace(false);
         // No new clients: warm connections would only be wasted.
         self.origins.retire(|kind| kind == crate::origin::prewarm::KIND);
         self.drain().await;
@@ -343,5 +344,34 @@ impl Server {
     pub fn cut_now(&self) {
         self.shutdown();
         self.listeners.cut.cancel();
+    }
+}
+
+/// The new side of an upgrade ([`crate::upgrade::successor`]) runs in this process.
+impl crate::upgrade::successor::NewProcess for Server {
+    async fn warm(&self, limit: Duration) -> bool {
+        self.wait_warm(limit).await
+    }
+
+    async fn accepting(&self) -> bool {
+        let mut ready = self.ready.subscribe();
+        tokio::select! {
+            // A stop between the listeners' start and here: ready may have been seen for a
+            // moment, so the stop is checked again.
+            accepting = ready.wait_for(|r| *r) => accepting.is_ok() && !self.is_stopping(),
+            () = self.listeners.stop.cancelled() => false,
+        }
+    }
+
+    fn adopt_sessions(&self, sessions: &[(String, crate::tls::sessions::Exported)]) -> usize {
+        Server::adopt_sessions(self, sessions)
+    }
+
+    fn shutdown(&self) {
+        Server::shutdown(self);
+    }
+
+    fn count(&self, result: &'static str) {
+        self.metrics.upgrades.get_or_create(&ResultLabel { result }).inc();
     }
 }

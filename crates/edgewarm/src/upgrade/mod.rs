@@ -31,9 +31,11 @@
 //! after upgrades in quick succession, along the chain of processes still draining.
 //!
 //! - [`wire`]: the messages, and file descriptors over the stream (`SCM_RIGHTS`).
-//! - [`handover`]: the old side; [`takeover`]: the new side.
+//! - [`handover`]: the old side; [`takeover`]: the new side's messages; [`successor`]: the new
+//!   side's steps (warm, ask, acknowledge, serve, abandon).
 
 pub mod handover;
+pub mod successor;
 pub mod takeover;
 pub mod wire;
 
