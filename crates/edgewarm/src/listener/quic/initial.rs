@@ -30,6 +30,12 @@ thread_local! {
     static LAST: RefCell<VecDeque<Derived>> = const { RefCell::new(VecDeque::new()) };
 }
 
+#[cfg(test)]
+thread_local! {
+    /// Connections on this thread whose own derivation took the first packet's keys.
+    pub(super) static TAKEN: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+}
+
 /// Keys derived for a connection ID, shared between the two who ask for them.
 struct Derived {
     version: u32,
@@ -73,6 +79,8 @@ pub(super) fn take(version: u32, cid: &ConnectionId) -> Option<Keys> {
     LAST.with(|last| {
         let mut last = last.borrow_mut();
         let at = last.iter().position(|d| d.version == version && d.cid == *cid)?;
+        #[cfg(test)]
+        TAKEN.with(|n| n.set(n.get() + 1));
         last.remove(at).map(|d| d.keys())
     })
 }

@@ -22,6 +22,8 @@
 //! before they cost more than a parse. Across an upgrade, the new process relays the old one's
 //! datagrams to it ([`relay`]).
 
+#[cfg(test)]
+mod assumptions;
 mod cid;
 mod connection;
 mod initial;

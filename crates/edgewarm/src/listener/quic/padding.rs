@@ -29,6 +29,12 @@
 use bytes::BytesMut;
 use quinn::crypto::{CryptoError, PacketKey};
 
+#[cfg(test)]
+thread_local! {
+    /// Packets this thread cut the padding of (for the tests of quinn-proto's behaviour).
+    pub(super) static CUT: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+}
+
 /// A packet key whose decrypted payloads lose their trailing padding ([`padded_to`]).
 pub(super) struct Trimming(pub(super) Box<dyn PacketKey>);
 
@@ -41,6 +47,8 @@ impl PacketKey for Trimming {
         self.0.decrypt(packet, header, payload)?;
         if let Some(len) = padded_to(payload) {
             *payload = BytesMut::from(&payload[..len]);
+            #[cfg(test)]
+            CUT.with(|n| n.set(n.get() + 1));
         }
         Ok(())
     }
