@@ -173,7 +173,7 @@ impl Snapshot {
                 grouped.insert(name.clone(), route.servers.iter().map(|s| s.config.address.clone()).collect());
                 let members = route.servers.iter().zip(seams).zip(sets).map(|((s, seam), set)| Serving {
                     config: &s.config,
-                    name: s.tls.key(None).server_name,
+                    name: s.tls.key(None).sni().to_owned(),
                     seam,
                     set,
                 });

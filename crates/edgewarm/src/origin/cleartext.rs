@@ -29,15 +29,7 @@ pub(crate) struct Cleartext {
 impl Cleartext {
     pub(crate) fn new(origin: OriginAddr, resolver: Arc<Resolver>) -> Self {
         // No TLS: nothing to verify and no name to present; the key is the address alone.
-        let key = PoolKey {
-            origin,
-            server_name: String::new(),
-            alpn: None,
-            verify: false,
-            ca: None,
-            client_cert: None,
-            ktls: false,
-        };
+        let key = PoolKey { origin, alpn: None, tls: None };
         Self { key, resolver }
     }
 }

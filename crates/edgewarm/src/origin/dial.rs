@@ -96,7 +96,8 @@ impl TlsDial {
         let (tcp, _) = dial::connect_with(&self.resolver, &key.origin, false, timeout, &[], congestion).await?;
         let tls = tokio::time::timeout(
             timeout,
-            self.connector.connect(self.server_name.clone(), Aligned::new(tcp, key.ktls)),
+            self.connector
+                .connect(self.server_name.clone(), Aligned::new(tcp, key.tls.as_ref().is_some_and(|t| t.ktls))),
         )
         .await
         .map_err(|_| WarmError::HandshakeTimeout)?

@@ -127,7 +127,7 @@ impl Origins {
                 continue;
             }
             let key = &id.0;
-            if id.2 != Transport::Cleartext && !key.verify {
+            if key.tls.as_ref().is_some_and(|t| !t.verify) {
                 tracing::warn!(route = %w.route, origin = %key.origin, "origin_tls.verify is false: origin certificates are NOT verified");
             }
             let labels = PoolLabels { route: w.route, origin: key.origin.to_string(), alpn: key.alpn_label() };

@@ -185,12 +185,8 @@ mod tests {
         let core = Arc::new(Core::new(
             Nowhere(PoolKey {
                 origin: crate::config::OriginAddr { host: "127.0.0.1".into(), port: 9 },
-                server_name: "o".into(),
                 alpn: None,
-                verify: true,
-                ca: None,
-                client_cert: None,
-                ktls: false,
+                tls: None,
             }),
             labels,
             Arc::new(Metrics::new()),

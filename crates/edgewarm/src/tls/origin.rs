@@ -1,10 +1,10 @@
 //! The origin-facing TLS client of a `prewarm` route, and the identity of what it connects to.
 //!
 //! Everything that decides *which* origin connection a client may be given is in [`PoolKey`]:
-//! address, server name, ALPN, whether and against what the certificate is verified, and the
-//! client certificate presented. Two routes share warm connections only when all of these are
-//! equal; anything less would let one route's client ride a connection made under another
-//! route's security settings.
+//! address, ALPN and, over TLS ([`TlsKey`]), the server name, whether and against what the
+//! certificate is verified, and the client certificate presented. Two routes share warm
+//! connections only when all of these are equal; anything less would let one route's client
+//! ride a connection made under another route's security settings.
 
 use std::sync::{Arc, OnceLock};
 
@@ -18,8 +18,15 @@ use crate::config::{self, OriginAddr};
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct PoolKey {
     pub origin: OriginAddr,
-    pub server_name: String,
     pub alpn: Option<Vec<u8>>,
+    /// `None`: cleartext, where the address (and ALPN) is all there is to tell connections apart.
+    pub tls: Option<TlsKey>,
+}
+
+/// What a TLS origin connection was made under.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct TlsKey {
+    pub server_name: String,
     pub verify: bool,
     /// SHA-256 of the CA bundle; `None`: system roots.
     pub ca: Option<[u8; 32]>,
@@ -31,6 +38,17 @@ pub struct PoolKey {
 }
 
 impl PoolKey {
+    /// The name presented (for `/origins`): none over cleartext.
+    pub fn sni(&self) -> &str {
+        self.tls.as_ref().map_or("", |t| t.server_name.as_str())
+    }
+
+    /// Whether the origin's certificate is verified (for `/origins`): no certificate over
+    /// cleartext.
+    pub fn verified(&self) -> bool {
+        self.tls.as_ref().is_some_and(|t| t.verify)
+    }
+
     pub fn alpn_label(&self) -> String {
         self.alpn.as_deref().map(|p| String::from_utf8_lossy(p).into_owned()).unwrap_or_else(|| "none".into())
     }
@@ -84,22 +102,17 @@ impl OriginTls {
         // rustls's default in-memory session cache stays on: refills resume instead of doing
         // full handshakes. Early data towards the origin stays off: a warm connection has no
         // request to send early.
-        let base_key = PoolKey {
-            origin,
-            server_name: name,
-            alpn: None,
-            verify: t.verify,
-            ca: ca_digest,
-            client_cert,
-            ktls: false,
-        };
+        let tls = TlsKey { server_name: name, verify: t.verify, ca: ca_digest, client_cert, ktls: false };
+        let base_key = PoolKey { origin, alpn: None, tls: Some(tls) };
         Ok(Self { server_name, base_key, base })
     }
 
     /// Origin sessions that can be handed to the kernel (`ktls: on | auto`).
     pub fn with_kernel_tls(mut self) -> Self {
         self.base.enable_secret_extraction = true;
-        self.base_key.ktls = true;
+        if let Some(tls) = &mut self.base_key.tls {
+            tls.ktls = true;
+        }
         self
     }
 

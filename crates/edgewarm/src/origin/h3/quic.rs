@@ -52,7 +52,8 @@ impl QuicDial {
         tls.resumption = rustls::client::Resumption::in_memory_sessions(TICKETS);
         let tls = QuicClientConfig::try_from(tls).ok().map(Arc::new);
         let key = origin.key(Some(b"h3"));
-        Self { server_name: key.server_name.clone(), key, resolver, tls, endpoints: Mutex::default() }
+        let server_name = key.tls.as_ref().map(|t| t.server_name.clone()).unwrap_or_default();
+        Self { server_name, key, resolver, tls, endpoints: Mutex::default() }
     }
 
     pub(crate) fn key(&self) -> &PoolKey {

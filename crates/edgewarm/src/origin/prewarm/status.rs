@@ -34,9 +34,9 @@ impl<D: Dial> Pool<D> {
         PoolStatus {
             route: self.core.labels.route.to_string(),
             origin: k.origin.to_string(),
-            sni: k.server_name.clone(),
+            sni: k.sni().to_owned(),
             alpn: self.core.labels.alpn.clone(),
-            verify: k.verify,
+            verify: k.verified(),
             ready: st.idle.len(),
             connecting: st.connects.opening,
             target: st.demand.target(s.min, s.max, Instant::now() - st.period_start),
