@@ -29,7 +29,7 @@ use tokio::sync::Notify;
 use crate::error::LabError;
 use crate::hosts::proxy_binary;
 use crate::scenario::{LabOpts, Scenario};
-use crate::two_tier::config::{self, NAME, ORIGIN_NAME};
+use crate::two_tier::config::NAME;
 use crate::two_tier::net::{self, edge_front, shield_front, Tiers};
 use applied::{applied_at, ms_since};
 pub use opts::FleetOpts;
@@ -58,17 +58,11 @@ pub async fn run(opts: &LabOpts) -> Result<FleetReport, LabError> {
     nats::installed()?;
     let objects = opts.requests.unwrap_or(OBJECTS).max(1);
     let proxy = proxy_binary(opts.edgewarm.as_deref())?;
-    let dir = crate::files::empty_run_dir(&opts.out, &scenario.name)?;
-    crate::files::write_pki(&dir, &[("origin", &[ORIGIN_NAME][..]), ("shield", &[NAME][..]), ("edge", &[NAME][..])])?;
+    let dir = crate::two_tier::write_configs(opts, &scenario.name, &proxy, |tier| match tier {
+        None => nats::section(std::net::Ipv4Addr::LOCALHOST, "shield"),
+        Some(i) => nats::section(shield_front(i), &format!("edge{i}")),
+    })?;
     let d = dir.display().to_string();
-    let shield =
-        config::shield(&d, tiers.edges, tiers.tier_protocol, tiers.origin_protocol).map_err(LabError::Tiers)?;
-    let shield = shield + &nats::section(std::net::Ipv4Addr::LOCALHOST, "shield");
-    crate::two_tier::write_checked(&proxy, &dir.join("shield.yaml"), &shield, tiers)?;
-    for i in 0..tiers.edges {
-        let edge = config::edge(&d, i, tiers.tier_protocol) + &nats::section(shield_front(i), &format!("edge{i}"));
-        crate::two_tier::write_checked(&proxy, &dir.join(format!("edge{i}.yaml")), &edge, tiers)?;
-    }
     let exe = std::env::current_exe()?.to_string_lossy().into_owned();
     let ms = |v: f64| Duration::from_secs_f64(v / 1e3);
     let net = Tiers::create(tiers.edges, scenario.r(), ms(scenario.big_r_ms), scenario.impair)?;

@@ -29,7 +29,7 @@ pub(crate) mod net;
 mod report;
 
 use std::collections::BTreeMap;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use tokio::process::Command;
@@ -59,15 +59,7 @@ pub async fn run(opts: &LabOpts) -> Result<TwoTierReport, LabError> {
     let tiers = &opts.tiers;
     let pages = opts.requests.unwrap_or(OBJECTS).max(1);
     let proxy = proxy_binary(opts.edgewarm.as_deref())?;
-    let dir = crate::files::empty_run_dir(&opts.out, &scenario.name)?;
-    crate::files::write_pki(&dir, &[("origin", &[ORIGIN_NAME][..]), ("shield", &[NAME][..]), ("edge", &[NAME][..])])?;
-    let d = dir.display().to_string();
-    let shield =
-        config::shield(&d, tiers.edges, tiers.tier_protocol, tiers.origin_protocol).map_err(LabError::Tiers)?;
-    write_checked(&proxy, &dir.join("shield.yaml"), &shield, tiers)?;
-    for i in 0..tiers.edges {
-        write_checked(&proxy, &dir.join(format!("edge{i}.yaml")), &config::edge(&d, i, tiers.tier_protocol), tiers)?;
-    }
+    let dir = write_configs(opts, &scenario.name, &proxy, |_| String::new())?;
     let exe = std::env::current_exe()?.to_string_lossy().into_owned();
 
     let ms = |v: f64| Duration::from_secs_f64(v / 1e3);
@@ -116,6 +108,29 @@ pub async fn run(opts: &LabOpts) -> Result<TwoTierReport, LabError> {
     std::fs::write(dir.join("report.json"), serde_json::to_string_pretty(&report).unwrap_or_default())?;
     std::fs::write(dir.join("report.md"), report.markdown())?;
     Ok(report)
+}
+
+/// The run's folder with its PKI and each tier's configuration, written and checked;
+/// `extra(tier)` is appended to each (`None`: the shield's, `Some(i)`: edge `i`'s), as the
+/// fleet scenario adds its NATS section.
+pub(crate) fn write_configs(
+    opts: &LabOpts,
+    name: &str,
+    proxy: &str,
+    extra: impl Fn(Option<u8>) -> String,
+) -> Result<PathBuf, LabError> {
+    let tiers = &opts.tiers;
+    let dir = crate::files::empty_run_dir(&opts.out, name)?;
+    crate::files::write_pki(&dir, &[("origin", &[ORIGIN_NAME][..]), ("shield", &[NAME][..]), ("edge", &[NAME][..])])?;
+    let d = dir.display().to_string();
+    let shield =
+        config::shield(&d, tiers.edges, tiers.tier_protocol, tiers.origin_protocol).map_err(LabError::Tiers)?;
+    write_checked(proxy, &dir.join("shield.yaml"), &(shield + &extra(None)), tiers)?;
+    for i in 0..tiers.edges {
+        let edge = config::edge(&d, i, tiers.tier_protocol) + &extra(Some(i));
+        write_checked(proxy, &dir.join(format!("edge{i}.yaml")), &edge, tiers)?;
+    }
+    Ok(dir)
 }
 
 /// Write a tier's configuration to `file` and have `edgewarm check` read it: what it refuses
