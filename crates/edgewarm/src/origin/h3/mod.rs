@@ -21,6 +21,12 @@
 //!
 //! Every connection of a set shares one UDP socket (quinn endpoint), driven on the runtime that
 //! started the set.
+//!
+//! On h3's client (over h3-quinn), unlike the listener, which frames HTTP/3 itself
+//! ([`edgewarm_h3`]): the edge is the client here, a few standing connections each carrying
+//! many requests, so what h3 costs a request is small beside the origin's work and the long
+//! link, and its client side (the request a client sends, SETTINGS, GOAWAY) is the side of it
+//! the edge's own codec does not have.
 
 mod conn;
 mod quic;
