@@ -47,7 +47,7 @@ pub(crate) async fn serve(
     // A client that moves no byte for `timeouts.idle` (silent between requests, or no longer
     // reading a response) is closed, releasing every origin stream it held.
     let tls = IdleTimeout::new(tls, ctx.snapshot.timeouts.idle);
-    let alt_svc = Arc::new(AltSvc::over_tcp(ctx.alt_svc.clone()));
+    let alt_svc = AltSvc::over_tcp(ctx.alt_svc.clone());
     let ended = if h2 {
         // HTTP/2 writes are gathered: the responses of every stream ready in one poll of this
         // task leave in one write (transport::batch).
@@ -79,7 +79,7 @@ pub(crate) async fn serve_quic(
     let Some((service, retired)) = service(route, ctx, log, handshake, ClientProtocol::Http3) else {
         return CloseReason::Internal;
     };
-    let alt_svc = Arc::new(AltSvc::over_http3(ctx.alt_svc.clone()));
+    let alt_svc = AltSvc::over_http3(ctx.alt_svc.clone());
     let ended = client::h3::serve(quic, service.clone(), alt_svc, ctx.stop, &retired, ctx.cut).await;
     close(ended, &service, log)
 }

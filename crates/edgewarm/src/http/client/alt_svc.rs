@@ -4,7 +4,7 @@
 //! response after the request service has made it, so the service stays the same whatever
 //! the client speaks.
 
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use http::{HeaderMap, HeaderValue, Request};
 
@@ -12,10 +12,13 @@ use http::{HeaderMap, HeaderValue, Request};
 const HOSTS: usize = 8;
 
 /// A client connection's `Alt-Svc`: none, on every response, or on the first for each host.
+/// A clone shares the hosts sent for (the driver hands one to each request); over TCP it is a
+/// header value's clone, nothing allocated per connection.
+#[derive(Clone)]
 pub(crate) struct AltSvc {
     value: Option<HeaderValue>,
     /// Over HTTP/3: the hosts it has been sent for.
-    sent: Option<Mutex<Vec<Box<str>>>>,
+    sent: Option<Arc<Mutex<Vec<Box<str>>>>>,
 }
 
 impl AltSvc {
@@ -32,7 +35,7 @@ impl AltSvc {
     /// once a connection, then as an index): about 3 % of an HTTP/3 request's instructions
     /// (docs/benchmarks.md). Past [`HOSTS`] hosts on one connection, every response carries it.
     pub(crate) fn over_http3(value: Option<HeaderValue>) -> Self {
-        Self { value, sent: Some(Mutex::new(Vec::new())) }
+        Self { value, sent: Some(Arc::default()) }
     }
 
     /// The `Alt-Svc` for the response to `req`, decided as the request arrives (the request

@@ -51,7 +51,7 @@ impl FirstRequest {
 pub(crate) async fn serve<T>(
     io: T,
     service: Arc<Service>,
-    alt_svc: Arc<AltSvc>,
+    alt_svc: AltSvc,
     header_timeout: Duration,
     stop: &CancellationToken,
     retired: &CancellationToken,

@@ -59,7 +59,7 @@ const MAX_SEND_BUFFER: usize = 400 * 1024;
 pub(crate) async fn serve<T>(
     io: T,
     shared: Arc<Service>,
-    alt_svc: Arc<AltSvc>,
+    alt_svc: AltSvc,
     stop: &CancellationToken,
     retired: &CancellationToken,
     cut: &CancellationToken,
@@ -152,12 +152,7 @@ where
 
 /// One stream: the request handled, its response sent (head, then body under flow control);
 /// informational heads (`103 Early Hints`, [`Interims`]) go out while it is awaited.
-async fn stream(
-    shared: Arc<Service>,
-    alt_svc: Arc<AltSvc>,
-    req: Request<RecvStream>,
-    mut respond: SendResponse<Bytes>,
-) {
+async fn stream(shared: Arc<Service>, alt_svc: AltSvc, req: Request<RecvStream>, mut respond: SendResponse<Bytes>) {
     let length = content_length(req.headers());
     let req = req.map(|recv| H2Body::new(recv, length));
     let alt = alt_svc.for_request(&req);

@@ -76,22 +76,29 @@ impl End {
     }
 }
 
-/// rustls's QUIC configurations for `b.test`, as the listener's are made, wrapped as it wraps them.
-fn configs() -> (Arc<ServerConfig>, ClientConfig) {
+/// A TLS 1.3 server for `b.test` with a self-signed certificate, on the edge's crypto provider,
+/// as the listener's are made (also for [`super::initial`]'s tests), and that certificate.
+pub(super) fn server_tls() -> (rustls::ServerConfig, rustls::pki_types::CertificateDer<'static>) {
     let cert = rcgen::generate_simple_self_signed(vec!["b.test".into()]).unwrap();
     let key = rustls::pki_types::PrivateKeyDer::Pkcs8(cert.signing_key.serialize_der().into());
+    let der = cert.cert.der().clone();
     let server = rustls::ServerConfig::builder_with_provider(crate::tls::provider())
         .with_protocol_versions(&[&rustls::version::TLS13])
         .unwrap()
         .with_no_client_auth()
-        .with_single_cert(vec![cert.cert.der().clone()], key)
+        .with_single_cert(vec![der.clone()], key)
         .unwrap();
-    let mut server = server;
+    (server, der)
+}
+
+/// rustls's QUIC configurations for `b.test`, as the listener's are made, wrapped as it wraps them.
+fn configs() -> (Arc<ServerConfig>, ClientConfig) {
+    let (mut server, cert) = server_tls();
     server.alpn_protocols = vec![b"h3".to_vec()];
     let crypto = quinn_proto::crypto::rustls::QuicServerConfig::try_from(server).unwrap();
     let server = ServerConfig::with_crypto(Arc::new(Counting::new(Arc::new(crypto), Counter::default())));
     let mut roots = rustls::RootCertStore::empty();
-    roots.add(cert.cert.der().clone()).unwrap();
+    roots.add(cert).unwrap();
     let mut client = rustls::ClientConfig::builder_with_provider(crate::tls::provider())
         .with_protocol_versions(&[&rustls::version::TLS13])
         .unwrap()

@@ -136,15 +136,7 @@ mod tests {
     /// rustls's QUIC server configuration, as the listener's is made (its certificate does not
     /// matter to Initial keys).
     fn config() -> quinn::crypto::rustls::QuicServerConfig {
-        let cert = rcgen::generate_simple_self_signed(vec!["b.test".into()]).unwrap();
-        let key = rustls::pki_types::PrivateKeyDer::Pkcs8(cert.signing_key.serialize_der().into());
-        let tls = rustls::ServerConfig::builder_with_provider(crate::tls::provider())
-            .with_protocol_versions(&[&rustls::version::TLS13])
-            .unwrap()
-            .with_no_client_auth()
-            .with_single_cert(vec![cert.cert.der().clone()], key)
-            .unwrap();
-        quinn::crypto::rustls::QuicServerConfig::try_from(tls).unwrap()
+        quinn::crypto::rustls::QuicServerConfig::try_from(super::super::assumptions::server_tls().0).unwrap()
     }
 
     /// A packet sealed with one set of keys opens with the other.

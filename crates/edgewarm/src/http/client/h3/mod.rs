@@ -118,7 +118,7 @@ async fn write_all(send: &mut Send, chunks: &mut [Bytes]) -> Result<(), quinn::W
 pub(crate) async fn serve(
     quic: QuicConn,
     shared: Arc<Service>,
-    alt_svc: Arc<AltSvc>,
+    alt_svc: AltSvc,
     stop: &CancellationToken,
     retired: &CancellationToken,
     cut: &CancellationToken,

@@ -162,7 +162,7 @@ async fn head_block(quic: &QuicConn, reader: &mut Reader<Recv>, writer: &mut Wri
 }
 
 /// Serve one request stream.
-pub(super) async fn request(shared: Arc<Service>, alt_svc: Arc<AltSvc>, quic: QuicConn, send: Send, recv: Recv) {
+pub(super) async fn request(shared: Arc<Service>, alt_svc: AltSvc, quic: QuicConn, send: Send, recv: Recv) {
     let mut writer = Writer { send, done: false };
     let mut reader = Reader::new(recv);
     let Some(block) = head_block(&quic, &mut reader, &mut writer).await else { return };
