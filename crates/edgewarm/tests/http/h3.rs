@@ -42,8 +42,8 @@ async fn get_and_post_over_http3_ride_the_standing_connections() {
 /// A request body the edge does not need (declared over `max_request_body`: a 413 before any of
 /// it is read) has its sending stopped (STOP_SENDING), so the client does not upload the rest;
 /// nothing of it reaches the origin, and the connection goes on. The code is H3_NO_ERROR, as
-/// RFC 9114 §4.1.2 asks. (On quinn's driver it is quinn's 0: the body may be dropped inside a
-/// pending read, and h3-quinn panics if the stream is stopped then.)
+/// RFC 9114 §4.1.2 asks (quinn alone would stop it with 0: transport/quic_conn.rs's `Recv`
+/// stops it first).
 #[tokio::test(flavor = "multi_thread")]
 #[cfg_attr(not(feature = "system-tests"), ignore = "system test (aioquic): scripts/test.sh runs it")]
 async fn a_body_the_edge_refuses_is_stopped() {
