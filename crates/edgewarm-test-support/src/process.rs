@@ -35,3 +35,29 @@ pub fn wait_for_port(port: u16) {
         std::thread::sleep(Duration::from_millis(20));
     }
 }
+
+/// Block until the edgewarm admin listener on 127.0.0.1:`admin_port` answers `/ready` with 200
+/// (at most 30 s), as a load balancer would before sending traffic. A port that accepts is not a
+/// process that is ready: the admin listener is bound first and says 503 while the server is
+/// still starting, which a loaded machine makes long enough to see.
+pub fn wait_ready(admin_port: u16) {
+    use std::io::{Read, Write};
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    let mut last = String::from("nothing listening");
+    loop {
+        if let Ok(mut c) = std::net::TcpStream::connect(("127.0.0.1", admin_port)) {
+            let _ = c.set_read_timeout(Some(Duration::from_secs(5)));
+            let mut out = String::new();
+            if write!(c, "GET /ready HTTP/1.1\r\nHost: admin\r\nConnection: close\r\n\r\n").is_ok()
+                && c.read_to_string(&mut out).is_ok()
+            {
+                if out.starts_with("HTTP/1.1 200") {
+                    return;
+                }
+                last = out.lines().next().unwrap_or_default().to_string();
+            }
+        }
+        assert!(std::time::Instant::now() < deadline, "/ready on {admin_port} never said 200: {last}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}

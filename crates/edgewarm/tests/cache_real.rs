@@ -4,7 +4,7 @@
 
 use edgewarm_test_support as common;
 
-use common::{free_port, wait_for_port, ChildGuard};
+use common::{free_port, wait_for_port, wait_ready, ChildGuard};
 
 use std::path::Path;
 use std::process::{Command, Stdio};
@@ -71,7 +71,7 @@ fn concurrent_misses_reach_nginx_once_and_a_purge_makes_a_miss() {
             .spawn()
             .unwrap(),
     );
-    wait_for_port(edge_port);
+    wait_ready(admin_port);
     let url = format!("https://b.test:{edge_port}/obj");
 
     // 1,000 requests, 100 connections with 10 streams each, for one cold object.

@@ -3,7 +3,7 @@
 
 use edgewarm_test_support as common;
 
-use common::{free_port, wait_for_port, ChildGuard};
+use common::{free_port, wait_for_port, wait_ready, ChildGuard};
 
 use std::io::Write;
 use std::net::TcpStream;
@@ -227,9 +227,9 @@ fn curl_and_openssl_through_the_binary_with_reload_and_stop() {
             .unwrap(),
     );
     wait_for_port(s.origin_port);
+    // Ready as a load balancer sees it, not merely accepting: the admin port is bound first.
+    wait_ready(s.admin_port);
     wait_for_port(s.edge_port);
-    wait_for_port(s.admin_port);
-    assert!(admin(&s, "/ready").starts_with("HTTP/1.1 200"));
 
     // curl, TLS end to end with the origin; edgewarm only saw the ClientHello.
     let out = curl(&s, "a.test");
@@ -376,7 +376,7 @@ fn out_of_descriptors_backs_off_and_recovers() {
         .spawn()
         .unwrap();
     let mut edge = ChildGuard(child);
-    wait_for_port(s.edge_port);
+    wait_ready(s.admin_port);
     let pid = edge.0.id();
 
     // 400 clients connect and say nothing: far more than 256 descriptors.
@@ -455,7 +455,7 @@ fn a_relay_without_a_pipe_falls_back_to_copy_loses_nothing_and_is_counted() {
     let (s, config) = tunnel_to(dir.path(), origin_port);
     let child = Command::new(BIN).args(["run", "--config"]).arg(&config).stderr(Stdio::null()).spawn().unwrap();
     let edge = ChildGuard(child);
-    wait_for_port(s.edge_port);
+    wait_ready(s.admin_port);
     let pid = edge.0.id();
     let open_tunnel = || {
         let mut c = TcpStream::connect(("127.0.0.1", s.edge_port)).unwrap();

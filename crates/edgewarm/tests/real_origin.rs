@@ -2,7 +2,7 @@
 
 use edgewarm_test_support as common;
 
-use common::{free_port, wait_for_port, ChildGuard};
+use common::{free_port, wait_for_port, wait_ready, ChildGuard};
 
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -81,7 +81,7 @@ fn curl_h2load_and_nghttp_through_prewarm_to_nginx() {
          \x20   alpn: [h2]\n    origin_tls: {{sni: origin.test, ca: {p}/origin/ca.pem}}\n    pool: {{min: 1}}\n"
     );
     let _edge = run_edgewarm(d, &config);
-    wait_for_port(edge_port);
+    wait_ready(admin_port);
     let metrics = || {
         let out =
             Command::new("curl").args(["-s", &format!("http://127.0.0.1:{admin_port}/metrics")]).output().unwrap();
@@ -189,7 +189,7 @@ fn curl_and_h2load_through_http_to_nginx_closing_connections() {
          \x20   origin_tls: {{sni: origin.test, ca: {p}/origin/ca.pem}}\n    upstream: {{connections: 2}}\n"
     );
     let _edge = run_edgewarm(d, &config);
-    wait_for_port(edge_port);
+    wait_ready(admin_port);
     let ca = format!("{p}/edge/ca.pem");
     let resolve = format!("b.test:{edge_port}:127.0.0.1");
     let url = format!("https://b.test:{edge_port}/");
