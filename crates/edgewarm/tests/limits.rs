@@ -297,3 +297,35 @@ async fn upgrade_headers_count_against_the_rate_on_new_and_keep_alive_connection
     assert_eq!(edge.metric(LIMITED, &[("scope", "route"), ("name", "b.test"), ("reason", "denied")]), 30.0);
     edge.stop().await;
 }
+
+/// One client on both workers (two keep-alive connections: the edge hands connections to its
+/// workers in turn), each sending as fast as it is answered for a second at 200/s, burst 10:
+/// together at most the burst plus what their time refilled pass.
+#[tokio::test]
+async fn a_client_on_both_workers_gets_no_more_than_its_rate() {
+    let fx = pki("http");
+    let (origin, _) = h2_origin(&fx.origin, H2Opts::default()).await;
+    let edge = edge(&fx.route(origin, "    limits: {requests_per_second: 200, burst: 10}\n"), "", "").await;
+    let started = std::time::Instant::now();
+    let mut all = tokio::task::JoinSet::new();
+    for _ in 0..2 {
+        let mut client = HttpClient::connect(&fx.edge, edge.addr, "b.test", false).await.unwrap();
+        all.spawn(async move {
+            let mut ok = 0;
+            for _ in 0..20_000 {
+                if started.elapsed() > Duration::from_secs(1) {
+                    break;
+                }
+                ok += usize::from(client.send("GET", "b.test", "/", &[], vec![]).await.unwrap().0.status == 200);
+            }
+            ok
+        });
+    }
+    let ok: usize = all.join_all().await.into_iter().sum();
+    let elapsed = started.elapsed();
+    let bound = 10 + (200.0 * elapsed.as_secs_f64()).ceil() as usize;
+    let limited = edge.metric(LIMITED, &[("scope", "route"), ("name", "b.test"), ("reason", "rate")]);
+    assert!(ok <= bound, "{ok} passed in {elapsed:?} ({limited} refused): at most {bound}");
+    assert!(limited > 0.0, "both connections were over the rate: {ok} passed, none refused");
+    edge.stop().await;
+}
