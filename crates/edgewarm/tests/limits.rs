@@ -191,3 +191,141 @@ async fn the_cap_counts_a_clients_quic_connections_with_its_tcp_ones() {
     drop(held);
     edge.stop().await;
 }
+
+/// Reads one HTTP/1.1 response off `tls` (its head, then a `Content-Length` or chunked body):
+/// its status, or `None` when the connection ended first.
+async fn read_response<S: tokio::io::AsyncRead + Unpin>(tls: &mut S) -> Option<u16> {
+    let mut head = Vec::new();
+    let mut byte = [0u8; 1];
+    while !head.ends_with(b"\r\n\r\n") {
+        if tls.read_exact(&mut byte).await.is_err() || head.len() > 16 * 1024 {
+            return None;
+        }
+        head.push(byte[0]);
+    }
+    let text = String::from_utf8_lossy(&head).to_ascii_lowercase();
+    let status = text.split(' ').nth(1)?.parse().ok()?;
+    let header = |name: &str| text.lines().find_map(|l| l.strip_prefix(&format!("{name}: ")).map(str::trim));
+    if let Some(n) = header("content-length") {
+        let mut body = vec![0; n.parse().ok()?];
+        tls.read_exact(&mut body).await.ok()?;
+    } else if header("transfer-encoding") == Some("chunked") {
+        // Chunk sizes up to the last (zero) chunk; every chunk's data and CRLF skipped.
+        for _ in 0..1000 {
+            let mut line = Vec::new();
+            while !line.ends_with(b"\r\n") {
+                tls.read_exact(&mut byte).await.ok()?;
+                line.push(byte[0]);
+            }
+            let size = usize::from_str_radix(String::from_utf8_lossy(&line).trim(), 16).ok()?;
+            let mut rest = vec![0; size + 2];
+            tls.read_exact(&mut rest).await.ok()?;
+            if size == 0 {
+                break;
+            }
+        }
+    }
+    Some(status)
+}
+
+/// `count` GETs carrying `upgrade` (header lines, exactly as written) from `source`, each on
+/// a new connection or all on one keep-alive connection: their statuses, in order.
+async fn upgrade_gets(fx: &Pki, source: &str, edge: SocketAddr, upgrade: &str, keep_alive: bool) -> Vec<u16> {
+    let request = format!("GET / HTTP/1.1\r\nHost: b.test\r\n{upgrade}\r\n");
+    let name = || rustls::pki_types::ServerName::try_from("b.test").unwrap();
+    let mut statuses = Vec::new();
+    let mut held = None;
+    for _ in 0..30 {
+        if held.is_none() || !keep_alive {
+            let tcp = connect_from(source, edge).await.unwrap();
+            held = Some(fx.edge.connector().connect(name(), tcp).await.unwrap());
+        }
+        let tls = held.as_mut().unwrap();
+        tls.write_all(request.as_bytes()).await.unwrap();
+        statuses.push(read_response(tls).await.unwrap_or(0));
+    }
+    statuses
+}
+
+/// {5/s, burst 10}: 30 GETs with `Connection: Upgrade` and `Upgrade: websocket` (the edge's
+/// upgrade path), or `Upgrade: foo/1` (an ordinary request: not a protocol the edge switches
+/// to), which the origin answers with a plain 200, are counted like any GET: at most the
+/// burst plus what their time refilled pass, the rest get 429, on new connections and on one
+/// keep-alive connection; the origin sees only those that passed. A WebSocket upgrade from an
+/// address the route's `allow` leaves out gets 403, counted as denied.
+#[tokio::test]
+async fn upgrade_headers_count_against_the_rate_on_new_and_keep_alive_connections() {
+    let fx = pki("http");
+    let (origin, stats) = h1_origin(&fx.origin).await;
+    let extra = "    upstream: {protocol: http/1.1}\n    limits: {requests_per_second: 5, burst: 10}\n    \
+                 allow: [\"127.0.0.0/29\"]\n";
+    let edge = edge(&fx.route(origin, extra), "", "").await;
+    let websocket = "Connection: Upgrade\r\nUpgrade: websocket\r\n";
+    let foo = "Connection: Upgrade\r\nUpgrade: foo/1\r\n";
+    let mut passed = 0;
+    let mut refused = 0;
+    // A source address each, so each run starts with a full bucket.
+    for (source, upgrade, keep_alive) in [
+        ("127.0.0.1", websocket, false),
+        ("127.0.0.2", websocket, true),
+        ("127.0.0.3", foo, false),
+        ("127.0.0.4", foo, true),
+    ] {
+        let started = std::time::Instant::now();
+        let statuses = upgrade_gets(&fx, source, edge.addr, upgrade, keep_alive).await;
+        let elapsed = started.elapsed();
+        let ok = statuses.iter().filter(|&&s| s == 200).count();
+        let limited = statuses.iter().filter(|&&s| s == 429).count();
+        // The bucket's 10, and 5 a second of the time the 30 took (rounded up: generous).
+        let bound = 10 + (5.0 * elapsed.as_secs_f64()).ceil() as usize;
+        let case = format!("{upgrade:?} from {source}, keep-alive {keep_alive}, {elapsed:?}: {statuses:?}");
+        assert!((10..=bound).contains(&ok), "{ok} passed, at most {bound}: {case}");
+        assert_eq!(ok + limited, 30, "only 200 and 429: {case}");
+        assert_eq!(statuses[..10], [200; 10], "the burst first: {case}");
+        passed += ok;
+        refused += limited;
+    }
+    let rate = [("scope", "route"), ("name", "b.test"), ("reason", "rate")];
+    assert_eq!(edge.metric(LIMITED, &rate), refused as f64);
+    let seen = stats.requests.load(std::sync::atomic::Ordering::Relaxed);
+    assert_eq!(seen, passed, "the origin sees only the requests that passed");
+    let foo_seen = stats.seen.lock().unwrap().iter().filter(|h| h.get("upgrade").is_some_and(|v| v == "foo/1")).count();
+    assert_eq!(foo_seen, 0, "`Upgrade: foo/1` is an ordinary request: no Upgrade reaches the origin");
+    // Outside the route's allow list (127.0.0.0/29): refused, and counted like any request.
+    let denied = upgrade_gets(&fx, "127.0.0.9", edge.addr, websocket, true).await;
+    assert_eq!(denied, [403; 30]);
+    assert_eq!(edge.metric(LIMITED, &[("scope", "route"), ("name", "b.test"), ("reason", "denied")]), 30.0);
+    edge.stop().await;
+}
+
+/// One client on both workers (two keep-alive connections: the edge hands connections to its
+/// workers in turn), each sending as fast as it is answered for a second at 200/s, burst 10:
+/// together at most the burst plus what their time refilled pass.
+#[tokio::test]
+async fn a_client_on_both_workers_gets_no_more_than_its_rate() {
+    let fx = pki("http");
+    let (origin, _) = h2_origin(&fx.origin, H2Opts::default()).await;
+    let edge = edge(&fx.route(origin, "    limits: {requests_per_second: 200, burst: 10}\n"), "", "").await;
+    let started = std::time::Instant::now();
+    let mut all = tokio::task::JoinSet::new();
+    for _ in 0..2 {
+        let mut client = HttpClient::connect(&fx.edge, edge.addr, "b.test", false).await.unwrap();
+        all.spawn(async move {
+            let mut ok = 0;
+            for _ in 0..20_000 {
+                if started.elapsed() > Duration::from_secs(1) {
+                    break;
+                }
+                ok += usize::from(client.send("GET", "b.test", "/", &[], vec![]).await.unwrap().0.status == 200);
+            }
+            ok
+        });
+    }
+    let ok: usize = all.join_all().await.into_iter().sum();
+    let elapsed = started.elapsed();
+    let bound = 10 + (200.0 * elapsed.as_secs_f64()).ceil() as usize;
+    let limited = edge.metric(LIMITED, &[("scope", "route"), ("name", "b.test"), ("reason", "rate")]);
+    assert!(ok <= bound, "{ok} passed in {elapsed:?} ({limited} refused): at most {bound}");
+    assert!(limited > 0.0, "both connections were over the rate: {ok} passed, none refused");
+    edge.stop().await;
+}

@@ -1,13 +1,16 @@
 //! A route's request limits as a decorator on its origin seam, outermost (before the cache and
 //! the origin): a client the route's `deny` names, or its `allow` does not, gets 403; a key
 //! over `limits`' rate gets 429 with `Retry-After`. The same answer on HTTP/1.1, HTTP/2 and
-//! HTTP/3, since all three reach the origin through this one seam.
+//! HTTP/3, since all three reach the origin through this one seam, and for a WebSocket upgrade
+//! (one request, one token, counted like the others).
 
 use std::collections::{HashMap, HashSet};
+use std::net::IpAddr;
 use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
 use http::{HeaderValue, Response, StatusCode};
+use http_body_util::BodyExt;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 
@@ -86,10 +89,12 @@ impl Layer for Limits {
     }
 }
 
+/// Why the route refuses a request: its status, its one-line text, its `Retry-After`.
+struct Refused(StatusCode, &'static str, Option<u64>);
+
 /// The edge's own answer (no origin was asked): `status`, a one-line text, `Retry-After`.
-fn refusal(status: StatusCode, text: &'static str, retry_after: Option<u64>) -> Sent {
-    let body = http_body_util::Full::new(Bytes::from_static(text.as_bytes()));
-    let mut response = Response::new(OriginBody::new(body, Box::new(())));
+fn refusal(Refused(status, text, retry_after): Refused) -> Response<http_body_util::Full<Bytes>> {
+    let mut response = Response::new(http_body_util::Full::new(Bytes::from_static(text.as_bytes())));
     *response.status_mut() = status;
     let headers = response.headers_mut();
     headers.insert(http::header::CONTENT_TYPE, HeaderValue::from_static("text/plain"));
@@ -97,34 +102,54 @@ fn refusal(status: StatusCode, text: &'static str, retry_after: Option<u64>) -> 
     if let Some(secs) = retry_after {
         headers.insert(http::header::RETRY_AFTER, HeaderValue::from(secs));
     }
-    Sent { response, conn: None, reused: false, cache: None, server: None }
+    response
 }
 
-impl Origin for Limited {
-    fn send<'a>(&'a self, out: Outgoing<'a>) -> BoxFuture<'a, Result<Sent, SendFailure>> {
-        // The edge's own requests (probes, revalidations) have no client and are not limited.
-        let Some(client) = out.client else { return self.inner.send(out) };
+impl Limited {
+    /// The route's lists and rate for one request of `client`'s, counted when they refuse it;
+    /// `header` reads a request header (for `by: header`).
+    fn check(&self, client: IpAddr, header: impl FnOnce(&str) -> Option<Vec<u8>>) -> Result<(), Refused> {
         if !self.access.admits(client) {
             self.denied.inc();
-            return Box::pin(async { Ok(refusal(StatusCode::FORBIDDEN, "forbidden\n", None)) });
+            return Err(Refused(StatusCode::FORBIDDEN, "forbidden\n", None));
         }
         if let Some((by, rate)) = &self.rate {
             let header = match by {
-                RateKey::Header(name) => (out.build)().headers().get(name.as_str()).map(|v| v.as_bytes().to_vec()),
+                RateKey::Header(name) => header(name.as_str()),
                 RateKey::Client => None,
             };
             let key = header.unwrap_or_else(|| client_key(client, RATE_PREFIX).to_be_bytes().to_vec());
             if let Err(wait) = rate.take(&key) {
                 self.over_rate.inc();
                 let secs = wait.as_secs() + u64::from(wait.subsec_nanos() > 0);
-                let sent = refusal(StatusCode::TOO_MANY_REQUESTS, "too many requests\n", Some(secs.max(1)));
-                return Box::pin(async { Ok(sent) });
+                return Err(Refused(StatusCode::TOO_MANY_REQUESTS, "too many requests\n", Some(secs.max(1))));
             }
+        }
+        Ok(())
+    }
+}
+
+impl Origin for Limited {
+    fn send<'a>(&'a self, out: Outgoing<'a>) -> BoxFuture<'a, Result<Sent, SendFailure>> {
+        // The edge's own requests (probes, revalidations) have no client and are not limited.
+        let Some(client) = out.client else { return self.inner.send(out) };
+        let build = &mut *out.build;
+        if let Err(refused) = self.check(client, |name| build().headers().get(name).map(|v| v.as_bytes().to_vec())) {
+            let response = refusal(refused).map(|body| OriginBody::new(body, Box::new(())));
+            let sent = Sent { response, conn: None, reused: false, cache: None, server: None };
+            return Box::pin(async { Ok(sent) });
         }
         self.inner.send(out)
     }
 
+    /// An upgrade is one request of the client's: refused like any other (counted the same),
+    /// however long it would have lasted.
     fn upgrade<'a>(&'a self, up: Upgrade<'a>) -> BoxFuture<'a, Result<Upgraded, OriginError>> {
+        let head = &up.head;
+        if let Err(refused) = self.check(up.address, |name| head.headers().get(name).map(|v| v.as_bytes().to_vec())) {
+            let response = refusal(refused).map(|body| body.map_err(|never| match never {}).boxed());
+            return Box::pin(async { Ok(Upgraded { response, conn: None }) });
+        }
         self.inner.upgrade(up)
     }
 

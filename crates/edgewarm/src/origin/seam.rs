@@ -217,6 +217,9 @@ pub(crate) struct Upgrade<'a> {
     pub(crate) client: Request<hyper::body::Incoming>,
     /// The request for the origin (hop-by-hop headers gone, forwarding headers set).
     pub(crate) head: Request<()>,
+    /// The client's address: what a route's `allow`, `deny` and rate go by (an upgrade is a
+    /// request like any other, counted once however long it lasts).
+    pub(crate) address: std::net::IpAddr,
     pub(crate) timeout: Duration,
     /// Where the relay runs after a `101`; it ends when either side closes or `cut` fires.
     pub(crate) tasks: &'a TaskTracker,

@@ -16,7 +16,7 @@ use super::seam::{OriginError, Upgrade, Upgraded};
 
 /// Carry `up` over `io`, a fresh connection that speaks HTTP/1.1.
 pub(crate) async fn over_h1(io: OriginIo, up: Upgrade<'_>) -> Result<Upgraded, OriginError> {
-    let Upgrade { mut client, head, timeout, tasks, cut } = up;
+    let Upgrade { mut client, head, address: _, timeout, tasks, cut } = up;
     let bad = || OriginError::Upgrade("bad upgrade request".into());
     let http = |e: hyper::Error| OriginError::Upgrade(format!("origin HTTP/1.1 for the upgrade: {e}"));
     let protocol = client.headers().get(header::UPGRADE).cloned().ok_or_else(bad)?;

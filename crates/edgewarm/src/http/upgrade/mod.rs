@@ -1,5 +1,5 @@
-//! Protocol upgrades (WebSocket over HTTP/1.1) in the request service: the early-data gate and
-//! the route check as for any request, then through the origin seam
+//! Protocol upgrades (WebSocket over HTTP/1.1) in the request service: the early-data gate as
+//! for any request, then through the origin seam (where the route's lists and rate count it)
 //! ([`crate::origin::seam::Origin::upgrade`]): each kind carries it its own way (an RFC 8441
 //! stream on standing HTTP/2 connections when the origin offers it, else an HTTP/1.1 origin
 //! connection of the upgrade's own). The answer is the origin's (`101` and then a relay, or
@@ -17,16 +17,19 @@ use super::{forward, Body};
 use crate::accesslog::RequestLog;
 use crate::origin::seam::Upgrade;
 
-/// A request asking to switch protocols (HTTP/1.1 `Upgrade`, not h2c).
+/// A WebSocket upgrade (HTTP/1.1 `Connection: upgrade` with `websocket` among `Upgrade`'s
+/// protocols). A request asking for any other protocol (h2c, `foo/1`) is an ordinary request:
+/// its `Upgrade` is a hop-by-hop header, dropped on the way, and the origin answers the request
+/// as it stands (RFC 9110 §7.8 lets a server ignore `Upgrade`).
 pub(crate) fn is_upgrade<B>(req: &Request<B>) -> bool {
-    let connection_upgrade = req
-        .headers()
-        .get_all(header::CONNECTION)
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .any(|v| v.split(',').any(|t| t.trim().eq_ignore_ascii_case("upgrade")));
-    let h2c = req.headers().get(header::UPGRADE).is_some_and(|u| u.as_bytes().eq_ignore_ascii_case(b"h2c"));
-    req.version() == http::Version::HTTP_11 && connection_upgrade && req.headers().contains_key(header::UPGRADE) && !h2c
+    let has = |name, token: &str| {
+        req.headers()
+            .get_all(name)
+            .iter()
+            .filter_map(|v| v.to_str().ok())
+            .any(|v| v.split(',').any(|t| t.trim().eq_ignore_ascii_case(token)))
+    };
+    req.version() == http::Version::HTTP_11 && has(header::CONNECTION, "upgrade") && has(header::UPGRADE, "websocket")
 }
 
 impl Service {
@@ -43,15 +46,13 @@ impl Service {
 
     async fn upgrade(&self, req: Request<Incoming>, rlog: &mut RequestLog) -> Result<Response<Body>, ProxyError> {
         self.early_gate(&req, true).await?;
-        // The route's lists hold for upgrades too (its rate, a per-request limit, does not:
-        // an upgraded connection is one request however long it lasts).
-        if !self.http.config.access.admits(self.conn.client.ip()) {
-            return Ok(super::respond::plain(StatusCode::FORBIDDEN, "forbidden\n"));
-        }
+        // The route's lists and rate are the origin seam's (limits' layer): an upgrade counts
+        // as one request there, refused with 403 or 429 like any other.
         let head = forward::head(&req, self.target(&req)?, &self.facts);
         let up = Upgrade {
             client: req,
             head,
+            address: self.conn.client.ip(),
             timeout: self.conn.snapshot.timeouts.connect,
             tasks: &self.conn.upgrades,
             cut: self.conn.cut.clone(),

@@ -43,7 +43,7 @@ pub(crate) fn websocket_accept(key: &[u8]) -> String {
 /// until either side closes or `up.cut` fires; the stream's place on its connection is held
 /// as long as the relay.
 pub(crate) async fn websocket(upstream: &Arc<H2Upstream>, up: Upgrade<'_>) -> Result<Upgraded, OriginError> {
-    let Upgrade { mut client, head, timeout, tasks, cut } = up;
+    let Upgrade { mut client, head, address: _, timeout, tasks, cut } = up;
     let bad = || OriginError::Upgrade("bad upgrade request".into());
     let stream = |e: h2::Error| OriginError::Upgrade(format!("origin stream: {e}"));
     let key = client.headers().get(header::SEC_WEBSOCKET_KEY).cloned().ok_or_else(bad)?;
