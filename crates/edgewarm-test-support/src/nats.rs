@@ -34,8 +34,14 @@ impl Nats {
         wait_for_port(self.port);
     }
 
+    /// Kill it (SIGKILL, as `kill -9`): no goodbye to its clients; its store stays for
+    /// [`Nats::start`].
     pub fn stop(&mut self) {
         self.server = None;
+    }
+
+    pub fn addr(&self) -> std::net::SocketAddr {
+        std::net::SocketAddr::from(([127, 0, 0, 1], self.port))
     }
 
     /// Stop (SIGSTOP) or resume (SIGCONT) the server: its connections stay open and nothing
