@@ -23,12 +23,28 @@ pub(super) struct Link {
     since: Mutex<Option<Instant>>,
     /// JetStream has answered on the current connection.
     answered: AtomicBool,
+    /// Whole turns of the servers failed since the last connection (each waits a little
+    /// longer before the next, up to 0.5 s).
+    rounds: AtomicUsize,
 }
 
 impl Link {
     fn connected(&self) {
         *self.since.lock().unwrap_or_else(|p| p.into_inner()) = Some(Instant::now());
         self.answered.store(false, Ordering::Relaxed);
+        self.rounds.store(0, Ordering::Relaxed);
+    }
+
+    /// The wait before trying server `index` of the turn: none to move on to the next server
+    /// (a node waits `connect_timeout` per server, not a growing backoff each), a short and
+    /// growing one to start a turn again (a link back is used at once, the client's own
+    /// backoff grows to seconds).
+    fn delay(&self, index: usize, first: bool) -> Duration {
+        if index != 0 || first {
+            return Duration::ZERO;
+        }
+        let rounds = self.rounds.fetch_add(1, Ordering::Relaxed) + 1;
+        Duration::from_millis(100 * rounds.min(5) as u64)
     }
 
     pub(super) fn answered(&self) {
@@ -54,16 +70,19 @@ pub(super) fn options(fleet: &Arc<Fleet>) -> async_nats::ConnectOptions {
         // The servers listed, not those a cluster's INFO advertises (often addresses a node
         // cannot reach): `fleet.nats` is the turn.
         .ignore_discovered_servers()
-        .reconnect_to_server_callback(move |servers, _| {
-            let turn = turn.clone();
-            async move {
-                let next = servers.get(turn.fetch_add(1, Ordering::Relaxed) % servers.len().max(1))?;
-                Some(async_nats::ReconnectToServer { addr: next.addr.clone(), delay: None })
+        .reconnect_to_server_callback({
+            let weak = weak.clone();
+            move |servers, _| {
+                let (turn, weak) = (turn.clone(), weak.clone());
+                async move {
+                    let at = turn.fetch_add(1, Ordering::Relaxed);
+                    let index = at % servers.len().max(1);
+                    let next = servers.get(index)?;
+                    let delay = weak.upgrade().map_or(Duration::ZERO, |f| f.link.delay(index, at == 0));
+                    Some(async_nats::ReconnectToServer { addr: next.addr.clone(), delay: Some(delay) })
+                }
             }
         })
-        // A link back is used at once (the client's own backoff grows to seconds), and an
-        // attempt into a dark link gives up soon (see the watch).
-        .reconnect_delay_callback(|attempts| Duration::from_millis(100 * attempts.min(5) as u64))
         .event_callback(move |event| {
             let weak = weak.clone();
             async move {
