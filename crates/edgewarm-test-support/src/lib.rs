@@ -1,5 +1,5 @@
 //! Shared test fixtures, by role: [`certs`](mod@certs), an in-process edgewarm
-//! ([`edge`](mod@edge)), [`origins`], [`clients`] (aioquic's HTTP/3 client among them), an ACME server ([`pebble`](mod@pebble)), a NATS server ([`nats`](mod@nats)), hashed
+//! ([`edge`](mod@edge)), [`origins`], [`clients`] (aioquic's HTTP/3 client among them), an ACME server ([`pebble`](mod@pebble)), a NATS server ([`nats`](mod@nats)), misbehaving TCP peers ([`faults`]), hashed
 //! test [`data`], child [`process`]es. Everything listens on 127.0.0.1 port 0
 //! and is torn down with the test's runtime.
 
@@ -7,6 +7,7 @@ pub mod certs;
 pub mod clients;
 pub mod data;
 pub mod edge;
+pub mod faults;
 pub mod layout;
 pub mod nats;
 pub mod origins;
@@ -17,6 +18,7 @@ pub use certs::*;
 pub use clients::*;
 pub use data::*;
 pub use edge::*;
+pub use faults::*;
 pub use nats::*;
 pub use origins::*;
 pub use pebble::*;

@@ -102,15 +102,17 @@ async fn respond(req: &Request<Incoming>, state: &AdminState) -> Response<Full<B
             tracing::info!(?what, purged, "cache purge");
             return json(serde_json::json!({ "purged": purged }));
         };
-        // Through the fleet's stream: this node applies it from there, as every other does.
+        // Through the fleet's stream: this node applies it at once, and from there, as every
+        // other does.
         return match fleet.purge(&what).await {
-            Ok(seq) if query.split('&').any(|p| p == "wait=fleet") => {
+            Ok((seq, purged)) if query.split('&').any(|p| p == "wait=fleet") => {
                 let stored = std::time::Instant::now();
                 let (applied, missing, silent) = fleet.wait_fleet(seq).await;
                 let waited_ms = stored.elapsed().as_secs_f64() * 1000.0;
-                tracing::info!(?what, seq, ?applied, ?missing, ?silent, waited_ms, "fleet purge");
+                tracing::info!(?what, seq, purged, ?applied, ?missing, ?silent, waited_ms, "fleet purge");
                 let body = serde_json::json!({
-                    "sequence": seq, "applied": applied, "missing": missing, "silent": silent, "waited_ms": waited_ms
+                    "sequence": seq, "purged": purged, "applied": applied, "missing": missing, "silent": silent,
+                    "waited_ms": waited_ms
                 });
                 let mut r = json(body);
                 if !missing.is_empty() {
@@ -118,9 +120,9 @@ async fn respond(req: &Request<Incoming>, state: &AdminState) -> Response<Full<B
                 }
                 r
             }
-            Ok(seq) => {
-                tracing::info!(?what, seq, "fleet purge stored");
-                json(serde_json::json!({ "sequence": seq }))
+            Ok((seq, purged)) => {
+                tracing::info!(?what, seq, purged, "fleet purge stored and applied here");
+                json(serde_json::json!({ "sequence": seq, "purged": purged }))
             }
             Err(e) => {
                 tracing::warn!(?what, error = %e, "fleet purge not stored");

@@ -11,8 +11,20 @@ use common::*;
 
 const PAGE: &str = "/page?cc=max-age%3D600";
 
+// The faults (a NATS restart, a reset link, a silent server): their own file, below this one.
+#[path = "fleet/faults.rs"]
+mod faults;
+
 /// An edge named `name` in the fleet at `nats`, caching on disk in `disk`.
 async fn node(fx: &Pki, origin: SocketAddr, nats: &Nats, name: &str, disk: &std::path::Path) -> Edge {
+    let edge = member(fx, origin, &format!("fleet: {{nats: [\"{}\"], name: {name}}}", nats.url()), disk).await;
+    // Caught up (nothing to replay, or replayed): hits are served.
+    caught_up(&edge).await;
+    edge
+}
+
+/// An edge with the `fleet` section given, caching on disk in `disk` (not waited for).
+async fn member(fx: &Pki, origin: SocketAddr, fleet: &str, disk: &std::path::Path) -> Edge {
     let p = fx.path.display();
     let route = format!(
         "  - sni: b.test\n    action: http\n    origin: \"{origin}\"\n    cert: {p}/edge/cert.pem\n    \
@@ -20,11 +32,7 @@ async fn node(fx: &Pki, origin: SocketAddr, nats: &Nats, name: &str, disk: &std:
          cache: {{disk: {{path: \"{}\", max_size: 64MiB}}}}\n",
         disk.display()
     );
-    let fleet = format!("fleet: {{nats: [\"{}\"], name: {name}}}", nats.url());
-    let edge = edge(&route, &fleet, "").await;
-    // Caught up (nothing to replay, or replayed): hits are served.
-    caught_up(&edge).await;
-    edge
+    edge(&route, fleet, "").await
 }
 
 async fn fleet_status(edge: &Edge) -> serde_json::Value {
@@ -53,8 +61,12 @@ async fn get(fx: &Pki, edge: &Edge) -> (String, String) {
 }
 
 async fn admin_post(edge: &Edge, path: &str) -> (u16, String) {
+    admin_post_to(edge.admin, path).await
+}
+
+async fn admin_post_to(admin: SocketAddr, path: &str) -> (u16, String) {
     use tokio::io::AsyncWriteExt;
-    let mut s = tokio::net::TcpStream::connect(edge.admin).await.unwrap();
+    let mut s = tokio::net::TcpStream::connect(admin).await.unwrap();
     let req = format!("POST {path} HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n");
     s.write_all(req.as_bytes()).await.unwrap();
     let text = String::from_utf8(read_all(&mut s).await).unwrap();

@@ -28,8 +28,9 @@ pub struct FleetConfig {
     /// to the origin, so no purge it cannot hear of is missed) before it serves them again.
     #[serde(default = "default_fence_for", with = "duration")]
     pub fence_for: Duration,
-    /// How long one attempt to connect to a NATS server may take (TCP, TLS and NATS's own
-    /// greeting): short, so a node whose link comes back is connected again soon after.
+    /// How long one attempt on one NATS server may take, whole: TCP, TLS, NATS's own greeting
+    /// and the first JetStream answer; then the next server listed. Short, so a node whose
+    /// link comes back is connected again soon after, and a silent server holds no node.
     #[serde(default = "default_connect_timeout", with = "duration")]
     pub connect_timeout: Duration,
 }

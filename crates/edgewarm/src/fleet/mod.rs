@@ -1,7 +1,8 @@
 //! A fleet of edges that purges as one, through NATS JetStream (`fleet:`): a purge made on any
-//! node is appended to a stream ([`message`]) and applied by every node from its own durable
-//! consumer, the one that received it included, so all apply the same purges in the same
-//! order, and a node that was away (restarted, cut off) replays what it missed. The nodes tell
+//! node is appended to a stream ([`message`]), applied at once by the node asked, and applied
+//! by every node from its own durable consumer, the one asked included, so all apply the same
+//! purges in the same order, and a node that was away (restarted, cut off) replays what it
+//! missed. The connection to NATS, its bounds and its servers' turn: [`link`]. The nodes tell
 //! each other what they have applied ([`peers`]), which is what `?wait=fleet` waits on.
 //!
 //! ACME for the fleet ([`acme_store`]): one account and one certificate per name for every
@@ -21,6 +22,7 @@
 
 mod acme_store;
 mod bucket;
+mod link;
 mod message;
 mod peers;
 mod tickets;
@@ -68,6 +70,9 @@ pub struct Fleet {
     /// Purges applied beyond `applied` (a redelivery fills the gap below them).
     ahead: std::sync::Mutex<std::collections::BTreeSet<u64>>,
     connected: AtomicBool,
+    /// Connections made to NATS (the first, then each reconnection).
+    connects: AtomicU64,
+    link: link::Link,
     /// Caught up with the stream once: the start fence is over (later fences are lowered by
     /// catching up again, or by `fence_for`, never by the start's `catch_up`).
     caught_up_once: AtomicBool,
@@ -101,6 +106,8 @@ impl Fleet {
             applied: AtomicU64::new(0),
             ahead: std::sync::Mutex::default(),
             connected: AtomicBool::new(false),
+            connects: AtomicU64::new(0),
+            link: link::Link::default(),
             caught_up_once: AtomicBool::new(false),
             signal: Arc::default(),
             reconnected: tokio::sync::Notify::new(),
@@ -151,14 +158,19 @@ impl Fleet {
         format!("edgewarm.{}.purge", self.config.stream)
     }
 
-    /// Append `what` to the fleet's stream: its sequence once the stream has stored it.
-    pub async fn purge(&self, what: &Purge) -> Result<u64, FleetError> {
+    /// Append `what` to the fleet's stream, then apply it here: its sequence once the stream
+    /// has stored it, and how many entries this node's caches dropped.
+    ///
+    /// Applied here before the answer, not only when the stream hands it back (it still does:
+    /// the stream keeps the fleet's order, and a purge applies twice harmlessly): the node that
+    /// acknowledged never serves the object again, even if NATS dies right after storing it.
+    pub async fn purge(&self, what: &Purge) -> Result<(u64, u64), FleetError> {
         let js =
             self.jetstream.get().filter(|_| self.connected.load(Ordering::Relaxed)).ok_or(FleetError::NotConnected)?;
         let body = serde_json::to_vec(&PurgeMessage::from(what)).map_err(|e| FleetError::Publish(e.to_string()))?;
         let ack = js.publish(self.subject(), body.into()).await.map_err(|e| FleetError::Publish(e.to_string()))?;
         let ack = ack.await.map_err(|e| FleetError::Publish(e.to_string()))?;
-        Ok(ack.sequence)
+        Ok((ack.sequence, self.caches.purge(what)))
     }
 
     /// Wait until every live node has applied `seq` (bounded): the nodes that have, those that
@@ -173,6 +185,7 @@ impl Fleet {
         serde_json::json!({
             "name": self.config.name,
             "connected": self.connected.load(Ordering::Relaxed),
+            "connects": self.connects.load(Ordering::Relaxed),
             "applied": self.applied.load(Ordering::Relaxed),
             "caught_up": !self.caches.fence().load(Ordering::Relaxed),
             // Whose keys tickets are made with: the fleet's, the node's own (not yet joined),
@@ -187,34 +200,7 @@ impl Fleet {
     }
 
     async fn run(self: Arc<Self>) {
-        let weak = Arc::downgrade(&self);
-        let options = async_nats::ConnectOptions::new()
-            .name(format!("edgewarm {}", self.config.name))
-            .retry_on_initial_connect()
-            // A link back is used at once (the client's own backoff grows to seconds), and an
-            // attempt into a dark link gives up soon (see the watch below).
-            .connection_timeout(self.config.connect_timeout)
-            .reconnect_delay_callback(|attempts| Duration::from_millis(100 * attempts.min(5) as u64))
-            .event_callback(move |event| {
-                let weak = weak.clone();
-                async move {
-                    let Some(fleet) = weak.upgrade() else { return };
-                    match event {
-                        async_nats::Event::Connected => {
-                            fleet.connected.store(true, Ordering::Relaxed);
-                            // Back from an absence: no hit until what it missed is applied.
-                            fleet.caches.fence().store(true, Ordering::Relaxed);
-                            fleet.reconnected.notify_one();
-                            tracing::info!("fleet: connected to NATS");
-                        }
-                        async_nats::Event::Disconnected => {
-                            fleet.connected.store(false, Ordering::Relaxed);
-                            tracing::warn!("fleet: disconnected from NATS: purges wait until it is back");
-                        }
-                        other => tracing::debug!(event = %other, "fleet: NATS event"),
-                    }
-                }
-            });
+        let options = link::options(&self);
         let client = match options.connect(self.config.nats.clone()).await {
             Ok(c) => c,
             Err(e) => {
@@ -252,11 +238,27 @@ impl Fleet {
                 }
             });
         }
+        // The stream's requests wait at most `connect_timeout` for their answer: one lost with
+        // a dropped connection costs that, not the client's 5 s.
+        let mut quick = js.clone();
+        quick.set_timeout(self.config.connect_timeout);
         loop {
-            if let Err(e) = self.consume(&js).await {
+            // A connection made before this start is no news to it (a stored wake-up is taken).
+            let _ = tokio::time::timeout(Duration::ZERO, self.reconnected.notified()).await;
+            let outcome = tokio::select! {
+                outcome = self.consume(&quick) => outcome,
+                // Connected again, whatever the stream was waiting on: what was sent into the
+                // old connection would come back only as slow redeliveries, and a request sent
+                // into it never: start again at once.
+                () = self.reconnected.notified() => Err("connected again: taking its place anew".into()),
+            };
+            if let Err(e) = outcome {
                 tracing::warn!(error = %e, "fleet: purge stream: starting again");
             }
-            tokio::time::sleep(Duration::from_millis(200)).await;
+            if self.link.silent_jetstream(self.config.connect_timeout) {
+                link::next_server(&client, "JetStream did not answer within connect_timeout");
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
         }
     }
 
@@ -271,6 +273,7 @@ impl Fleet {
             })
             .await
             .map_err(|e| e.to_string())?;
+        self.link.answered();
         let config = |from: Option<u64>| pull::Config {
             durable_name: Some(self.config.name.clone()),
             ack_policy: jetstream::consumer::AckPolicy::Explicit,
@@ -280,11 +283,14 @@ impl Fleet {
             }),
             ..Default::default()
         };
-        // A connection made before this start is no news to it (a stored wake-up is taken).
-        let _ = tokio::time::timeout(Duration::ZERO, self.reconnected.notified()).await;
         let name = &self.config.name;
-        let mut consumer: jetstream::consumer::Consumer<pull::Config> =
-            stream.get_or_create_consumer(name, config(None)).await.map_err(|e| e.to_string())?;
+        // Made anew (gone: deleted by hand, or a start again cut between delete and create
+        // below): from where this node is, not the stream's first purge.
+        let mine = self.applied.load(Ordering::Relaxed);
+        let mut consumer: jetstream::consumer::Consumer<pull::Config> = stream
+            .get_or_create_consumer(name, config((mine > 0).then_some(mine + 1)))
+            .await
+            .map_err(|e| e.to_string())?;
         // Purges the server sent into a connection that went dark wait for redelivery, a few
         // at a time, interleaved with newer ones. Back from such a cut, the node's place is
         // made again right after the last purge it applied with none missing below: what it
@@ -327,12 +333,8 @@ impl Fleet {
         // a moment, since a node with nothing to replay gets no message to learn it from.
         self.check_caught_up(&mut consumer).await;
         loop {
-            let next = tokio::select! {
-                next = tokio::time::timeout(Duration::from_millis(200), messages.next()) => next,
-                // The pull goes on across a reconnection, but what was sent into the old
-                // connection would come back only as slow redeliveries: start again (above).
-                () = self.reconnected.notified() => return Err("connected again: taking its place anew".into()),
-            };
+            // (A reconnection ends this in `run`, wherever it waits.)
+            let next = tokio::time::timeout(Duration::from_millis(200), messages.next()).await;
             let message = match next {
                 Err(_) => {
                     self.check_caught_up(&mut consumer).await;

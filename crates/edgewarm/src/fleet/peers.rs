@@ -10,6 +10,12 @@
 //! Because `SILENT` (checked every [`WATCH`]) ends before `LIVE`, a node that `?wait=fleet`
 //! stopped waiting for has already stopped serving hits: no acknowledged purge is served
 //! stale by a node that was cut off. The answer names such nodes (`silent`).
+//!
+//! The wait knows from its start how long each node is waited for: a node last heard at `t` is
+//! waited for until `t + LIVE` (when it has fenced itself for sure), and the wait wakes at that
+//! very instant, not on a heartbeat's tick. So a node cut just before the call is waited for at
+//! most `LIVE` (3.5 s), and the call answers well inside its 5 s unless a node it still hears
+//! from has not applied the purge (that one is `missing`: a 504).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, Weak};
@@ -22,8 +28,10 @@ use tokio::time::Instant;
 
 use super::Fleet;
 
-/// A node not heard from for this long is not waited for.
-const LIVE: Duration = Duration::from_secs(5);
+/// A node not heard from for this long is not waited for: it has fenced itself by then
+/// ([`SILENT`] after its last echo, seen at the next [`WATCH`]), with 0.75 s to spare for
+/// its echo reaching it later than its word reached this node.
+const LIVE: Duration = Duration::from_millis(3500);
 const EVERY: Duration = Duration::from_secs(1);
 /// A node that has not heard its own word for this long takes itself for cut off.
 pub(super) const SILENT: Duration = Duration::from_millis(2500);
@@ -81,28 +89,31 @@ impl Peers {
     }
 
     /// Wait (at most `limit`) until every live node has applied `seq`: (those that have,
-    /// those that had not).
+    /// those that had not, those not waited for).
     pub(super) async fn wait_applied(&self, seq: u64, limit: Duration) -> Waited {
         let deadline = Instant::now() + limit;
         loop {
             let changed = self.changed.notified();
-            let waited = self.split(seq);
+            let (waited, until) = self.split(seq, Instant::now());
             if waited.missing.is_empty() || Instant::now() >= deadline {
                 return waited;
             }
-            // Woken by news, or when the next node would fall silent.
-            let _ = tokio::time::timeout_at(deadline.min(Instant::now() + EVERY), changed).await;
+            // Woken by news, or at the instant the next lagging node stops being waited for.
+            let wake = until.map_or(deadline, |at| at.min(deadline));
+            let _ = tokio::time::timeout_at(wake, changed).await;
         }
     }
 
-    fn split(&self, seq: u64) -> Waited {
+    /// Who has applied `seq` as of `now`, and when the first node still missing stops being
+    /// waited for (`None`: only this node is missing, waited for until the deadline).
+    fn split(&self, seq: u64, now: Instant) -> (Waited, Option<Instant>) {
         let nodes = self.nodes.lock().unwrap_or_else(|p| p.into_inner());
-        let now = Instant::now();
         let mut w = Waited { applied: Vec::new(), missing: Vec::new(), silent: Vec::new() };
+        let mut until: Option<Instant> = None;
         for (name, (applied, seen)) in nodes.iter() {
             // This node counts whatever it last heard of itself; the others while live.
             let quiet = now.duration_since(*seen);
-            if *name != self.me && quiet > LIVE {
+            if *name != self.me && quiet >= LIVE {
                 if *applied < seq && quiet < FORGET {
                     w.silent.push(name.clone());
                 }
@@ -111,7 +122,11 @@ impl Peers {
             if *applied >= seq {
                 w.applied.push(name.clone())
             } else {
-                w.missing.push(name.clone())
+                w.missing.push(name.clone());
+                if *name != self.me {
+                    let end = *seen + LIVE;
+                    until = Some(until.map_or(end, |u| u.min(end)));
+                }
             }
         }
         if !nodes.contains_key(&self.me) {
@@ -120,7 +135,7 @@ impl Peers {
         for list in [&mut w.applied, &mut w.missing, &mut w.silent] {
             list.sort();
         }
-        w
+        (w, until)
     }
 
     pub(super) fn status(&self) -> serde_json::Value {
@@ -213,5 +228,53 @@ mod tests {
         assert_eq!(w.applied, vec!["a".to_string(), "b".to_string()]);
         peers.echoed();
         assert_eq!(peers.silence(), None, "heard itself again");
+    }
+
+    /// On tokio's paused clock: a node cut 0.6 s before the call (heard then, never since) is
+    /// waited for only until `LIVE` after its last word, the instant it has fenced itself, not
+    /// until the next heartbeat's tick at the edge of the 5 s (the call sat 5,002 ms before and
+    /// answered one tick from a 504); a node heard again during the wait is waited for longer,
+    /// and one that applies the purge ends the wait at once.
+    #[tokio::test(start_paused = true)]
+    async fn a_node_cut_just_before_the_call_is_waited_for_only_until_it_has_fenced_itself() {
+        assert!(LIVE > SILENT + WATCH, "a node not waited for has fenced itself");
+        assert!(LIVE <= Duration::from_secs(4), "well inside the call's 5 s");
+        let peers = Peers::new("a");
+        peers.echoed();
+        peers.applied("a", 7);
+        peers.applied("b", 6);
+        tokio::time::advance(Duration::from_millis(600)).await;
+        peers.applied("a", 7);
+        let start = Instant::now();
+        let w = peers.wait_applied(7, Duration::from_secs(5)).await;
+        assert_eq!((w.applied, w.missing, w.silent), (vec!["a".into()], vec![], vec!["b".into()]));
+        assert_eq!(start.elapsed(), LIVE - Duration::from_millis(600), "known silent the moment it fenced");
+
+        // b heard again 1 s into the wait (still behind): waited for until LIVE after that.
+        peers.applied("b", 6);
+        let start = Instant::now();
+        let wait = peers.wait_applied(8, Duration::from_secs(5));
+        let news = async {
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            peers.applied("b", 6);
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            peers.applied("a", 8);
+        };
+        let (w, ()) = tokio::join!(wait, news);
+        assert_eq!((w.applied, w.missing, w.silent), (vec!["a".into()], vec![], vec!["b".into()]));
+        assert_eq!(start.elapsed(), Duration::from_secs(1) + LIVE);
+
+        // b applies 0.5 s into the wait: the wait ends then.
+        peers.applied("b", 8);
+        let start = Instant::now();
+        let wait = peers.wait_applied(9, Duration::from_secs(5));
+        let news = async {
+            peers.applied("a", 9);
+            tokio::time::sleep(Duration::from_millis(500)).await;
+            peers.applied("b", 9);
+        };
+        let (w, ()) = tokio::join!(wait, news);
+        assert_eq!((w.applied, w.missing), (vec!["a".to_string(), "b".to_string()], vec![]));
+        assert_eq!(start.elapsed(), Duration::from_millis(500));
     }
 }

@@ -6,9 +6,8 @@
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use std::time::Duration;
 
-use super::{peers, Fleet};
+use super::{link, peers, Fleet};
 
 /// Watch `fleet`'s silence until it stops or is dropped; `client` is its NATS connection.
 pub(super) fn start(fleet: &Arc<Fleet>, client: async_nats::Client) {
@@ -32,10 +31,8 @@ pub(super) fn start(fleet: &Arc<Fleet>, client: async_nats::Client) {
                 state.0 = true;
                 fleet.caches.fence().store(true, Ordering::Relaxed);
                 tracing::warn!(?quiet, "fleet: no word back from NATS: no cache hits until caught up again");
-                let client = reconnect.clone();
-                tokio::spawn(async move {
-                    let _ = tokio::time::timeout(Duration::from_secs(5), client.force_reconnect()).await;
-                });
+                // (Not while the client is between connections already: see `next_server`.)
+                link::next_server(&reconnect, "the connection is stalled");
             } else if !state.1 && quiet > peers::SILENT + fence_for {
                 state.1 = true;
                 fleet.caches.fence().store(false, Ordering::Relaxed);
