@@ -375,3 +375,51 @@ async fn a_forgotten_account_is_registered_anew_and_the_order_placed_again_at_on
     assert_eq!(status, "000", "the old certificate no longer serves");
     edge.stop().await;
 }
+
+/// Issue #57 (5) in a fleet: two nodes, each ordering one of two names (a lease each), share
+/// one account; the ACME server restarted, both renewals are refused at once, and one node
+/// registers the new account (the registration lease) while the other takes it from the
+/// fleet's store: one registration for the fleet, both names renewed and served.
+#[tokio::test]
+async fn a_fleet_refused_on_two_nodes_at_once_registers_one_account() {
+    const OTHER: &str = "two.edgewarm.test";
+    const ACCOUNTS: &str = "edgewarm_acme_accounts_registered_total";
+    let fx = pki("http");
+    let (origin, _) = h2_origin(&fx.origin, H2Opts::default()).await;
+    let nats = nats();
+    let (port_a, port_b) = (free_port(), free_port());
+    let mut pebble = pebble(port_b);
+    let kv = acme_bucket(&nats).await;
+    hold_lease(&kv, &pebble, NAME, "a").await;
+    hold_lease(&kv, &pebble, OTHER, "b").await;
+    let (storage_a, storage_b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let (p, url) = (fx.path.display(), nats.url());
+    let yaml = |storage: &std::path::Path, port, node: &str| {
+        config(&fx, &pebble, storage, port, origin, NAME)
+            + &format!("  - sni: {OTHER}\n    action: http\n    origin: \"{origin}\"\n    cert: acme\n")
+            + &format!("    origin_tls: {{sni: origin.test, ca: {p}/origin/ca.pem}}\n")
+            + &format!("fleet: {{nats: [\"{url}\"], name: {node}}}\n")
+    };
+    let a = edge_from(&yaml(storage_a.path(), port_a, "a")).await;
+    let b = edge_from(&yaml(storage_b.path(), port_b, "b")).await;
+    wait_for(&a, "edgewarm_acme_orders_total", VALID, 1.0).await;
+    wait_for(&b, "edgewarm_acme_orders_total", VALID, 1.0).await;
+    let registered = |reason| a.metric(ACCOUNTS, &[("reason", reason)]) + b.metric(ACCOUNTS, &[("reason", reason)]);
+    assert_eq!(registered("none"), 1.0, "one account for the fleet");
+
+    pebble.restart();
+    tokio::join!(renew_now(&a, NAME), renew_now(&b, OTHER));
+    tokio::join!(order_ends(&a, 2.0), order_ends(&b, 2.0));
+    for (edge, name) in [(&a, NAME), (&b, OTHER)] {
+        let cert = listed(edge, name).await;
+        assert_eq!(edge.metric("edgewarm_acme_orders_total", VALID), 2.0, "{name} renewed: {cert}");
+    }
+    assert_eq!(registered("refused"), 1.0, "one registration for the fleet");
+    let root = pebble.root();
+    for (port, name) in [(port_a, NAME), (port_b, OTHER)] {
+        let (status, err) = curl(&root, port, name).await;
+        assert_eq!(status, "200", "{name} with the new root: {err}");
+    }
+    a.stop().await;
+    b.stop().await;
+}
