@@ -208,11 +208,7 @@ async fn a_renewal_under_load_fails_no_handshake() {
     while done.load(Ordering::Relaxed) < 20 {
         tokio::time::sleep(std::time::Duration::from_millis(5)).await;
     }
-    let mut s = tokio::net::TcpStream::connect(edge.admin).await.unwrap();
-    let req = format!("POST /certificates/renew?name={NAME} HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n");
-    tokio::io::AsyncWriteExt::write_all(&mut s, req.as_bytes()).await.unwrap();
-    let answer = String::from_utf8(read_all(&mut s).await).unwrap();
-    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    renew_now(&edge, NAME).await;
     wait_for(&edge, "edgewarm_acme_orders_total", VALID, 2.0).await;
     renewed.store(true, Ordering::Relaxed);
     let mut both = 0;
@@ -315,6 +311,18 @@ async fn renew_now(edge: &Edge, name: &str) {
     assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
 }
 
+/// Until `name`'s loop waits for its next order (`next_order` set), so a renewal asked for is
+/// heard: one asked while the last order's tail still runs is that order's (bounded: ~10 s).
+async fn idle(edge: &Edge, name: &str) {
+    for _ in 0..1000 {
+        if !listed(edge, name).await["next_order"].is_null() {
+            return;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    panic!("{name}'s loop never waited");
+}
+
 /// Until `edge` has `valid` valid orders or one that did not end valid (bounded: ~10 s).
 async fn order_ends(edge: &Edge, valid: f64) {
     let failed = || {
@@ -333,8 +341,9 @@ async fn order_ends(edge: &Edge, valid: f64) {
 /// memory; a CA reset does the same). The renewal asked for next registers a new account with
 /// the same contact, replaces `account.json` (0600, no temporary file left) and orders again at
 /// once, well within `acme.retry` (1 h here): a new certificate, under the new server's root,
-/// served; no order counted as failed. Before the fix the order failed with
-/// `accountDoesNotExist` and the stored account was kept, for every retry.
+/// served; no order counted as failed. The same for an account deactivated (`unauthorized`).
+/// Before the fix the order failed with `accountDoesNotExist` and the stored account was kept,
+/// for every retry.
 #[tokio::test]
 async fn a_forgotten_account_is_registered_anew_and_the_order_placed_again_at_once() {
     let fx = pki("http");
@@ -352,6 +361,7 @@ async fn a_forgotten_account_is_registered_anew_and_the_order_placed_again_at_on
     std::fs::copy(pebble.root(), &old_root).unwrap();
 
     pebble.restart();
+    idle(&edge, NAME).await;
     renew_now(&edge, NAME).await;
     order_ends(&edge, 2.0).await;
     let cert = listed(&edge, NAME).await;
@@ -373,6 +383,18 @@ async fn a_forgotten_account_is_registered_anew_and_the_order_placed_again_at_on
     assert_eq!(status, "200", "curl with the new root: {err}");
     let (status, _) = curl(&old_root, port, NAME).await;
     assert_eq!(status, "000", "the old certificate no longer serves");
+
+    // The account deactivated (its holder's key, as an operator would): `unauthorized`, the same.
+    let credentials = serde_json::from_slice(&after).unwrap();
+    let builder = instant_acme::Account::builder_with_root(&pebble.ca).unwrap();
+    builder.from_credentials(credentials).await.unwrap().deactivate().await.unwrap();
+    idle(&edge, NAME).await;
+    renew_now(&edge, NAME).await;
+    order_ends(&edge, 3.0).await;
+    let cert = listed(&edge, NAME).await;
+    assert_eq!(edge.metric("edgewarm_acme_orders_total", VALID), 3.0, "renewed: {cert}");
+    assert_eq!(registered("refused"), 2.0);
+    assert_ne!(std::fs::read(&file).unwrap(), after, "account.json replaced");
     edge.stop().await;
 }
 
@@ -408,6 +430,7 @@ async fn a_fleet_refused_on_two_nodes_at_once_registers_one_account() {
     assert_eq!(registered("none"), 1.0, "one account for the fleet");
 
     pebble.restart();
+    tokio::join!(idle(&a, NAME), idle(&b, OTHER));
     tokio::join!(renew_now(&a, NAME), renew_now(&b, OTHER));
     tokio::join!(order_ends(&a, 2.0), order_ends(&b, 2.0));
     for (edge, name) in [(&a, NAME), (&b, OTHER)] {
