@@ -76,7 +76,8 @@ pub(crate) async fn replace(shared: &Shared, refused: &Account, why: &OrderError
     if let Some(account) = held.as_ref().filter(|a| a.key_thumbprint() != refused.key_thumbprint()) {
         return Ok(account.clone());
     }
-    // Kept on a failure below: the next attempt replaces it again without asking the server.
+    // On a failure below the refused account stays held: the next attempt is refused again and
+    // replaces it then (after the order's backoff).
     let account = obtain(shared, Some((refused.key_thumbprint(), why))).await?;
     Ok(held.insert(account).clone())
 }
