@@ -82,6 +82,13 @@ impl Pebble {
         wait_for_port(self.management);
     }
 
+    /// Restart the ACME server on the same ports: it has forgotten every account (pebble keeps
+    /// them in memory only) and issues under a new root.
+    pub fn restart(&mut self) {
+        self.stop();
+        self.start();
+    }
+
     /// Stop the ACME server (the DNS stays).
     pub fn stop(&mut self) {
         self.pebble = None;

@@ -82,7 +82,11 @@ impl Server {
             }
         });
         let resolver = Arc::new(Resolver::new(config.dns.cache_ttl));
-        let acme = Arc::new(Acme::new(metrics.acme_orders.clone(), metrics.cert_expiry.clone()));
+        let acme = Arc::new(Acme::new(
+            metrics.acme_orders.clone(),
+            metrics.cert_expiry.clone(),
+            metrics.acme_accounts.clone(),
+        ));
         let snapshot = Arc::new(Snapshot::new(config, &resumption, resolver.clone(), acme.clone())?);
         // The routes' load read the file and refused a bad one already.
         let fleet = match &config.tls.ticket_keys {

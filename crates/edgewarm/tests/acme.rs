@@ -208,11 +208,7 @@ async fn a_renewal_under_load_fails_no_handshake() {
     while done.load(Ordering::Relaxed) < 20 {
         tokio::time::sleep(std::time::Duration::from_millis(5)).await;
     }
-    let mut s = tokio::net::TcpStream::connect(edge.admin).await.unwrap();
-    let req = format!("POST /certificates/renew?name={NAME} HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n");
-    tokio::io::AsyncWriteExt::write_all(&mut s, req.as_bytes()).await.unwrap();
-    let answer = String::from_utf8(read_all(&mut s).await).unwrap();
-    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    renew_now(&edge, NAME).await;
     wait_for(&edge, "edgewarm_acme_orders_total", VALID, 2.0).await;
     renewed.store(true, Ordering::Relaxed);
     let mut both = 0;
@@ -223,6 +219,36 @@ async fn a_renewal_under_load_fails_no_handshake() {
     assert_eq!(failed.load(Ordering::Relaxed), 0, "of {} handshakes", done.load(Ordering::Relaxed));
     assert!(both > 0, "the renewed certificate was served");
     edge.stop().await;
+}
+
+/// The fleet's ACME bucket, made as a node makes it, before any node starts.
+async fn acme_bucket(nats: &Nats) -> async_nats::jetstream::kv::Store {
+    let js = async_nats::jetstream::new(async_nats::connect(nats.url()).await.unwrap());
+    js.create_stream(async_nats::jetstream::stream::Config {
+        name: "KV_EDGEWARM_PURGES_ACME".into(),
+        subjects: vec!["$KV.EDGEWARM_PURGES_ACME.>".into()],
+        max_messages_per_subject: 1,
+        allow_rollup: true,
+        deny_delete: true,
+        allow_direct: true,
+        discard: async_nats::jetstream::stream::DiscardPolicy::New,
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    js.get_key_value("EDGEWARM_PURGES_ACME").await.unwrap()
+}
+
+/// `holder`'s lease on ordering `name` for an hour, as a node writes it.
+async fn hold_lease(kv: &async_nats::jetstream::kv::Store, pebble: &Pebble, name: &str, holder: &str) {
+    let folder: String = pebble
+        .directory
+        .trim_start_matches("https://")
+        .chars()
+        .map(|c| if c.is_ascii_alphanumeric() || c == '.' || c == '-' { c } else { '_' })
+        .collect();
+    let lease = serde_json::json!({"holder": holder, "until": unix_now() + 3600});
+    kv.put(format!("{}/leases/{name}", folder.trim_matches('_')), lease.to_string().into()).await.unwrap();
 }
 
 /// Two nodes of a fleet (`fleet:` on a real `nats-server -js`) in front of one name: the node
@@ -238,28 +264,8 @@ async fn a_fleet_orders_a_name_once_and_the_node_the_validation_reaches_answers_
     // Validations reach b.
     let pebble = pebble(port_b);
     // a holds the lease (as a node writes it): a orders, b waits for a's certificate.
-    let js = async_nats::jetstream::new(async_nats::connect(nats.url()).await.unwrap());
-    js.create_stream(async_nats::jetstream::stream::Config {
-        name: "KV_EDGEWARM_PURGES_ACME".into(),
-        subjects: vec!["$KV.EDGEWARM_PURGES_ACME.>".into()],
-        max_messages_per_subject: 1,
-        allow_rollup: true,
-        deny_delete: true,
-        allow_direct: true,
-        discard: async_nats::jetstream::stream::DiscardPolicy::New,
-        ..Default::default()
-    })
-    .await
-    .unwrap();
-    let kv = js.get_key_value("EDGEWARM_PURGES_ACME").await.unwrap();
-    let folder: String = pebble
-        .directory
-        .trim_start_matches("https://")
-        .chars()
-        .map(|c| if c.is_ascii_alphanumeric() || c == '.' || c == '-' { c } else { '_' })
-        .collect();
-    let lease = serde_json::json!({"holder": "a", "until": unix_now() + 3600});
-    kv.put(format!("{}/leases/{NAME}", folder.trim_matches('_')), lease.to_string().into()).await.unwrap();
+    let kv = acme_bucket(&nats).await;
+    hold_lease(&kv, &pebble, NAME, "a").await;
 
     let (storage_a, storage_b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
     let url = nats.url();
@@ -293,5 +299,150 @@ async fn a_fleet_orders_a_name_once_and_the_node_the_validation_reaches_answers_
     assert_eq!(status, "200", "curl through b without NATS: {err}");
     assert_eq!(listed(&b, NAME).await["not_after"], ordered["not_after"]);
     assert!(!b.server.metrics().encode().contains("edgewarm_acme_orders_total{"), "b ordered nothing");
+    b.stop().await;
+}
+
+/// Ask for `name`'s renewal on the admin listener.
+async fn renew_now(edge: &Edge, name: &str) {
+    let mut s = tokio::net::TcpStream::connect(edge.admin).await.unwrap();
+    let req = format!("POST /certificates/renew?name={name} HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n");
+    tokio::io::AsyncWriteExt::write_all(&mut s, req.as_bytes()).await.unwrap();
+    let answer = String::from_utf8(read_all(&mut s).await).unwrap();
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+}
+
+/// Until `name`'s loop waits for its next order (`next_order` set), so a renewal asked for is
+/// heard: one asked while the last order's tail still runs is that order's (bounded: ~10 s).
+async fn idle(edge: &Edge, name: &str) {
+    for _ in 0..1000 {
+        if !listed(edge, name).await["next_order"].is_null() {
+            return;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    panic!("{name}'s loop never waited");
+}
+
+/// Until `edge` has `valid` valid orders or one that did not end valid (bounded: ~10 s).
+async fn order_ends(edge: &Edge, valid: f64) {
+    let failed = || {
+        edge.metric("edgewarm_acme_orders_total", &[("result", "rejected")])
+            + edge.metric("edgewarm_acme_orders_total", &[("result", "failed")])
+    };
+    for _ in 0..2000 {
+        if edge.metric("edgewarm_acme_orders_total", VALID) >= valid || failed() > 0.0 {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    }
+}
+
+/// Issue #57 (5): the ACME server restarted has forgotten the account (pebble keeps accounts in
+/// memory; a CA reset does the same). The renewal asked for next registers a new account with
+/// the same contact, replaces `account.json` (0600, no temporary file left) and orders again at
+/// once, well within `acme.retry` (1 h here): a new certificate, under the new server's root,
+/// served; no order counted as failed. The same for an account deactivated (`unauthorized`).
+/// Before the fix the order failed with `accountDoesNotExist` and the stored account was kept,
+/// for every retry.
+#[tokio::test]
+async fn a_forgotten_account_is_registered_anew_and_the_order_placed_again_at_once() {
+    let fx = pki("http");
+    let (origin, _) = h2_origin(&fx.origin, H2Opts::default()).await;
+    let port = free_port();
+    let mut pebble = pebble(port);
+    let storage = tempfile::tempdir().unwrap();
+    let edge = edge_from(&config(&fx, &pebble, storage.path(), port, origin, NAME)).await;
+    wait_for(&edge, "edgewarm_acme_orders_total", VALID, 1.0).await;
+    let registered = |reason| edge.metric("edgewarm_acme_accounts_registered_total", &[("reason", reason)]);
+    let file = every_file(storage.path()).into_iter().find(|f| f.ends_with("account.json")).unwrap();
+    let before = std::fs::read(&file).unwrap();
+    // pebble.root() rewrites one file: the old root is kept aside.
+    let old_root = storage.path().join("root-before-restart.pem");
+    std::fs::copy(pebble.root(), &old_root).unwrap();
+
+    pebble.restart();
+    idle(&edge, NAME).await;
+    renew_now(&edge, NAME).await;
+    order_ends(&edge, 2.0).await;
+    let cert = listed(&edge, NAME).await;
+    assert_eq!(edge.metric("edgewarm_acme_orders_total", VALID), 2.0, "renewed: {cert}");
+    assert!(cert["last_error"].is_null(), "{cert}");
+    assert!(!edge.server.metrics().encode().contains("result=\"rejected\""), "the refusal is not an order failure");
+    assert_eq!((registered("none"), registered("refused")), (1.0, 1.0));
+    let after = std::fs::read(&file).unwrap();
+    assert_ne!(after, before, "account.json replaced");
+    let parsed: serde_json::Value = serde_json::from_slice(&after).unwrap();
+    assert!(parsed["id"].as_str().is_some_and(|id| id.starts_with("https://127.0.0.1:")), "{parsed}");
+    assert_eq!(std::fs::metadata(&file).unwrap().permissions().mode() & 0o777, 0o600);
+    let folder = std::fs::read_dir(file.parent().unwrap()).unwrap();
+    let left: Vec<_> =
+        folder.map(|e| e.unwrap().file_name()).filter(|n| n.to_string_lossy().ends_with(".tmp")).collect();
+    assert!(left.is_empty(), "{left:?}");
+    // The new certificate serves: it chains to the restarted server's root, not the old one's.
+    let (status, err) = curl(&pebble.root(), port, NAME).await;
+    assert_eq!(status, "200", "curl with the new root: {err}");
+    let (status, _) = curl(&old_root, port, NAME).await;
+    assert_eq!(status, "000", "the old certificate no longer serves");
+
+    // The account deactivated (its holder's key, as an operator would): `unauthorized`, the same.
+    let credentials = serde_json::from_slice(&after).unwrap();
+    let builder = instant_acme::Account::builder_with_root(&pebble.ca).unwrap();
+    builder.from_credentials(credentials).await.unwrap().deactivate().await.unwrap();
+    idle(&edge, NAME).await;
+    renew_now(&edge, NAME).await;
+    order_ends(&edge, 3.0).await;
+    let cert = listed(&edge, NAME).await;
+    assert_eq!(edge.metric("edgewarm_acme_orders_total", VALID), 3.0, "renewed: {cert}");
+    assert_eq!(registered("refused"), 2.0);
+    assert_ne!(std::fs::read(&file).unwrap(), after, "account.json replaced");
+    edge.stop().await;
+}
+
+/// Issue #57 (5) in a fleet: two nodes, each ordering one of two names (a lease each), share
+/// one account; the ACME server restarted, both renewals are refused at once, and one node
+/// registers the new account (the registration lease) while the other takes it from the
+/// fleet's store: one registration for the fleet, both names renewed and served.
+#[tokio::test]
+async fn a_fleet_refused_on_two_nodes_at_once_registers_one_account() {
+    const OTHER: &str = "two.edgewarm.test";
+    const ACCOUNTS: &str = "edgewarm_acme_accounts_registered_total";
+    let fx = pki("http");
+    let (origin, _) = h2_origin(&fx.origin, H2Opts::default()).await;
+    let nats = nats();
+    let (port_a, port_b) = (free_port(), free_port());
+    let mut pebble = pebble(port_b);
+    let kv = acme_bucket(&nats).await;
+    hold_lease(&kv, &pebble, NAME, "a").await;
+    hold_lease(&kv, &pebble, OTHER, "b").await;
+    let (storage_a, storage_b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let (p, url) = (fx.path.display(), nats.url());
+    let yaml = |storage: &std::path::Path, port, node: &str| {
+        config(&fx, &pebble, storage, port, origin, NAME)
+            + &format!("  - sni: {OTHER}\n    action: http\n    origin: \"{origin}\"\n    cert: acme\n")
+            + &format!("    origin_tls: {{sni: origin.test, ca: {p}/origin/ca.pem}}\n")
+            + &format!("fleet: {{nats: [\"{url}\"], name: {node}}}\n")
+    };
+    let a = edge_from(&yaml(storage_a.path(), port_a, "a")).await;
+    let b = edge_from(&yaml(storage_b.path(), port_b, "b")).await;
+    wait_for(&a, "edgewarm_acme_orders_total", VALID, 1.0).await;
+    wait_for(&b, "edgewarm_acme_orders_total", VALID, 1.0).await;
+    let registered = |reason| a.metric(ACCOUNTS, &[("reason", reason)]) + b.metric(ACCOUNTS, &[("reason", reason)]);
+    assert_eq!(registered("none"), 1.0, "one account for the fleet");
+
+    pebble.restart();
+    tokio::join!(idle(&a, NAME), idle(&b, OTHER));
+    tokio::join!(renew_now(&a, NAME), renew_now(&b, OTHER));
+    tokio::join!(order_ends(&a, 2.0), order_ends(&b, 2.0));
+    for (edge, name) in [(&a, NAME), (&b, OTHER)] {
+        let cert = listed(edge, name).await;
+        assert_eq!(edge.metric("edgewarm_acme_orders_total", VALID), 2.0, "{name} renewed: {cert}");
+    }
+    assert_eq!(registered("refused"), 1.0, "one registration for the fleet");
+    let root = pebble.root();
+    for (port, name) in [(port_a, NAME), (port_b, OTHER)] {
+        let (status, err) = curl(&root, port, name).await;
+        assert_eq!(status, "200", "{name} with the new root: {err}");
+    }
+    a.stop().await;
     b.stop().await;
 }

@@ -1,7 +1,8 @@
 //! Certificates from an ACME server (RFC 8555) for `cert: acme` routes, kept by the server
 //! across reloads: [`certificate`] (one name's certificate, the routes' resolver, swapped in
 //! place on renewal), [`challenge`] (TLS-ALPN-01, answered by the listener itself),
-//! [`order`] (account and order through instant-acme), [`renew`] (when to order, and the
+//! [`account`] (the one account, registered anew when the server refuses it),
+//! [`order`] (one order through instant-acme), [`renew`] (when to order, and the
 //! loop that does), [`store`] (account and certificates between runs, behind a trait).
 //!
 //! A name with a usable stored certificate serves it at once and orders nothing until its
@@ -9,6 +10,7 @@
 //! alert, `connections_closed{reason="no_certificate"}`, a log line) until the certificate
 //! arrives: never a self-signed stand-in.
 
+mod account;
 pub mod certificate;
 pub mod challenge;
 mod order;
@@ -24,7 +26,7 @@ use prometheus_client::metrics::gauge::Gauge;
 use tokio::sync::Notify;
 
 use crate::config::AcmeConfig;
-use crate::metrics::{AcmeResult, RouteLabel, RouteName};
+use crate::metrics::{AcmeAccount, AcmeResult, RouteLabel, RouteName};
 use crate::tls::client::{LiveCert, LiveCerts};
 use certificate::Managed;
 use challenge::Challenges;
@@ -36,7 +38,8 @@ pub(crate) struct Shared {
     store: Arc<dyn Store>,
     challenges: Arc<Challenges>,
     metrics: AcmeMetrics,
-    /// The one account every name's orders use (made or loaded by the first order).
+    /// The one account every name's orders use (made or loaded by the first order, replaced
+    /// when the server refuses it: see [`account`]).
     account: tokio::sync::Mutex<Option<instant_acme::Account>>,
 }
 
@@ -44,6 +47,7 @@ pub(crate) struct Shared {
 struct AcmeMetrics {
     orders: Family<AcmeResult, Counter>,
     expiry: Family<RouteLabel, Gauge>,
+    accounts: Family<AcmeAccount, Counter>,
 }
 
 /// A name's renewal loop.
@@ -97,12 +101,16 @@ fn server_folder(directory: &str) -> String {
 }
 
 impl Acme {
-    pub fn new(orders: Family<AcmeResult, Counter>, expiry: Family<RouteLabel, Gauge>) -> Self {
+    pub fn new(
+        orders: Family<AcmeResult, Counter>,
+        expiry: Family<RouteLabel, Gauge>,
+        accounts: Family<AcmeAccount, Counter>,
+    ) -> Self {
         Self {
             names: Mutex::default(),
             running: Mutex::default(),
             challenges: Arc::default(),
-            metrics: AcmeMetrics { orders, expiry },
+            metrics: AcmeMetrics { orders, expiry, accounts },
             maker: Mutex::default(),
         }
     }

@@ -1,17 +1,13 @@
-//! One certificate from the ACME server (RFC 8555 §7.4): the account (made once, kept in the
-//! store), an order for one name, its TLS-ALPN-01 challenge answered by this node's listener,
+//! One certificate from the ACME server (RFC 8555 §7.4), under the account of [`super::account`]:
+//! an order for one name, its TLS-ALPN-01 challenge answered by this node's listener,
 //! a new key and CSR, the chain. instant-acme speaks the protocol; this file decides.
 
 use std::time::Duration;
 
-use instant_acme::{
-    Account, AccountCredentials, AuthorizationStatus, ChallengeType, Identifier, NewAccount, NewOrder, OrderStatus,
-    RetryPolicy,
-};
+use instant_acme::{Account, AuthorizationStatus, ChallengeType, Identifier, NewOrder, OrderStatus, RetryPolicy};
 
 use super::challenge::Challenges;
 use super::store::{Store, StoreError};
-use crate::config::AcmeConfig;
 
 /// Why an order failed; [`OrderError::retry_floor`] says how long the server asked us to wait.
 #[derive(Debug, thiserror::Error)]
@@ -63,33 +59,9 @@ fn chain(e: &dyn std::error::Error) -> String {
     text
 }
 
-/// The store entry of the account's credentials (its private key among them).
-const ACCOUNT: &str = "account.json";
-
 /// A certificate chain and its key, as PEM, the chain first.
 pub(crate) struct Issued {
     pub pem: String,
-}
-
-/// The account named by the stored credentials, or a new one (then stored).
-pub(crate) async fn account(config: &AcmeConfig, store: &dyn Store) -> Result<Account, OrderError> {
-    let builder = || match &config.ca {
-        Some(ca) => Account::builder_with_root(ca),
-        None => Account::builder(),
-    };
-    if let Some(bytes) = store.load(ACCOUNT).await? {
-        match serde_json::from_slice::<AccountCredentials>(&bytes) {
-            Ok(credentials) => return Ok(builder()?.from_credentials(credentials).await?),
-            Err(e) => tracing::warn!(error = %e, "the stored ACME account does not parse: making a new one"),
-        }
-    }
-    let contact: Vec<&str> = config.contact.iter().map(String::as_str).collect();
-    let new = NewAccount { contact: &contact, terms_of_service_agreed: true, only_return_existing: false };
-    let (account, credentials) = builder()?.create(&new, config.directory.clone(), None).await?;
-    let bytes = serde_json::to_vec(&credentials).map_err(|e| OrderError::Local(e.to_string()))?;
-    store.save(ACCOUNT, &bytes).await?;
-    tracing::info!(directory = %config.directory, "ACME account made");
-    Ok(account)
 }
 
 /// Order a certificate for `name`, answering its challenge through `challenges` (and, with a

@@ -9,6 +9,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use instant_acme::{Account, CertificateIdentifier};
 use tokio::sync::Notify;
 
+use super::account;
 use super::certificate::Managed;
 use super::order::{self, OrderError};
 use super::Shared;
@@ -146,14 +147,16 @@ pub(crate) async fn run(shared: Arc<Shared>, managed: Arc<Managed>, now_please: 
             }
         }
         let attempt = async {
-            let account = {
-                let mut shared_account = shared.account.lock().await;
-                match &*shared_account {
-                    Some(a) => a.clone(),
-                    None => shared_account.insert(order::account(&shared.config, &*shared.store).await?).clone(),
+            let mut account = account::current(&shared).await?;
+            let issued = match order::issue(&account, &name, &shared.challenges, &*shared.store).await {
+                // The server forgot the account (or it was deactivated): a new one, and the
+                // order again at once rather than after a backoff that would meet the same answer.
+                Err(e) if e.account_refused() => {
+                    account = account::replace(&shared, &account, &e).await?;
+                    order::issue(&account, &name, &shared.challenges, &*shared.store).await?
                 }
+                issued => issued?,
             };
-            let issued = order::issue(&account, &name, &shared.challenges, &*shared.store).await?;
             let info =
                 managed.install(issued.pem.as_bytes(), unix_now()).map_err(|e| OrderError::Local(e.to_string()))?;
             // Installed is what counts; a store that refuses the file costs the next restart an
@@ -194,10 +197,6 @@ pub(crate) async fn run(shared: Arc<Shared>, managed: Arc<Managed>, now_please: 
                     "the route refuses handshakes until one arrives"
                 };
                 tracing::warn!(name, error = %e, retry_in = ?wait, "ACME order failed: {serving}");
-                // An account the server does not know is loaded again (or made) next time.
-                if e.account_refused() {
-                    *shared.account.lock().await = None;
-                }
                 // The backoff is the fleet's: the lease is kept through it, so no other node
                 // retries sooner (if this node dies, the lease lapses and another takes over).
                 if fleet {

@@ -160,6 +160,8 @@ pub struct Metrics {
     pub cert_expiry: Family<RouteLabel, Gauge>,
     /// ACME orders, by how they ended.
     pub acme_orders: Family<AcmeResult, Counter>,
+    /// ACME accounts registered, by why.
+    pub acme_accounts: Family<AcmeAccount, Counter>,
     /// Clients limited, by where and why.
     pub limited: Family<LimitedLabel, Counter>,
     /// The fleet's purge stream had lost purges this node had not applied: its caches dropped.
@@ -230,6 +232,7 @@ impl Metrics {
             relay_fallbacks: Family::default(),
             cert_expiry: Family::default(),
             acme_orders: Family::default(),
+            acme_accounts: Family::default(),
             limited: Family::default(),
             fleet_cache_drops: Counter::default(),
             registry: Registry::default(),
@@ -292,6 +295,11 @@ impl Metrics {
             "acme_orders",
             "ACME certificate orders, by result (valid, rejected by the server, failed to complete)",
             m.acme_orders.clone(),
+        );
+        registry.register(
+            "acme_accounts_registered",
+            "ACME accounts registered, by reason (none stored, the stored one unreadable, refused by the server)",
+            m.acme_accounts.clone(),
         );
         registry.register(
             "limited",

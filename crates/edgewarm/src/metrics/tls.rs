@@ -93,6 +93,20 @@ pub struct AcmeResult {
     pub result: AcmeOutcome,
 }
 label_enum! {
+    /// Why an ACME account was registered (`edgewarm_acme_accounts_registered_total`): none
+    /// was stored (the first order); the stored one did not parse; the server refused the
+    /// stored one (`accountDoesNotExist`: it forgot it, a CA reset; `unauthorized`: deactivated).
+    AcmeAccountReason {
+        Missing => "none",
+        Unreadable => "unreadable",
+        Refused => "refused",
+    }
+}
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct AcmeAccount {
+    pub reason: AcmeAccountReason,
+}
+label_enum! {
     /// Why a client was limited (`edgewarm_limited_total`): over its listener's
     /// `max_connections_per_client`; refused by an `allow`/`deny` list; over a route's rate.
     LimitReason {
