@@ -41,11 +41,17 @@ fn nginx(dir: &std::path::Path, port: u16) -> ChildGuard {
 
 /// The same, with extra directives in the `http` block.
 fn nginx_with(dir: &std::path::Path, port: u16, http_extra: &str) -> ChildGuard {
+    nginx_listening(dir, port, "ssl http2", http_extra)
+}
+
+/// nginx answering on `port` with `listen`'s parameters (`ssl http2`: HTTP/2 over TLS;
+/// `http2`: cleartext HTTP/2 with prior knowledge, h2c).
+fn nginx_listening(dir: &std::path::Path, port: u16, listen: &str, http_extra: &str) -> ChildGuard {
     let d = dir.display();
     let conf = format!(
         "daemon off;\nmaster_process off;\npid {d}/nginx.pid;\nerror_log {d}/error.log;\nevents {{}}\n\
          http {{\n  access_log off;\n  {http_extra}\n  client_body_temp_path {d}/tmp;\n  proxy_temp_path {d}/tmp;\n  fastcgi_temp_path {d}/tmp;\n  uwsgi_temp_path {d}/tmp;\n  scgi_temp_path {d}/tmp;\n\
-         server {{\n    listen 127.0.0.1:{port} ssl http2;\n    server_name origin.test;\n    ssl_certificate {d}/origin/cert.pem;\n    ssl_certificate_key {d}/origin/key.pem;\n\
+         server {{\n    listen 127.0.0.1:{port} {listen};\n    server_name origin.test;\n    ssl_certificate {d}/origin/cert.pem;\n    ssl_certificate_key {d}/origin/key.pem;\n\
          location / {{ return 200 \"hello from nginx over $server_protocol\\n\"; }}\n  }}\n}}\n"
     );
     std::fs::create_dir_all(dir.join("tmp")).unwrap();
@@ -217,4 +223,76 @@ fn curl_and_h2load_through_http_to_nginx_closing_connections() {
     assert!((20.0..=40.0).contains(&opened), "opened {opened} origin connections\n{metrics}");
     let ok = edgewarm::metrics::sample(&metrics, "edgewarm_http_requests_total", &[("status", "2xx")]).unwrap_or(0.0);
     assert_eq!(ok, 2002.0);
+}
+
+/// A dead origin is answered at once (issue 57): an `http` route's standing HTTP/2 set (over
+/// TLS, and h2c) to nginx, which is killed: its port refuses connects, and each of three
+/// requests in a row gets 503 at once (curl gives up at 10 s, where `timeouts.connect: 30s`
+/// used to make each wait 30 s), its log line naming the refusal and never a TLS handshake
+/// timeout; nginx started again on the same port, the route serves again.
+#[test]
+#[cfg_attr(
+    not(feature = "system-tests"),
+    ignore = "system test (root, real clients or nginx): scripts/test.sh runs it"
+)]
+fn a_killed_h2_origin_is_refused_at_once_and_served_again_when_back() {
+    for (kind, listen, upstream) in [("h2", "ssl http2", ""), ("h2c", "http2", "tls: false, ")] {
+        let dir = certs_dir();
+        let d = dir.path();
+        let (origin_port, edge_port) = (free_port(), free_port());
+        let nginx = nginx_listening(d, origin_port, listen, "");
+        wait_for_port(origin_port);
+        let p = d.display();
+        let config = format!(
+            "timeouts: {{connect: 30s}}\nlisteners: [{{listen: \"127.0.0.1:{edge_port}\"}}]\nroutes:\n\
+             \x20 - sni: b.test\n    action: http\n    origin: \"127.0.0.1:{origin_port}\"\n    cert: {p}/edge/cert.pem\n    key: {p}/edge/key.pem\n\
+             \x20   upstream: {{{upstream}connections: 2}}\n"
+        );
+        // A cleartext origin takes no `origin_tls`.
+        let config = if kind == "h2" {
+            format!("{config}    origin_tls: {{sni: origin.test, ca: {p}/origin/ca.pem}}\n")
+        } else {
+            config
+        };
+        let _edge = run_edgewarm(d, &config);
+        wait_for_port(edge_port);
+        let (ca, resolve) = (format!("{p}/edge/ca.pem"), format!("b.test:{edge_port}:127.0.0.1"));
+        let get = || {
+            let out = Command::new("curl")
+                .args(["-s", "-o", "/dev/null", "--max-time", "10", "-w", "%{http_code}", "--cacert", &ca])
+                .args(["--resolve", &resolve, &format!("https://b.test:{edge_port}/")])
+                .output()
+                .unwrap();
+            String::from_utf8_lossy(&out.stdout).into_owned()
+        };
+        assert_eq!(get(), "200", "{kind}: served while nginx is up");
+        drop(nginx);
+        for _ in 0..500 {
+            if std::net::TcpStream::connect(("127.0.0.1", origin_port)).is_err() {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        for i in 0..3 {
+            assert_eq!(get(), "503", "{kind}: request {i} to the dead origin, answered within curl's 10 s");
+        }
+        let log = std::fs::read_to_string(d.join("edge.log")).unwrap();
+        let refused: Vec<_> = log.lines().filter(|l| l.contains("status=503")).collect();
+        assert!(refused.len() >= 3, "{kind}: {log}");
+        assert!(refused.iter().all(|l| l.contains("connection refused")), "{kind}: {refused:#?}");
+        assert!(!log.contains("handshake timed out"), "{kind}: {log}");
+        // Back on the same port: the set's next probe (at most ~1.2 s apart) finds it.
+        let _nginx = nginx_listening(d, origin_port, listen, "");
+        wait_for_port(origin_port);
+        let started = Instant::now();
+        let mut last = String::new();
+        for _ in 0..100 {
+            last = get();
+            if last == "200" {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        assert_eq!(last, "200", "{kind}: served again {:?} after nginx came back", started.elapsed());
+    }
 }

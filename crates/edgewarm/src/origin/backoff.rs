@@ -57,6 +57,20 @@ pub(crate) struct Connects {
     retry_at: Option<Instant>,
     /// Connects under way, counted against the set's limits.
     pub(crate) opening: usize,
+    /// How the last connect failed, since the last success (the multiplexed kinds note it).
+    last: Option<Failed>,
+}
+
+/// How a connect failed: what a refused client's log line says, and whether the origin
+/// answered at all.
+#[derive(Debug)]
+struct Failed {
+    detail: String,
+    /// Nothing came back before the timeout (a black-holed address, a server that accepts and
+    /// never speaks TLS). Such an origin may be slow rather than gone: its clients keep their
+    /// bounded wait. One that answers "no" (refused, reset, an alert) answers it at once, so
+    /// waiting for the next probe only costs the client its wait.
+    silent: bool,
 }
 
 impl Connects {
@@ -81,6 +95,26 @@ impl Connects {
     pub(crate) fn succeeded(&mut self) {
         self.backoff.succeeded();
         self.retry_at = None;
+        self.last = None;
+    }
+
+    /// A connect failed with `detail`; `silent`: it timed out with no answer. Returns how long
+    /// until the next attempt.
+    pub(crate) fn failed_with(&mut self, detail: impl std::fmt::Display, silent: bool) -> Duration {
+        self.last = Some(Failed { detail: detail.to_string(), silent });
+        self.failed()
+    }
+
+    /// Why clients should be refused at once without waiting for a connection: the origin is
+    /// [`Backoff::failing`] (as prewarm pools refuse) and its last connect was answered with
+    /// a refusal, not silence (issue 57). The answer is the last failure's detail.
+    pub(crate) fn refusing(&self) -> Option<&str> {
+        self.last.as_ref().filter(|l| self.backoff.failing() && !l.silent).map(|l| l.detail.as_str())
+    }
+
+    /// How the last connect failed, if one has since the last success.
+    pub(crate) fn last_failure(&self) -> Option<&str> {
+        self.last.as_ref().map(|l| l.detail.as_str())
     }
 
     /// A connect failed: returns how long until the next attempt.
@@ -125,5 +159,23 @@ mod tests {
         c.succeeded();
         assert!(!c.in_backoff(Instant::now()));
         assert_eq!(c.start(3), 3);
+    }
+
+    /// Two refusals in a row refuse clients at once, naming the refusal; silence never does
+    /// (its clients keep their bounded wait), and a success ends it.
+    #[test]
+    fn refused_twice_refuses_at_once_but_silence_does_not() {
+        let mut c = Connects::default();
+        c.failed_with("connection refused by 127.0.0.1:9", false);
+        assert_eq!(c.refusing(), None, "one failure can be a blip");
+        c.failed_with("connection refused by 127.0.0.1:9", false);
+        assert_eq!(c.refusing(), Some("connection refused by 127.0.0.1:9"));
+        c.failed_with("origin connect timed out", true);
+        assert_eq!(c.refusing(), None, "a silent origin keeps the bounded wait");
+        assert_eq!(c.last_failure(), Some("origin connect timed out"));
+        c.failed_with("origin TLS handshake failed: connection reset by peer", false);
+        assert!(c.refusing().is_some_and(|d| d.contains("reset")));
+        c.succeeded();
+        assert_eq!((c.refusing(), c.last_failure()), (None, None));
     }
 }

@@ -49,6 +49,12 @@ pub enum WarmError {
 }
 
 impl WarmError {
+    /// Nothing came back from the origin before the timeout: it may be slow, not gone (see
+    /// [`super::backoff::Connects::refusing`]).
+    pub fn silent(&self) -> bool {
+        matches!(self, Self::HandshakeTimeout | Self::Connect(ConnectError::Timeout))
+    }
+
     /// The metric label and the client connection's close reason.
     pub fn close_reason(&self) -> CloseReason {
         match self {

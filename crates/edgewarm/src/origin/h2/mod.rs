@@ -58,6 +58,10 @@ pub enum UpstreamError {
     H2(#[from] h2::Error),
     #[error("upstream retired")]
     Retired,
+    /// No connection, and none to wait for: the origin refuses its connects, or none came
+    /// within `timeouts.connect`. Says how the last connect failed.
+    #[error("no origin connection: {0}")]
+    Down(String),
 }
 
 /// A request on its way: the response to wait for, the stream to send the body on, and
@@ -265,7 +269,12 @@ impl H2Upstream {
                 Ok(conn)
             }
             Err(e) => {
-                st.connects.failed();
+                // Noted without this error's own "no origin connection: " (a refused request's
+                // error adds it).
+                match &e {
+                    UpstreamError::Connect(w) => st.connects.failed_with(w, w.silent()),
+                    e => st.connects.failed_with(e, false),
+                };
                 drop(st);
                 self.core.connect_failed("HTTP/2", &e);
                 self.room.changed();

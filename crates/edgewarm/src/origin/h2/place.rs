@@ -8,7 +8,6 @@ use http::Request;
 use tokio::time::Instant;
 
 use super::{Conn, H2Upstream, Sent, State, UpstreamError};
-use crate::origin::dial::WarmError;
 use crate::origin::seam::Affinity;
 use crate::origin::supervisor::Held;
 
@@ -82,7 +81,17 @@ impl H2Upstream {
                         Some((c.try_reserve()?, c))
                     })
                     .map(|(slot, c)| (c, slot));
-                let total = st.conns.iter().filter(|c| !c.retiring()).count() + st.connects.opening;
+                let live = st.conns.iter().filter(|c| !c.retiring()).count();
+                // Nothing standing and the origin refusing its connects: 503 now, as prewarm
+                // pools and HTTP/1.1 answer, not after `timeouts.connect` of waiting for a
+                // connection the backoff will not open (issue 57). The upkeep keeps probing;
+                // the first connect that succeeds serves again. A silent origin is waited for.
+                if best.is_none() && live == 0 {
+                    if let Some(why) = st.connects.refusing() {
+                        return Err(UpstreamError::Down(format!("{why} (the origin's connects are failing)")));
+                    }
+                }
+                let total = live + st.connects.opening;
                 // Open another connection only if none is being opened (it will have room:
                 // at start-up every early request would otherwise open its own), the origin is
                 // not in backoff, and the ceiling allows. Decided and counted under the lock,
@@ -132,13 +141,26 @@ impl H2Upstream {
                 Some(w) => {
                     self.core.wake.notify_one();
                     if tokio::time::timeout_at(deadline, w.notified.as_mut()).await.is_err() {
-                        return Err(UpstreamError::Connect(WarmError::HandshakeTimeout));
+                        return Err(self.waited_out());
                     }
                     // Woken: register afresh for the next round (a `Notified` fires once).
                     waiter = Some(self.room.wait());
                 }
             }
         }
+    }
+
+    /// Why a request waited `timeouts.connect` for a place and found none: how the last
+    /// connect failed, if one did, else that every connection was full or still opening
+    /// (never a TLS handshake timeout that did not happen).
+    fn waited_out(&self) -> UpstreamError {
+        let st = self.state();
+        let live = st.conns.iter().any(|c| !c.retiring());
+        UpstreamError::Down(match st.connects.last_failure() {
+            Some(last) if !live => format!("none opened within timeouts.connect; the last connect: {last}"),
+            _ if live => "every origin connection at its stream limit for timeouts.connect".into(),
+            _ => "none opened within timeouts.connect".into(),
+        })
     }
 
     /// The worker for a new standing connection: the one with the fewest of this upstream's

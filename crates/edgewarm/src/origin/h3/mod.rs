@@ -200,7 +200,16 @@ impl H3Upstream {
             }
             let best = {
                 let st = self.state();
-                st.conns.iter().filter(|c| c.usable(early_ok)).min_by_key(|c| c.active()).cloned()
+                let best = st.conns.iter().filter(|c| c.usable(early_ok)).min_by_key(|c| c.active()).cloned();
+                // As the HTTP/2 kind: an origin answering its connects with a refusal is not
+                // waited for (issue 57). QUIC hears no ICMP here, so a dead port reads as
+                // silence and is waited for; an answer (a CONNECTION_CLOSE, a TLS alert) counts.
+                if best.is_none() && st.conns.is_empty() {
+                    if let Some(why) = st.connects.refusing() {
+                        return Err(format!("{why} (the origin's connects are failing)"));
+                    }
+                }
+                best
             };
             if let Some(conn) = best {
                 if let Some((send, slot, reused)) = conn.take(early_ok) {
@@ -210,7 +219,10 @@ impl H3Upstream {
             }
             self.core.wake.notify_one();
             if tokio::time::timeout_at(deadline, wait).await.is_err() {
-                return Err("no HTTP/3 origin connection is up".into());
+                return Err(match self.state().connects.last_failure() {
+                    Some(last) => format!("no HTTP/3 origin connection is up; the last connect: {last}"),
+                    None => "no HTTP/3 origin connection is up".into(),
+                });
             }
         }
     }
@@ -245,15 +257,15 @@ impl H3Upstream {
         let started = Instant::now();
         let result = async {
             let dialed = self.core.dial.connect(timeout, congestion.as_deref(), keepalive, zero_rtt).await;
-            let dialed = dialed.map_err(|e| e.to_string())?;
+            let dialed = dialed.map_err(|e| (e.to_string(), e.silent()))?;
             if dialed.early.is_none() {
                 self.state().suspect = false;
             }
             let id = self.next_id.fetch_add(1, Ordering::Relaxed);
             let conn = tokio::time::timeout(timeout, Conn::start(id, dialed.conn, dialed.early, self)).await;
             match conn {
-                Err(_) => Err("HTTP/3 SETTINGS timed out".to_string()),
-                Ok(conn) => conn.map_err(|e| format!("HTTP/3 handshake: {e}")),
+                Err(_) => Err(("HTTP/3 SETTINGS timed out".to_string(), true)),
+                Ok(conn) => conn.map_err(|e| (format!("HTTP/3 handshake: {e}"), false)),
             }
         }
         .await;
@@ -270,8 +282,8 @@ impl H3Upstream {
                 drop(st);
                 self.core.joined(started.elapsed());
             }
-            Err(e) => {
-                st.connects.failed();
+            Err((e, silent)) => {
+                st.connects.failed_with(&e, silent);
                 st.suspect = true;
                 drop(st);
                 self.core.connect_failed("HTTP/3", &e);
