@@ -1,7 +1,8 @@
 //! The lab's processes on its hosts: the lab origin and edgewarm started in their namespaces as
 //! children of the lab ([`start_hosts`], [`spawn`]), killed when their [`Guard`] drops, and
 //! asked over the edge's admin listener whether they are ready ([`wait_ready`], [`admin`]);
-//! [`log_tail`]: what an error shows of a child's log.
+//! [`log_tail`]: what an error shows of a child's log. [`Wait`] is the lab's one readiness
+//! wait: every "until it is up" of every scenario and tool is one.
 
 use std::path::Path;
 use std::process::Stdio;
@@ -109,23 +110,77 @@ pub(crate) async fn admin_in(ns: &str, path: &str) -> Option<String> {
     out.status.success().then(|| String::from_utf8_lossy(&out.stdout).into_owned())
 }
 
+/// Until the three-host edge's pools are warm and its http routes' standing connections open
+/// (at most 30 s).
 pub(crate) async fn wait_ready(topo: &Topology, log: &Path) -> Result<(), LabError> {
-    for _ in 0..300 {
-        if let Some(m) = admin(topo, "/metrics").await {
-            let warm = edgewarm::metrics::sample(&m, "edgewarm_pool_ready", &[("route", "b.test"), ("alpn", "none")])
-                .unwrap_or(0.0);
-            let opened =
-                |route| edgewarm::metrics::sample(&m, "edgewarm_pool_opened_total", &[("route", route)]).unwrap_or(0.0);
-            let standing = opened("h.test").min(opened("z.test")).min(opened("q.test"));
-            let opaque = edgewarm::metrics::sample(&m, "edgewarm_pool_ready", &[("route", "p.test"), ("alpn", "none")])
-                .unwrap_or(0.0);
-            if warm >= 4.0 && opaque >= 4.0 && standing >= 2.0 {
+    let warm = || async {
+        let Some(m) = admin(topo, "/metrics").await else { return false };
+        let ready = |route| {
+            edgewarm::metrics::sample(&m, "edgewarm_pool_ready", &[("route", route), ("alpn", "none")]).unwrap_or(0.0)
+        };
+        let opened =
+            |route| edgewarm::metrics::sample(&m, "edgewarm_pool_opened_total", &[("route", route)]).unwrap_or(0.0);
+        let standing = opened("h.test").min(opened("z.test")).min(opened("q.test"));
+        ready("b.test") >= 4.0 && ready("p.test") >= 4.0 && standing >= 2.0
+    };
+    Wait::new("edgewarm's prewarm pool and http origin connections", log)
+        .within(Duration::from_secs(30))
+        .until(warm)
+        .await
+}
+
+/// A bounded wait until something is up: asked every [`Self::every`] (100 ms unless told) for
+/// at most [`Self::within`] (60 s unless told); an error naming `what`, with the end of its
+/// log, if it never is, or at once if its [`Self::child`] exits first.
+pub(crate) struct Wait<'a> {
+    what: &'static str,
+    log: &'a Path,
+    child: Option<&'a mut Guard>,
+    limit: Duration,
+    every: Duration,
+}
+
+impl<'a> Wait<'a> {
+    pub(crate) fn new(what: &'static str, log: &'a Path) -> Self {
+        Self { what, log, child: None, limit: Duration::from_secs(60), every: Duration::from_millis(100) }
+    }
+
+    /// The process whose exit ends the wait at once.
+    pub(crate) fn child(self, child: &'a mut Guard) -> Self {
+        Self { child: Some(child), ..self }
+    }
+
+    pub(crate) fn within(self, limit: Duration) -> Self {
+        Self { limit, ..self }
+    }
+
+    pub(crate) fn every(self, every: Duration) -> Self {
+        Self { every, ..self }
+    }
+
+    pub(crate) async fn until<F, Fut>(mut self, up: F) -> Result<(), LabError>
+    where
+        F: Fn() -> Fut,
+        Fut: std::future::Future<Output = bool>,
+    {
+        let tries = (self.limit.as_millis() / self.every.as_millis().max(1)).max(1);
+        for _ in 0..tries {
+            if up().await {
                 return Ok(());
             }
+            if let Some(status) = self.child.as_mut().and_then(|c| c.try_wait()) {
+                let detail = format!("exited ({status}): {}", log_tail(self.log));
+                return Err(LabError::NotReady { what: self.what, detail });
+            }
+            tokio::time::sleep(self.every).await;
         }
-        tokio::time::sleep(Duration::from_millis(100)).await;
+        Err(LabError::NotReady { what: self.what, detail: log_tail(self.log) })
     }
-    Err(LabError::NotReady { what: "edgewarm's prewarm pool and http origin connections", detail: log_tail(log) })
+}
+
+/// Whether something accepts TCP connections at `addr`.
+pub(crate) async fn listening(addr: std::net::SocketAddr) -> bool {
+    tokio::time::timeout(Duration::from_secs(2), tokio::net::TcpStream::connect(addr)).await.is_ok_and(|r| r.is_ok())
 }
 
 /// The last lines of a child's log, newest first, on one line: what an error shows of it.

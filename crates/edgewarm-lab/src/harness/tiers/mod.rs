@@ -13,7 +13,7 @@ use std::time::Duration;
 use tokio::process::Command;
 
 use crate::error::LabError;
-use crate::harness::hosts::{admin_in, spawn, Guard};
+use crate::harness::hosts::{admin_in, spawn, Guard, Wait};
 use crate::wan::tiers::{self as net, Tiers};
 use config::{CONNECTIONS, NAME, ORIGIN_NAME};
 use opts::{TierOpts, TierProtocol};
@@ -96,10 +96,12 @@ pub(crate) async fn start(
     let resolve = format!("{ORIGIN_NAME}:{port}:{}", net::ORIGIN);
     let ca = format!("{d}/ca.pem");
     let probe = ["curl", "-sf", "-o", "/dev/null", "--max-time", "1", "--cacert", &ca, "--resolve", &resolve, &url];
-    crate::tools::cache_tests::edge::wait_until("lab origin", &mut origin, &origin_log, || async {
-        Command::from(crate::wan::netns::command(&net.shield, &probe)).status().await.is_ok_and(|s| s.success())
-    })
-    .await?;
+    Wait::new("lab origin", &origin_log)
+        .child(&mut origin)
+        .until(|| async {
+            Command::from(crate::wan::netns::command(&net.shield, &probe)).status().await.is_ok_and(|s| s.success())
+        })
+        .await?;
     let mut guards = vec![origin];
     let edgewarm = |ns: &str, name: &str| {
         let config = format!("{d}/{name}.yaml");
@@ -120,19 +122,15 @@ pub(crate) async fn start(
 /// standing connections to the next tier are open. Their metrics depend on the origin kind, so
 /// a kind that reports neither is not waited for: the warm-up requests then tell whether the
 /// path works.
-pub(crate) async fn ready(ns: &str, child: Option<&mut Guard>, log: &Path) -> Result<(), LabError> {
+async fn ready(ns: &str, child: Option<&mut Guard>, log: &Path) -> Result<(), LabError> {
     let child = child.ok_or(LabError::NotReady { what: "edgewarm", detail: "not started".into() })?;
-    crate::tools::cache_tests::edge::wait_until("edgewarm", child, log, || async {
-        admin_in(ns, "/ready").await.is_some()
-    })
-    .await?;
-    for _ in 0..50 {
+    Wait::new("edgewarm", log).child(child).until(|| async { admin_in(ns, "/ready").await.is_some() }).await?;
+    let standing = || async {
         let m = admin_in(ns, "/metrics").await.unwrap_or_default();
         let get = |name| edgewarm::metrics::sample(&m, name, &[("route", NAME)]).unwrap_or(0.0);
-        if get("edgewarm_upstream_connections") >= CONNECTIONS as f64 || get("edgewarm_pool_ready") >= 1.0 {
-            return Ok(());
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+        get("edgewarm_upstream_connections") >= CONNECTIONS as f64 || get("edgewarm_pool_ready") >= 1.0
+    };
+    // Not an error if they never show: see above.
+    let _ = Wait::new("edgewarm", log).within(Duration::from_secs(5)).until(standing).await;
     Ok(())
 }

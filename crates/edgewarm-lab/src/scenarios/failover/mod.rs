@@ -23,7 +23,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::error::LabError;
-use crate::harness::hosts::{spawn, Guard};
+use crate::harness::hosts::{listening, spawn, Guard, Wait};
 use crate::scenarios::opts::LabOpts;
 use crate::scenarios::{boxed, Entry, Run};
 pub use report::FailoverReport;
@@ -101,8 +101,12 @@ pub async fn run(opts: &LabOpts) -> Result<FailoverReport, LabError> {
             proxies.push(Proxy { name, addr });
         }
     }
-    for p in &proxies {
-        wait_port(p.addr, p.name).await?;
+    // `guards` are in `proxies`' order: edgewarm first, then each peer.
+    for (p, guard) in proxies.iter().zip(guards.iter_mut()) {
+        let log = dir.join(if p.name == "edgewarm" { "edge.log".to_string() } else { format!("{}.log", p.name) });
+        let wait =
+            Wait::new(p.name, &log).child(guard).within(Duration::from_secs(20)).every(Duration::from_millis(50));
+        wait.until(|| listening(p.addr)).await?;
     }
     wait_standing(admin, &dir).await?;
     // The peers' first checks.
@@ -190,30 +194,17 @@ fn peer_config(file: &str) -> &'static str {
     }
 }
 
-/// Until something listens at `addr` (at most 20 s).
-async fn wait_port(addr: SocketAddr, what: &'static str) -> Result<(), LabError> {
-    for _ in 0..400 {
-        if tokio::net::TcpStream::connect(addr).await.is_ok() {
-            return Ok(());
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    Err(LabError::NotReady { what, detail: format!("nothing listens on {addr}") })
-}
-
 /// Until edgewarm has its standing connections to both servers (at most 20 s).
 async fn wait_standing(admin: u16, dir: &Path) -> Result<(), LabError> {
     let url = format!("http://127.0.0.1:{admin}/metrics");
-    for _ in 0..200 {
-        let out = tokio::process::Command::new("curl").args(["-sf", "--max-time", "2", &url]).output().await?;
+    let standing = || async {
+        let Ok(out) = tokio::process::Command::new("curl").args(["-sf", "--max-time", "2", &url]).output().await else {
+            return false;
+        };
         let text = String::from_utf8_lossy(&out.stdout);
-        if edgewarm::metrics::sample(&text, "edgewarm_pool_opened_total", &[("route", "h.test")]).unwrap_or(0.0) >= 4.0
-        {
-            return Ok(());
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    Err(LabError::NotReady { what: "edgewarm", detail: crate::harness::hosts::log_tail(&dir.join("edge.log")) })
+        edgewarm::metrics::sample(&text, "edgewarm_pool_opened_total", &[("route", "h.test")]).unwrap_or(0.0) >= 4.0
+    };
+    Wait::new("edgewarm", &dir.join("edge.log")).within(Duration::from_secs(20)).until(standing).await
 }
 
 /// How many times each request line reached the servers.

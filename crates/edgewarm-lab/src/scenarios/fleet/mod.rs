@@ -27,7 +27,7 @@ use std::time::{Duration, Instant, SystemTime};
 use tokio::sync::Notify;
 
 use crate::error::LabError;
-use crate::harness::hosts::proxy_binary;
+use crate::harness::hosts::{proxy_binary, Wait};
 use crate::harness::tiers::config::NAME;
 use crate::scenarios::opts::LabOpts;
 use crate::scenarios::spec::Scenario;
@@ -158,17 +158,23 @@ impl Lab<'_> {
     /// would not wait for the ones it has not heard yet).
     async fn fleet_ready(&self) -> Result<(), LabError> {
         let nodes: Vec<&String> = self.net.edges.iter().chain([&self.net.shield]).collect();
-        let mut last = Vec::new();
-        for _ in 0..150 {
-            last = futures_util::future::join_all(nodes.iter().map(|ns| nats::status(ns))).await;
-            let up = last.iter().all(|s| s["connected"] == true && s["caught_up"] == true);
-            if up && last[0]["peers"].as_array().map_or(0, Vec::len) == nodes.len() {
-                return Ok(());
+        let last = std::cell::RefCell::new(Vec::new());
+        let up = || async {
+            let status = futures_util::future::join_all(nodes.iter().map(|ns| nats::status(ns))).await;
+            let up = status.iter().all(|s| s["connected"] == true && s["caught_up"] == true)
+                && status[0]["peers"].as_array().map_or(0, Vec::len) == nodes.len();
+            *last.borrow_mut() = status;
+            up
+        };
+        let what = "the fleet (every node connected to NATS and heard)";
+        let waited = Wait::new(what, &self.dir.join("nats.log")).within(Duration::from_secs(15)).until(up).await;
+        // What each node said last, before the NATS log's end.
+        waited.map_err(|e| match e {
+            LabError::NotReady { what, detail } => {
+                LabError::NotReady { what, detail: format!("{:?}; nats: {detail}", last.borrow()) }
             }
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-        let detail = format!("{last:?}; nats: {}", crate::harness::hosts::log_tail(&self.dir.join("nats.log")));
-        Err(LabError::NotReady { what: "the fleet (every node connected to NATS and heard)", detail })
+            e => e,
+        })
     }
 
     /// A client of edge `edge` reads object `object` (a new connection).

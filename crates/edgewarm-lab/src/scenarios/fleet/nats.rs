@@ -6,7 +6,7 @@ use std::net::Ipv4Addr;
 use std::path::Path;
 
 use crate::error::LabError;
-use crate::harness::hosts::{admin_in, spawn, Guard};
+use crate::harness::hosts::{admin_in, spawn, Guard, Wait};
 
 /// The client port, on every address of the shield's namespace.
 const PORT: u16 = 4222;
@@ -31,11 +31,13 @@ pub(crate) async fn start(ns: &str, dir: &Path) -> Result<Guard, LabError> {
     let log = dir.join("nats.log");
     let mut child = spawn(crate::wan::netns::command(ns, &args), &log)?;
     let health = format!("http://127.0.0.1:{MONITOR}/healthz");
-    crate::tools::cache_tests::edge::wait_until("nats-server", &mut child, &log, || async {
-        let cmd = crate::wan::netns::command(ns, &["curl", "-sf", "--max-time", "1", &health]);
-        tokio::process::Command::from(cmd).output().await.is_ok_and(|o| o.status.success())
-    })
-    .await?;
+    Wait::new("nats-server", &log)
+        .child(&mut child)
+        .until(|| async {
+            let cmd = crate::wan::netns::command(ns, &["curl", "-sf", "--max-time", "1", &health]);
+            tokio::process::Command::from(cmd).output().await.is_ok_and(|o| o.status.success())
+        })
+        .await?;
     Ok(child)
 }
 

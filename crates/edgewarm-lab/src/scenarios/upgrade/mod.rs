@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use serde::Serialize;
 
 use crate::error::LabError;
-use crate::harness::hosts::{admin, log_tail, spawn, wait_ready, Guard};
+use crate::harness::hosts::{admin, spawn, wait_ready, Guard, Wait};
 use crate::scenarios::client::load;
 use crate::scenarios::model::Mode;
 use crate::scenarios::opts::LabOpts;
@@ -161,24 +161,22 @@ pub async fn run(opts: &LabOpts) -> Result<UpgradeReport, LabError> {
 
 /// Until the upgrading process says it took over (at most 30 s).
 async fn took_over(log: &Path) -> Result<(), LabError> {
-    for _ in 0..3000 {
-        if std::fs::read_to_string(log).is_ok_and(|t| t.contains("upgrade: took over")) {
-            return Ok(());
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    Err(LabError::NotReady { what: "the upgraded edgewarm", detail: log_tail(log) })
+    let said = || async { std::fs::read_to_string(log).is_ok_and(|t| t.contains("upgrade: took over")) };
+    Wait::new("the upgraded edgewarm", log)
+        .within(Duration::from_secs(30))
+        .every(Duration::from_millis(10))
+        .until(said)
+        .await
 }
 
 /// Until the new process's `/ready` answers 200: it accepts (its pools may still be cold).
 async fn accepting(topo: &Topology, log: &Path) -> Result<(), LabError> {
-    for _ in 0..3000 {
-        if admin(topo, "/ready").await.is_some() {
-            return Ok(());
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    Err(LabError::NotReady { what: "the restarted edgewarm", detail: log_tail(log) })
+    let ready = || async { admin(topo, "/ready").await.is_some() };
+    Wait::new("the restarted edgewarm", log)
+        .within(Duration::from_secs(30))
+        .every(Duration::from_millis(10))
+        .until(ready)
+        .await
 }
 
 /// The serving process's pool misses on the prewarm route (each process counts from 0).

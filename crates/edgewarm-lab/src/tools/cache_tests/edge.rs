@@ -3,15 +3,14 @@
 //! HTTP/1.1, with the edge cache on or off), the process started on loopback, and the waits
 //! until it and the origin answer.
 
-use std::future::Future;
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::Duration;
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use crate::error::LabError;
-use crate::harness::hosts::{log_tail, spawn, Guard};
+use crate::harness::hosts::{spawn, Guard, Wait};
 
 /// The name the client asks for: it resolves to 127.0.0.1 without any set-up, the client sends
 /// it as SNI and `Host`, and the route and the edge's certificate are for it.
@@ -58,7 +57,10 @@ pub(crate) async fn start(proxy: &str, plan: &EdgePlan) -> Result<Guard, LabErro
     cmd.arg("run").arg("--config").arg(&file).stdin(std::process::Stdio::null());
     let mut edge = spawn(cmd, &log)?;
     let admin = plan.admin;
-    wait_until("edgewarm", &mut edge, &log, || async move { http_status(admin, "/ready").await == Some(200) }).await?;
+    Wait::new("edgewarm", &log)
+        .child(&mut edge)
+        .until(|| async move { http_status(admin, "/ready").await == Some(200) })
+        .await?;
     Ok(edge)
 }
 
@@ -71,30 +73,6 @@ pub(crate) fn free_ports<const N: usize>() -> std::io::Result<[u16; N]> {
         *port = listener.local_addr()?.port();
     }
     Ok(ports)
-}
-
-/// Whether something accepts TCP connections at `addr`.
-pub(crate) async fn listening(addr: SocketAddr) -> bool {
-    tokio::time::timeout(Duration::from_secs(2), tokio::net::TcpStream::connect(addr)).await.is_ok_and(|r| r.is_ok())
-}
-
-/// Wait (at most 60 s) until `up` says the child `what` is up; an error, with the end of its
-/// log, if it exits first or never is.
-pub(crate) async fn wait_until<F, Fut>(what: &'static str, child: &mut Guard, log: &Path, up: F) -> Result<(), LabError>
-where
-    F: Fn() -> Fut,
-    Fut: Future<Output = bool>,
-{
-    for _ in 0..600 {
-        if up().await {
-            return Ok(());
-        }
-        if let Some(status) = child.try_wait() {
-            return Err(LabError::NotReady { what, detail: format!("exited ({status}): {}", log_tail(log)) });
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    Err(LabError::NotReady { what, detail: log_tail(log) })
 }
 
 /// The status of `GET path` on a plain HTTP listener (edgewarm's admin), if it answers.

@@ -20,7 +20,7 @@ pub mod report;
 pub mod suite;
 
 use crate::error::LabError;
-use crate::harness::hosts::{log_tail, proxy_binary, spawn};
+use crate::harness::hosts::{listening, log_tail, proxy_binary, spawn, Wait};
 use edge::{EdgePlan, NAME};
 use report::{CacheReport, RunResults};
 use suite::Results;
@@ -103,7 +103,7 @@ async fn run_suite(opts: &CacheTestsOpts, source: &Path, proxy: &str) -> Result<
         .env("npm_config_pidfile", scratch.path().join("server.pid"));
     let origin_log = dir.join("origin.log");
     let mut origin_server = spawn(server, &origin_log)?;
-    edge::wait_until("the suite's origin server", &mut origin_server, &origin_log, || edge::listening(origin)).await?;
+    Wait::new("the suite's origin server", &origin_log).child(&mut origin_server).until(|| listening(origin)).await?;
 
     let plan = EdgePlan {
         dir: dir.clone(),
