@@ -7,6 +7,7 @@ use std::path::{Path, PathBuf};
 use base64::Engine as _;
 
 use crate::error::LabError;
+use crate::harness::edge_yaml::{head, route, REJECT_OTHERS};
 use crate::wan::netns::{EDGE_A, ORIGIN};
 
 /// The names clients ask for: the origin's (direct and through tunnels), then the edge's. The
@@ -65,8 +66,10 @@ pub(crate) fn edge_config(d: &str, page: bool) -> String {
     } else {
         String::new()
     };
-    format!(
-        "admin: {{listen: \"127.0.0.1:9900\"}}\nupgrade: {{socket: {d}/upgrade.sock}}\nlisteners: [{{listen: \"{EDGE_A}:443\", tcp_fastopen: 256, http3: true}}]\nroutes:\n\
+    let listener = format!("listen: \"{EDGE_A}:443\", tcp_fastopen: 256, http3: true");
+    head("127.0.0.1:9900", format!("{d}/upgrade.sock"), &[listener])
+        + &format!(
+            "routes:\n\
          \x20 - {{sni: a.test, action: tunnel, origin: \"{ORIGIN}:443\"}}\n\
          \x20 - {{sni: t.test, action: tunnel, origin: \"{ORIGIN}:443\", origin_tcp_fastopen: true}}\n\
          \x20 - sni: b.test\n    action: prewarm\n    origin: \"{ORIGIN}:443\"\n    cert: {d}/edge.pem\n    key: {d}/edge.key\n\
@@ -79,8 +82,9 @@ pub(crate) fn edge_config(d: &str, page: bool) -> String {
          \x20   origin_tls: {{sni: q.test, ca: {d}/ca.pem}}\n    upstream: {{protocol: h3, congestion: bbr}}\n\
          \x20 - sni: p.test\n    action: prewarm\n    origin: \"{ORIGIN}:443\"\n    cert: {d}/edge.pem\n    key: {d}/edge.key\n\
          \x20   origin_tls: {{sni: t.test, ca: {d}/ca.pem}}\n    pool: {{min: 4, max_idle: 30s, period: 500ms}}\n    early_data: opaque\n\
-         {statics}\x20 - {{sni: \"*\", action: reject}}\n"
-    )
+         {statics}"
+        )
+        + REJECT_OTHERS
 }
 
 /// The browser lab's cached site: `c.test` with the edge cache and learned Early Hints,
@@ -111,13 +115,12 @@ fn cache_routes(d: &str) -> String {
 /// route, so the long link carries QUIC (`upstream.protocol: h3`). Its admin and upgrade
 /// socket are its own.
 pub(crate) fn far_edge_config(d: &str) -> String {
-    format!(
-        "admin: {{listen: \"127.0.0.1:9901\"}}\nupgrade: {{socket: {d}/far-upgrade.sock}}\n\
-         listeners: [{{listen: \"{ORIGIN}:{FAR_EDGE_PORT}\", http3: true, quic_congestion: bbr}}]\nroutes:\n\
-         \x20 - sni: q.test\n    action: http\n    origin: \"{ORIGIN}:443\"\n    cert: {d}/edge.pem\n    key: {d}/edge.key\n\
-         \x20   origin_tls: {{sni: origin.test, ca: {d}/ca.pem}}\n    early_data: safe\n\
-         \x20 - {{sni: \"*\", action: reject}}\n"
-    )
+    let listener = format!("listen: \"{ORIGIN}:{FAR_EDGE_PORT}\", http3: true, quic_congestion: bbr");
+    head("127.0.0.1:9901", format!("{d}/far-upgrade.sock"), &[listener])
+        + "routes:\n"
+        + &route("q.test", "http", format!("{ORIGIN}:443"), &format!("{d}/edge"))
+        + &format!("    origin_tls: {{sni: origin.test, ca: {d}/ca.pem}}\n    early_data: safe\n")
+        + REJECT_OTHERS
 }
 
 /// One lab CA; the origin's certificate covers the names clients use directly and through

@@ -9,6 +9,7 @@
 //! verifies the origin's for `origin.test`.
 
 use super::opts::TierProtocol;
+use crate::harness::edge_yaml;
 use crate::wan::tiers::{edge_front, shield_front, ORIGIN};
 
 /// The site the clients ask for, at every tier.
@@ -47,25 +48,21 @@ fn upstream(p: TierProtocol, sni: &str, d: &str) -> String {
 
 /// Admin listener, upgrade socket (one per process: they share the file system) and the
 /// listeners.
-fn head(d: &str, process: &str, listeners: &str) -> String {
-    format!("admin: {{listen: \"127.0.0.1:9900\"}}\nupgrade: {{socket: {d}/{process}-upgrade.sock}}\nlisteners:\n{listeners}")
+fn head(d: &str, process: &str, listeners: &[String]) -> String {
+    edge_yaml::head("127.0.0.1:9900", format!("{d}/{process}-upgrade.sock"), listeners)
 }
 
 /// One `http` route for [`NAME`] with the cache on, its certificate `{cert}.pem`, then a
 /// refusal for every other name.
 fn route(d: &str, cert: &str, origin: &str, upstream: &str) -> String {
-    format!(
-        "routes:\n\
-         \x20 - sni: {NAME}\n    action: http\n    origin: \"{origin}\"\n    cert: {d}/{cert}.pem\n    key: {d}/{cert}.key\n\
-         {upstream}    cache: {{}}\n\
-         \x20 - {{sni: \"*\", action: reject}}\n"
-    )
+    let http = edge_yaml::route(NAME, "http", origin, &format!("{d}/{cert}"));
+    format!("routes:\n{http}{upstream}    cache: {{}}\n{}", edge_yaml::REJECT_OTHERS)
 }
 
 /// Edge `i`'s configuration (run folder `d`, absolute): its clients' listener, the shield as
 /// its origin over `tier`.
 pub(crate) fn edge(d: &str, i: u8, tier: TierProtocol) -> String {
-    let listeners = format!("  - {{listen: \"{}:443\"}}\n", edge_front(i));
+    let listeners = [format!("listen: \"{}:443\"", edge_front(i))];
     let origin = format!("{}:443", shield_front(i));
     head(d, &format!("edge{i}"), &listeners) + &route(d, "edge", &origin, &upstream(tier, NAME, d))
 }
@@ -89,8 +86,7 @@ pub(crate) fn shield(d: &str, edges: u8, tier: TierProtocol, to_origin: TierProt
     if to_origin == TierProtocol::H3 {
         return Err("--origin-protocol h3: the lab origin serves no HTTP/3; use h2, http1.1 or h2c".into());
     }
-    let listeners: String =
-        (0..edges).map(|i| format!("  - {{listen: \"{}:443\"{extra}}}\n", shield_front(i))).collect();
+    let listeners: Vec<String> = (0..edges).map(|i| format!("listen: \"{}:443\"{extra}", shield_front(i))).collect();
     let origin = format!("{ORIGIN}:{}", origin_port(to_origin));
     Ok(head(d, "shield", &listeners) + &route(d, "shield", &origin, &upstream(to_origin, ORIGIN_NAME, d)))
 }

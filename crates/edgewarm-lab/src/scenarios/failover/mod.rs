@@ -176,9 +176,13 @@ pub async fn run(opts: &LabOpts) -> Result<FailoverReport, LabError> {
 
 /// edgewarm's configuration: route h.test over the two servers.
 fn edge_config(d: &str, listen: SocketAddr, admin: u16, a: u16, b: u16) -> String {
-    format!(
-        "admin: {{listen: \"127.0.0.1:{admin}\"}}\nupgrade: {{socket: {d}/upgrade.sock}}\nlisteners: [{{listen: \"{listen}\"}}]\n\
-         timeouts: {{connect: 2s}}\nroutes:\n\
+    let head = crate::harness::edge_yaml::head(
+        format!("127.0.0.1:{admin}"),
+        format!("{d}/upgrade.sock"),
+        &[format!("listen: \"{listen}\"")],
+    );
+    head + &format!(
+        "timeouts: {{connect: 2s}}\nroutes:\n\
          \x20 - sni: h.test\n    action: http\n    cert: {d}/edge.pem\n    key: {d}/edge.key\n\
          \x20   origin_tls: {{sni: origin.test, ca: {d}/ca.pem}}\n\
          \x20   origins: [{{address: \"127.0.0.1:{a}\"}}, {{address: \"127.0.0.1:{b}\"}}]\n\

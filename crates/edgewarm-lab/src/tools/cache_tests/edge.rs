@@ -10,6 +10,7 @@ use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use crate::error::LabError;
+use crate::harness::edge_yaml::{head, route, REJECT_OTHERS};
 use crate::harness::hosts::{spawn, Guard, Wait};
 
 /// The name the client asks for: it resolves to 127.0.0.1 without any set-up, the client sends
@@ -36,15 +37,12 @@ pub(crate) fn config(plan: &EdgePlan) -> String {
     let (d, socket) = (plan.dir.display(), plan.upgrade_socket.display());
     let (listen, admin, origin) = (plan.listen, plan.admin, plan.origin);
     let cache = if plan.cache { "    cache: {}\n" } else { "" };
-    format!(
-        "admin: {{listen: \"{admin}\"}}\n\
-         upgrade: {{socket: {socket}}}\n\
-         listeners: [{{listen: \"{listen}\"}}]\n\
-         routes:\n\
-         \x20 - sni: {NAME}\n    action: http\n    origin: \"{origin}\"\n    cert: {d}/edge.pem\n    key: {d}/edge.key\n\
-         \x20   upstream: {{tls: false, protocol: http/1.1}}\n{cache}\
-         \x20 - {{sni: \"*\", action: reject}}\n"
-    )
+    head(admin, socket, &[format!("listen: \"{listen}\"")])
+        + "routes:\n"
+        + &route(NAME, "http", origin, &format!("{d}/edge"))
+        + "    upstream: {tls: false, protocol: http/1.1}\n"
+        + cache
+        + REJECT_OTHERS
 }
 
 /// Write the configuration and start `proxy` with it, its log in `edge.log`; returns once its
