@@ -2,14 +2,13 @@
 
 #[derive(Debug, thiserror::Error)]
 pub enum LabError {
-    #[error(
-        "unknown scenario {0:?}: default, ats-poc, far-origin, ramp, tfo, floor, lossy, pages, upgrade, two-tier, fleet or failover"
-    )]
-    Scenario(String),
+    /// `known`: the scenarios' names (`scenarios::ALL`'s), listed by whoever raises it.
+    #[error("unknown scenario {name:?}: {known}")]
+    Scenario { name: String, known: String },
     #[error("scenario file {0}")]
     ScenarioFile(String),
     #[error(transparent)]
-    Netns(#[from] crate::netns::NetnsError),
+    Netns(#[from] crate::wan::netns::NetnsError),
     #[error("{0}")]
     Io(#[from] std::io::Error),
     #[error("{what} did not become ready: {detail}")]
@@ -41,6 +40,9 @@ pub enum LabError {
 impl LabError {
     /// Bad input from the user (scenario name or file, suite folder), as opposed to a failure while running.
     pub fn is_usage(&self) -> bool {
-        matches!(self, Self::Scenario(_) | Self::ScenarioFile(_) | Self::NoSuite(_) | Self::Tiers(_) | Self::Fleet(_))
+        matches!(
+            self,
+            Self::Scenario { .. } | Self::ScenarioFile(_) | Self::NoSuite(_) | Self::Tiers(_) | Self::Fleet(_)
+        )
     }
 }

@@ -6,6 +6,7 @@
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
+use edgewarm_lab::scenarios::opts::LabOpts;
 
 /// Usage errors (bad scenario, bad options) exit with 64 (EX_USAGE), before anything is created.
 const EXIT_USAGE: u8 = 64;
@@ -22,17 +23,17 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// Emulate WAN round trips in network namespaces and measure TTFB per mode (needs root).
-    Lab(Box<edgewarm_lab::run::LabOpts>),
+    Lab(Box<LabOpts>),
     /// Load generator: every request on a new TCP + TLS (or QUIC) connection.
-    Load(edgewarm_lab::load::LoadOpts),
+    Load(edgewarm_lab::tools::load::LoadOpts),
     /// Headless Chromium loads a page, as a first and a returning visit, and reports its
     /// timings as JSON (the browser lab runs it in the client namespace).
-    Browse(edgewarm_lab::browse::BrowseOpts),
+    Browse(edgewarm_lab::tools::browse::BrowseOpts),
     /// The lab's HTTPS origin (HTTP/1.1 and HTTP/2), with the browser lab's pages.
-    Origin(edgewarm_lab::origin::OriginOpts),
+    Origin(edgewarm_lab::tools::origin::OriginOpts),
     /// Run the HTTP cache test suite (http-tests' cache-tests) against edgewarm and compare
     /// with the published results of other caches.
-    CacheTests(edgewarm_lab::cache_tests::CacheTestsOpts),
+    CacheTests(edgewarm_lab::tools::cache_tests::CacheTestsOpts),
     /// A plain TCP forwarder from edgewarm's own connect and relay code, without the peek:
     /// the baseline that prices edgewarm's peek (scripts/bench-peek.sh).
     Forward(ForwardOpts),
@@ -70,36 +71,30 @@ fn main() -> ExitCode {
     })
 }
 
-async fn lab(opts: edgewarm_lab::run::LabOpts) -> ExitCode {
-    use edgewarm_lab::{failover, fleet, pages_lab, run, two_tier, upgrade_lab};
-    match opts.scenario.as_str() {
-        "pages" => finish(&opts, pages_lab::run(&opts), |r| (r.markdown(), r.run_dir.clone(), r.failed())).await,
-        "upgrade" => finish(&opts, upgrade_lab::run(&opts), |r| (r.markdown(), r.run_dir.clone(), 0)).await,
-        "failover" => finish(&opts, failover::run(&opts), |r| (r.markdown(), r.run_dir.clone(), r.failed())).await,
-        "two-tier" => finish(&opts, two_tier::run(&opts), |r| (r.markdown(), r.run_dir.clone(), r.failed())).await,
-        "fleet" => finish(&opts, fleet::run(&opts), |r| (r.markdown(), r.run_dir.clone(), r.failed())).await,
-        _ => finish(&opts, run::run(&opts), |r| (r.markdown(), r.run_dir.clone(), 0)).await,
+async fn lab(opts: LabOpts) -> ExitCode {
+    match edgewarm_lab::scenarios::for_opts(&opts) {
+        Ok(entry) => finish(&opts, (entry.run)(&opts)).await,
+        Err(e) => {
+            eprintln!("edgewarm-lab lab: {e}");
+            ExitCode::from(EXIT_USAGE)
+        }
     }
 }
 
-/// Run a lab and print its report (Markdown, or `--json`); a report with failed parts (`text`'s
-/// third value) is printed and saved, and the exit code says it failed. Ctrl-C drops the lab
-/// future: its guards kill the children and remove the namespaces.
-async fn finish<R: serde::Serialize>(
-    opts: &edgewarm_lab::run::LabOpts,
-    lab: impl std::future::Future<Output = Result<R, edgewarm_lab::error::LabError>>,
-    text: impl Fn(&R) -> (String, std::path::PathBuf, usize),
-) -> ExitCode {
+/// Run a lab and print its report (Markdown, or `--json`); a report with failed parts is
+/// printed and saved, and the exit code says it failed. Ctrl-C drops the lab future: its
+/// guards kill the children and remove the namespaces.
+async fn finish(opts: &LabOpts, lab: edgewarm_lab::scenarios::Run<'_>) -> ExitCode {
     tokio::select! {
         r = lab => match r {
             Ok(report) => {
-                let (markdown, dir, failed) = text(&report);
                 if opts.json {
-                    println!("{}", serde_json::to_string_pretty(&report).unwrap_or_default());
+                    println!("{}", report.json());
                 } else {
-                    println!("{markdown}");
-                    println!("saved in {}", dir.display());
+                    println!("{}", report.markdown());
+                    println!("saved in {}", report.run_dir().display());
                 }
+                let failed = report.failed();
                 if failed > 0 {
                     eprintln!("edgewarm-lab lab: {failed} part(s) of the run failed (see the report)");
                     return ExitCode::FAILURE;
@@ -121,9 +116,9 @@ async fn finish<R: serde::Serialize>(
 /// Run the cache test suite and print its report (Markdown, or `--json`). Failing tests are
 /// the report, not an error: only a broken run exits non-zero. Ctrl-C drops the run: its guards
 /// kill the children and remove the scratch folder.
-async fn cache_tests(opts: edgewarm_lab::cache_tests::CacheTestsOpts) -> ExitCode {
+async fn cache_tests(opts: edgewarm_lab::tools::cache_tests::CacheTestsOpts) -> ExitCode {
     tokio::select! {
-        r = edgewarm_lab::cache_tests::run(&opts) => match r {
+        r = edgewarm_lab::tools::cache_tests::run(&opts) => match r {
             Ok(report) => {
                 if opts.json {
                     println!("{}", serde_json::to_string_pretty(&report).unwrap_or_default());
@@ -145,8 +140,8 @@ async fn cache_tests(opts: edgewarm_lab::cache_tests::CacheTestsOpts) -> ExitCod
     }
 }
 
-async fn load(opts: edgewarm_lab::load::LoadOpts) -> ExitCode {
-    match edgewarm_lab::load::run(&opts).await {
+async fn load(opts: edgewarm_lab::tools::load::LoadOpts) -> ExitCode {
+    match edgewarm_lab::tools::load::run(&opts).await {
         Ok(report) if opts.json => {
             println!("{}", serde_json::to_string(&report).unwrap_or_default());
             ExitCode::SUCCESS
@@ -162,8 +157,8 @@ async fn load(opts: edgewarm_lab::load::LoadOpts) -> ExitCode {
     }
 }
 
-async fn browse(opts: edgewarm_lab::browse::BrowseOpts) -> ExitCode {
-    match edgewarm_lab::browse::run(&opts).await {
+async fn browse(opts: edgewarm_lab::tools::browse::BrowseOpts) -> ExitCode {
+    match edgewarm_lab::tools::browse::run(&opts).await {
         Ok(loads) => {
             println!("{}", serde_json::to_string(&loads).unwrap_or_default());
             ExitCode::SUCCESS
@@ -175,8 +170,8 @@ async fn browse(opts: edgewarm_lab::browse::BrowseOpts) -> ExitCode {
     }
 }
 
-async fn origin(opts: edgewarm_lab::origin::OriginOpts) -> ExitCode {
-    let tls = match edgewarm_lab::origin::tls_config(&opts) {
+async fn origin(opts: edgewarm_lab::tools::origin::OriginOpts) -> ExitCode {
+    let tls = match edgewarm_lab::tools::origin::tls_config(&opts) {
         Ok(t) => t,
         Err(e) => {
             eprintln!("edgewarm-lab origin: {e}");
@@ -187,7 +182,7 @@ async fn origin(opts: edgewarm_lab::origin::OriginOpts) -> ExitCode {
         Ok(l) => l,
         Err(code) => return code,
     };
-    let served = edgewarm_lab::origin::serve(listener, tls, &opts, async {
+    let served = edgewarm_lab::tools::origin::serve(listener, tls, &opts, async {
         let _ = tokio::signal::ctrl_c().await;
     })
     .await;

@@ -19,7 +19,7 @@ fn lab_scenario_errors_are_usage_errors() {
     let out = Command::new(BIN).args(["lab", "--proxy", "noequals"]).output().unwrap();
     assert_eq!(out.status.code(), Some(64));
     let example = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/lab-scenario.yaml");
-    let s = edgewarm_lab::run::Scenario::from_file(&example).unwrap();
+    let s = edgewarm_lab::scenarios::spec::Scenario::from_file(&example).unwrap();
     assert_eq!(
         (s.name.as_str(), s.r_ms, s.big_r_ms, s.more_big_r_ms.as_slice()),
         ("mobile-far", 40.0, 150.0, &[300.0][..])
@@ -51,10 +51,10 @@ fn lab_impairment_errors_name_the_flag() {
     let good = dir.path().join("good.yaml");
     std::fs::write(&good, "name: x\nr: 20ms\nbig_r: 10ms\nmodes: [direct]\nloss: [0%, 1%]\nburst: 3\njitter: 2ms\n")
         .unwrap();
-    let s = edgewarm_lab::run::Scenario::from_file(&good).unwrap();
+    let s = edgewarm_lab::scenarios::spec::Scenario::from_file(&good).unwrap();
     assert_eq!(s.parts(), [(10.0, 0.0), (10.0, 0.01)]);
     assert_eq!((s.impair.b.burst, s.impair.b.jitter_ms), (Some(3.0), 2.0));
-    let lossy = edgewarm_lab::run::Scenario::named("lossy").unwrap();
+    let lossy = edgewarm_lab::scenarios::spec::Scenario::named("lossy").unwrap();
     assert_eq!(lossy.parts(), [(150.0, 0.0), (150.0, 0.005), (150.0, 0.01), (150.0, 0.02)]);
     assert_eq!((lossy.r_ms, lossy.page, lossy.modes.len()), (20.0, 10, 4));
 }

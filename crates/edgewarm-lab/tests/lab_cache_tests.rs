@@ -25,7 +25,7 @@ const TIMEOUT: Duration = Duration::from_secs(300);
     ignore = "system test (Node.js, npm and the npm registry): scripts/test.sh runs it"
 )]
 fn edgewarm_passes_the_http_cache_test_suite() {
-    let suite = edgewarm_lab::cache_suite::locate(None);
+    let suite = edgewarm_lab::tools::cache_tests::suite::locate(None);
     if !suite.join("package.json").is_file() {
         println!("skipped: no HTTP cache test suite at {} (set CACHE_TESTS_DIR)", suite.display());
         return;

@@ -5,8 +5,8 @@ use edgewarm_test_support as common;
 
 use std::time::Duration;
 
-use edgewarm_lab::load::{self, LoadOpts};
-use edgewarm_lab::origin::{self, OriginOpts};
+use edgewarm_lab::tools::load::{self, LoadOpts};
+use edgewarm_lab::tools::origin::{self, OriginOpts};
 use tokio::io::AsyncReadExt;
 
 async fn start(idle_close: Option<Duration>) -> (std::net::SocketAddr, tempfile::TempDir) {

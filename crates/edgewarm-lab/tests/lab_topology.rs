@@ -6,7 +6,7 @@ mod common;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use edgewarm_lab::netns::{self, Topology, EDGE_A, ORIGIN};
+use edgewarm_lab::wan::netns::{self, Topology, EDGE_A, ORIGIN};
 
 /// Median TCP connect time from `from` to a listener at `to` in namespace `to_ns`, in ms.
 fn connect_rtt(topo: &Topology, from: &str, to_ns: &str, to: std::net::Ipv4Addr) -> f64 {
@@ -67,7 +67,7 @@ fn rtts_match_the_configuration_and_nothing_is_left_behind() {
     ignore = "system test (root, real clients or nginx): scripts/test.sh runs it"
 )]
 fn a_lossy_link_counts_what_it_loses() {
-    use edgewarm_lab::impair::{Impairments, LinkImpair};
+    use edgewarm_lab::wan::impair::{Impairments, LinkImpair};
     let b = LinkImpair { loss: 0.2, burst: None, jitter_ms: 1.0 };
     let impair = Impairments { b, seed: 1, ..Impairments::default() };
     let (r, big_r) = (Duration::from_millis(2), Duration::from_millis(4));

@@ -4,7 +4,7 @@
 use std::process::{Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
-use edgewarm_lab::netns;
+use edgewarm_lab::wan::netns;
 
 /// What a finished lab run left: its exit status and its output.
 pub(crate) struct LabRun {
