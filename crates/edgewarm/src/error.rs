@@ -53,6 +53,9 @@ pub enum CloseReason {
     OriginBackoff,
     /// Still open when the shutdown grace period ran out.
     Shutdown,
+    /// Idle when its listener was full: asked to finish so that a new client could be admitted
+    /// (`limits::reclaim`).
+    Reclaimed,
     /// A local resource failed (pipe, socket option).
     Internal,
     /// A peer sent a TLS KeyUpdate on a kernel TLS socket, which cannot follow it.
@@ -86,6 +89,7 @@ impl CloseReason {
             Self::AlpnMismatch => "alpn_mismatch",
             Self::OriginBackoff => "origin_backoff",
             Self::Shutdown => "shutdown",
+            Self::Reclaimed => "reclaimed",
             Self::Internal => "internal",
             Self::KtlsKeyUpdate => "ktls_key_update",
             Self::KtlsFailed => "ktls_failed",

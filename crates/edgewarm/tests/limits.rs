@@ -66,6 +66,46 @@ async fn the_51st_connection_of_one_address_is_refused_while_another_client_is_s
     panic!("the place given back never came back");
 }
 
+/// A listener full of idle connections (`max_connections: 20`, the default per-client cap):
+/// one address holds 19 places with idle TLS connections and one with a request in flight, a
+/// second address holds the last; a third client is then served, because the full listener
+/// asks an idle connection of the address holding the most to finish (counted, its close
+/// reason `reclaimed`). The second address's connection and the request in flight are kept:
+/// both are answered afterwards on the connections they were on.
+#[tokio::test]
+async fn a_full_listener_reclaims_the_biggest_holders_idle_connection_for_a_new_client() {
+    let fx = pki("http");
+    let gate = std::sync::Arc::new(tokio::sync::Notify::new());
+    let (origin, _) = h2_origin(&fx.origin, H2Opts { gate: Some(gate.clone()), ..H2Opts::default() }).await;
+    let edge = edge(&fx.route(origin, ""), "", "max_connections: 20").await;
+    let name = || rustls::pki_types::ServerName::try_from("b.test").unwrap();
+    let open = |source: &'static str| {
+        let connector = fx.edge.connector();
+        async move { connector.connect(name(), connect_from(source, edge.addr).await.unwrap()).await.unwrap() }
+    };
+    let mut busy = open("127.0.0.1").await;
+    busy.write_all(b"GET /gate HTTP/1.1\r\nHost: b.test\r\n\r\n").await.unwrap();
+    let mut idle = Vec::new();
+    for _ in 0..18 {
+        idle.push(open("127.0.0.1").await);
+    }
+    let mut other = open("127.0.0.3").await;
+    // The edge takes a place once it accepts; the 20th (other's) was taken when its handshake
+    // completed, so the listener is full now.
+    let served = tokio::time::timeout(Duration::from_secs(30), get_from(&fx, "127.0.0.2", edge.addr)).await;
+    assert_eq!(served.expect("a new client waited behind a full listener"), Ok(200));
+    wait_for(&edge, "edgewarm_connections_reclaimed_total", &[], 1.0).await;
+    wait_for(&edge, "edgewarm_connections_closed_total", &[("reason", "reclaimed")], 1.0).await;
+    // The second address's idle connection was not the one asked: it serves a request.
+    other.write_all(b"GET /kept HTTP/1.1\r\nHost: b.test\r\n\r\n").await.unwrap();
+    assert_eq!(read_response(&mut other).await, Some(200));
+    // The request in flight was never cut: answered once its origin answers.
+    gate.notify_one();
+    assert_eq!(read_response(&mut busy).await, Some(200));
+    drop((idle, other, busy));
+    edge.stop().await;
+}
+
 /// 5 a second, burst 5: of 20 requests at once on one HTTP/2 connection, the burst is served
 /// and the rest get 429 with `Retry-After`; a second later the client is served again; the
 /// same on HTTP/1.1. The origin never sees a refused request.

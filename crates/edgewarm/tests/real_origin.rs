@@ -279,7 +279,10 @@ fn a_killed_h2_origin_is_refused_at_once_and_served_again_when_back() {
         let log = std::fs::read_to_string(d.join("edge.log")).unwrap();
         let refused: Vec<_> = log.lines().filter(|l| l.contains("status=503")).collect();
         assert!(refused.len() >= 3, "{kind}: {log}");
-        assert!(refused.iter().all(|l| l.contains("connection refused")), "{kind}: {refused:#?}");
+        // Refused, or (a dying nginx's socket still accepting) reset in the handshake: either
+        // way named, and answered at once.
+        let named = |l: &&&str| l.contains("connection refused") || l.contains("reset by peer");
+        assert!(refused.iter().all(|l| named(&l)), "{kind}: {refused:#?}");
         assert!(!log.contains("handshake timed out"), "{kind}: {log}");
         // Back on the same port: the set's next probe (at most ~1.2 s apart) finds it.
         let _nginx = nginx_listening(d, origin_port, listen, "");

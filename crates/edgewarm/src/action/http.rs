@@ -17,6 +17,7 @@ use crate::error::CloseReason;
 use crate::http::client::alt_svc::AltSvc;
 use crate::http::client::{self, Ended};
 use crate::http::service::{Conn, Service};
+use crate::limits::reclaim::Activity;
 use crate::metrics::ClientProtocol;
 use crate::peek::Hello;
 use crate::route::HttpRoute;
@@ -41,7 +42,13 @@ pub(crate) async fn serve(
     let handshake = tls.pending_handshake().map(|h| h as Arc<dyn EarlyData>);
     let h2 = alpn.as_deref() == Some(b"h2".as_slice());
     let protocol = if h2 { ClientProtocol::Http2 } else { ClientProtocol::Http1 };
-    let Some((service, retired)) = service(route, ctx, log, handshake, protocol) else {
+    // Finishing is asked of this connection alone when its full listener reclaims it, and of
+    // all of them at shutdown (the child token follows its parent).
+    let stop = ctx.stop.child_token();
+    let upgrades = TaskTracker::new();
+    let reclaim = ctx.idle.map(|(idle, client)| idle.register(client, stop.clone(), upgrades.clone()));
+    let (_place, activity) = reclaim.map_or((None, None), |(place, activity)| (Some(place), Some(activity)));
+    let Some((service, retired)) = service(route, ctx, log, handshake, protocol, (upgrades, activity)) else {
         return CloseReason::Internal;
     };
     // A client that moves no byte for `timeouts.idle` (silent between requests, or no longer
@@ -53,7 +60,7 @@ pub(crate) async fn serve(
         // task leave in one write (transport::batch).
         let turns = TurnCount::default();
         let io = Batched::with_turns(tls, turns.clone());
-        let mut serving = pin!(client::h2::serve(io, service.clone(), alt_svc, ctx.stop, &retired, ctx.cut));
+        let mut serving = pin!(client::h2::serve(io, service.clone(), alt_svc, &stop, &retired, ctx.cut));
         poll_fn(|cx| {
             turns.tick();
             serving.as_mut().poll(cx)
@@ -61,7 +68,7 @@ pub(crate) async fn serve(
         .await
     } else {
         let header_timeout = ctx.snapshot.timeouts.client_hello;
-        client::h1::serve(tls, service.clone(), alt_svc, header_timeout, ctx.stop, &retired, ctx.cut).await
+        client::h1::serve(tls, service.clone(), alt_svc, header_timeout, &stop, &retired, ctx.cut).await
     };
     close(ended, &service, log)
 }
@@ -76,7 +83,8 @@ pub(crate) async fn serve_quic(
     ctx: &ConnCtx<'_>,
     log: &mut AccessLog,
 ) -> CloseReason {
-    let Some((service, retired)) = service(route, ctx, log, handshake, ClientProtocol::Http3) else {
+    let Some((service, retired)) = service(route, ctx, log, handshake, ClientProtocol::Http3, Default::default())
+    else {
         return CloseReason::Internal;
     };
     let alt_svc = AltSvc::over_http3(ctx.alt_svc.clone());
@@ -95,6 +103,7 @@ fn service(
     log: &mut AccessLog,
     handshake: Option<Arc<dyn EarlyData>>,
     protocol: ClientProtocol,
+    (upgrades, activity): (TaskTracker, Option<Arc<Activity>>),
 ) -> Option<(Arc<Service>, tokio_util::sync::CancellationToken)> {
     let conn = Arc::new(Conn {
         snapshot: ctx.snapshot.clone(),
@@ -108,9 +117,10 @@ fn service(
         protocol,
         up: AtomicU64::new(0),
         down: AtomicU64::new(0),
-        upgrades: TaskTracker::new(),
+        upgrades,
         early_seen: AtomicBool::new(false),
         affinity: Default::default(),
+        activity,
     });
     let Some(service) = Service::new(conn, ctx.route.name.clone(), route.clone()) else {
         log.detail = Some("no upstream for this route".into());
@@ -132,8 +142,15 @@ fn close(ended: Ended, service: &Service, log: &mut AccessLog) -> CloseReason {
     // Over QUIC this is how the edge learns that 0-RTT was used: a request came in it.
     log.early_data |= conn.early_seen.load(Ordering::Relaxed);
     match ended {
+        Ended::Done if conn.reclaimed() => CloseReason::Reclaimed,
         Ended::Done => CloseReason::Done,
         Ended::Cut => CloseReason::Shutdown,
+        // A connection closed by the edge before it sent anything may end in an error (hyper's
+        // "closed before a message"): the edge chose to close it, so that is the reason.
+        Ended::Failed(e) if conn.reclaimed() => {
+            log.detail = Some(e);
+            CloseReason::Reclaimed
+        }
         Ended::Failed(e) => {
             log.detail = Some(e);
             CloseReason::ClientReset

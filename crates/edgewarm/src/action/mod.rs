@@ -50,6 +50,9 @@ pub(crate) struct ConnCtx<'a> {
     /// Cancelled when the shutdown grace period is over.
     pub cut: &'a CancellationToken,
     pub accepted: Instant,
+    /// The TCP listener's reclaimable connections and this client's key in them: an HTTP
+    /// connection registers, so that a full listener can ask it to finish while it is idle.
+    pub idle: Option<(&'a Arc<crate::limits::reclaim::Idle>, u128)>,
     /// `Alt-Svc` when this listener serves HTTP/3 too (its drivers decide how often: [`crate::http::client::alt_svc`]).
     pub alt_svc: Option<::http::HeaderValue>,
 }

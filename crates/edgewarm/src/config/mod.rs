@@ -215,9 +215,11 @@ pub struct ListenerConfig {
     /// How long a browser may remember that HTTP/3 is here (`Alt-Svc: h3=":PORT"; ma=...`).
     #[serde(default = "default_alt_svc_max_age", with = "duration")]
     pub alt_svc_max_age: Duration,
-    /// Connections one client address may have open on this listener (none: no cap).
-    #[serde(default)]
-    pub max_connections_per_client: Option<usize>,
+    /// Connections one client address may have open on this listener: unset,
+    /// [`DEFAULT_CLIENT_CAP`] (none behind trusted load balancers without the PROXY protocol,
+    /// whose peers are the balancers); `null`, no cap. Read it with [`Self::client_cap`].
+    #[serde(default, deserialize_with = "set_or_null")]
+    pub max_connections_per_client: Option<Option<usize>>,
     /// IPv6 clients are counted (and rate-limited) by this many leading bits: one host owns a /64.
     #[serde(default = "default_ipv6_prefix")]
     pub ipv6_prefix: u8,
@@ -232,7 +234,29 @@ fn default_ipv6_prefix() -> u8 {
     64
 }
 
+/// `max_connections_per_client` when the key is not set. A carrier-grade NAT address stands for
+/// hundreds of subscribers, each browser holding one HTTP/2 connection (six over HTTP/1.1) per
+/// site: a thousand places serve them, while one address can never hold more than a tenth of
+/// the default `max_connections` (10,000).
+pub const DEFAULT_CLIENT_CAP: usize = 1000;
+
+/// A key that may be set to `null` on purpose: missing is `None`, `null` is `Some(None)`.
+fn set_or_null<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Option<usize>>, D::Error> {
+    Option::<usize>::deserialize(d).map(Some)
+}
+
 impl ListenerConfig {
+    /// The cap on one client address's connections, if any (`max_connections_per_client`).
+    pub fn client_cap(&self) -> Option<usize> {
+        match self.max_connections_per_client {
+            Some(set) => set,
+            // Behind load balancers the peer address is a balancer's: capping it would cap
+            // every client behind it together.
+            None if self.trust_forwarded && !self.proxy_protocol => None,
+            None => Some(DEFAULT_CLIENT_CAP),
+        }
+    }
+
     /// The listener's `allow` and `deny`.
     pub fn access(&self) -> limits::AccessList {
         limits::AccessList { allow: self.allow.clone(), deny: self.deny.clone() }

@@ -64,7 +64,7 @@ impl Config {
             if let Some(name) = l.quic_congestion.as_deref() {
                 quic_congestion(name, &format!("listeners[{i}].quic_congestion"))?;
             }
-            if l.max_connections_per_client == Some(0) {
+            if l.max_connections_per_client == Some(Some(0)) {
                 return Err(ConfigError::invalid(
                     format!("listeners[{i}].max_connections_per_client"),
                     "must be at least 1 (leave it out for no cap)",

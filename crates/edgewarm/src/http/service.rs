@@ -29,6 +29,7 @@ use super::respond::ProxyError;
 use super::retry::{Next, Policy};
 use super::{Body, BoxError, ClientBody};
 use crate::accesslog::RequestLog;
+use crate::limits::reclaim::Activity;
 use crate::metrics::{ClientProtocol, EarlyOutcome, HttpError, HttpMetrics, RouteEarly, RouteHttpMetrics, RouteName};
 use crate::origin::body::{BodyEnd, OnEnd};
 use crate::origin::seam::{Affinity, Origin, OutBody, Outgoing, Sent};
@@ -66,6 +67,17 @@ pub(crate) struct Conn {
     /// The origin connection this client's requests rode last (a placement hint:
     /// [`Outgoing::affinity`]).
     pub(crate) affinity: Affinity,
+    /// Its requests in flight and last activity, for a full listener choosing idle connections
+    /// to reclaim (TCP connections only).
+    pub(crate) activity: Option<Arc<Activity>>,
+}
+
+impl Conn {
+    /// Whether a full listener asked this connection to finish: it then closes at once when
+    /// idle, without the first-request grace a shutdown gives (it has been idle a while).
+    pub(crate) fn reclaimed(&self) -> bool {
+        self.activity.as_ref().is_some_and(|a| a.reclaimed())
+    }
 }
 
 /// One route's requests on one client connection. It reads the route's settings from the
@@ -117,6 +129,7 @@ impl Service {
         B: ClientBody,
         B::Error: Into<BoxError>,
     {
+        let _busy = self.conn.activity.as_ref().map(Activity::begin);
         let sibling = self.coalesce.as_ref().and_then(|c| {
             let live = |s: &Service| !s.origin.retired().is_cancelled();
             let make =

@@ -13,7 +13,7 @@ use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 use tokio::sync::OwnedSemaphorePermit;
 
-use super::Context;
+use super::{Context, Listening};
 use crate::accesslog::AccessLog;
 use crate::action;
 use crate::config::ListenerConfig;
@@ -37,12 +37,12 @@ use crate::transport::sockopt;
 pub(crate) fn handle(
     mut client: TcpStream,
     mut log: AccessLog,
-    (config, clients): (Arc<ListenerConfig>, Arc<ClientCounts>),
+    listening: Arc<Listening>,
     cx: Arc<Context>,
     permit: OwnedSemaphorePermit,
 ) -> impl Future<Output = ()> + Send {
     async move {
-        let (config, cx) = (&*config, &*cx);
+        let (config, clients, cx) = (&listening.config, &listening.clients, &*cx);
         // The connection's place in its client's count, held to its end.
         let mut place = None;
         let accepted = Instant::now();
@@ -56,7 +56,7 @@ pub(crate) fn handle(
         let reason = 'conn: {
             // Without a PROXY header the peer is the client: refused before anything is read.
             if !config.proxy_protocol {
-                match admit(&clients, config, log.client.ip(), metrics) {
+                match admit(clients, config, log.client.ip(), metrics) {
                     Ok(p) => place = p,
                     Err(reason) => break 'conn reason,
                 }
@@ -84,7 +84,7 @@ pub(crate) fn handle(
                 log.client = src;
             }
             if config.proxy_protocol {
-                match admit(&clients, config, log.client.ip(), metrics) {
+                match admit(clients, config, log.client.ip(), metrics) {
                     Ok(p) => place = p,
                     Err(reason) => break 'conn reason,
                 }
@@ -108,7 +108,8 @@ pub(crate) fn handle(
                 let _ = client.write_all(&peek::alert(peek::ALERT_ACCESS_DENIED)).await;
                 break 'conn CloseReason::Denied;
             }
-            let ctx = cx.conn_ctx(&snapshot, route, config, log.listener.port(), accepted);
+            let mut ctx = cx.conn_ctx(&snapshot, route, config, log.listener.port(), accepted);
+            ctx.idle = Some((&listening.idle, client_key(log.client.ip(), config.ipv6_prefix)));
             route_metrics = Some(ctx.route_metrics);
             action::serve(client, hello, &ctx, &mut log).await
         };
@@ -133,7 +134,7 @@ fn admit(
         refuse(LimitReason::Denied);
         return Err(CloseReason::Denied);
     }
-    let Some(cap) = config.max_connections_per_client else { return Ok(None) };
+    let Some(cap) = config.client_cap() else { return Ok(None) };
     match clients.enter(client_key(ip, config.ipv6_prefix), cap) {
         Some(place) => Ok(Some(place)),
         None => {

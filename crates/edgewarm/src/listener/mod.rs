@@ -2,8 +2,9 @@
 //! the socket to its own task ([`conn::handle`]); nothing per-connection happens here, so one
 //! slow client can never hold up the next accept.
 //!
-//! At `max_connections` it stops accepting and lets the kernel backlog queue the rest (the
-//! backlog, not our memory, absorbs a burst). When accept fails for lack of descriptors or
+//! At `max_connections` it asks idle HTTP connections to finish ([`crate::limits::reclaim`],
+//! the address holding the most first) and stops accepting until a place is free, letting the
+//! kernel backlog queue the rest (the backlog, not our memory, absorbs a burst). When accept fails for lack of descriptors or
 //! memory it backs off (10 ms doubling to 1 s) instead of spinning on a listener that stays
 //! readable; other accept errors concern only the one connection and are skipped.
 
@@ -27,6 +28,7 @@ use crate::action::ConnCtx;
 use crate::config::ListenerConfig;
 use crate::error::CloseReason;
 use crate::limits::clients::{ClientCounts, Tracked};
+use crate::limits::reclaim::{self, Idle};
 use crate::metrics::{AcceptError, AcceptErrorLabel, ListenerLabel, Metrics, ReasonLabel, RouteMetrics};
 use crate::route::Route;
 use crate::snapshot::Snapshot;
@@ -34,6 +36,8 @@ use crate::workers::Placement;
 
 const BACKOFF_MIN: Duration = Duration::from_millis(10);
 const BACKOFF_MAX: Duration = Duration::from_secs(1);
+/// The shortest wait between two looks for idle connections while the listener is full.
+const MIN_LOOK: Duration = Duration::from_millis(10);
 
 /// What the listeners share with the server: the current snapshot, metrics, and the shutdown
 /// signals. Connections see nothing else of the server.
@@ -54,18 +58,38 @@ pub(crate) struct Context {
     pub clients: Arc<Tracked>,
 }
 
+/// What one TCP listener's connections share: its settings, its clients' counts and its
+/// reclaimable connections.
+pub(crate) struct Listening {
+    pub config: ListenerConfig,
+    pub clients: Arc<ClientCounts>,
+    pub idle: Arc<Idle>,
+}
+
 pub(crate) async fn accept_loop(listener: TcpListener, config: ListenerConfig, cx: Arc<Context>) {
     let Ok(local) = listener.local_addr() else { return };
     let limit = Arc::new(Semaphore::new(config.max_connections));
-    let accepted = cx.metrics.accepted.get_or_create(&ListenerLabel { listener: local.to_string() }).clone();
+    let label = ListenerLabel { listener: local.to_string() };
+    let accepted = cx.metrics.accepted.get_or_create(&label).clone();
+    let reclaimed = cx.metrics.reclaimed.get_or_create(&label).clone();
     let clients = cx.clients.listener(local.to_string(), config.ipv6_prefix);
-    let config = Arc::new(config);
+    let shared = Arc::new(Listening { config, clients, idle: Arc::default() });
+    let config = &shared.config;
     let mut backoff = BACKOFF_MIN;
     tracing::info!(listen = %local, tcp_fastopen = config.tcp_fastopen, proxy_protocol = config.proxy_protocol, "listening");
     loop {
-        let permit = tokio::select! {
-            p = limit.clone().acquire_owned() => match p { Ok(p) => p, Err(_) => return },
-            () = cx.stop.cancelled() => return,
+        let permit = match limit.clone().try_acquire_owned() {
+            Ok(p) => p,
+            Err(tokio::sync::TryAcquireError::Closed) => return,
+            Err(tokio::sync::TryAcquireError::NoPermits) => {
+                let batch = reclaim::batch(config.max_connections);
+                let full =
+                    Full { limit: &limit, idle: &shared.idle, batch, reclaimed: &reclaimed, local, stop: &cx.stop };
+                match full.wait().await {
+                    Some(p) => p,
+                    None => return,
+                }
+            }
         };
         let result = tokio::select! {
             r = listener.accept() => r,
@@ -76,7 +100,7 @@ pub(crate) async fn accept_loop(listener: TcpListener, config: ListenerConfig, c
                 backoff = BACKOFF_MIN;
                 accepted.inc();
                 let log = crate::accesslog::AccessLog::new(peer, local);
-                spawn(stream, log, (config.clone(), clients.clone()), cx.clone(), permit);
+                spawn(stream, log, shared.clone(), cx.clone(), permit);
             }
             Err(e) if is_resource_exhaustion(&e) => {
                 cx.metrics.accept_errors.get_or_create(&AcceptErrorLabel { reason: AcceptError::Resources }).inc();
@@ -92,18 +116,53 @@ pub(crate) async fn accept_loop(listener: TcpListener, config: ListenerConfig, c
     }
 }
 
+/// A listener at `max_connections`, waiting for a place.
+struct Full<'a> {
+    limit: &'a Arc<Semaphore>,
+    idle: &'a Idle,
+    batch: usize,
+    reclaimed: &'a prometheus_client::metrics::counter::Counter,
+    local: std::net::SocketAddr,
+    stop: &'a tokio_util::sync::CancellationToken,
+}
+
+impl Full<'_> {
+    /// Reclaims idle connections in batches until a place is free: looked at again when the
+    /// next connection will have been idle long enough, or after [`reclaim::GRACE`] (one busy
+    /// now may be idle by then); those already asked and still finishing count in the batch.
+    async fn wait(&self) -> Option<OwnedSemaphorePermit> {
+        loop {
+            let asked = self.idle.reclaim(self.batch);
+            if asked.connections > 0 {
+                self.reclaimed.inc_by(asked.connections as u64);
+                tracing::info!(
+                    listen = %self.local,
+                    connections = asked.connections,
+                    clients = asked.clients,
+                    "listener full (max_connections): idle connections asked to finish"
+                );
+            }
+            tokio::select! {
+                p = self.limit.clone().acquire_owned() => return p.ok(),
+                () = self.stop.cancelled() => return None,
+                () = tokio::time::sleep(asked.next.unwrap_or(reclaim::GRACE).max(MIN_LOOK)) => {}
+            }
+        }
+    }
+}
+
 /// Serve the connection on the next worker (or here, without workers). The socket moves to the
 /// worker's own event loop (deregistered here, registered there: two `epoll_ctl`s per
 /// connection), so its reads and writes never wake this runtime.
 fn spawn(
     stream: tokio::net::TcpStream,
     log: crate::accesslog::AccessLog,
-    config: (Arc<ListenerConfig>, Arc<ClientCounts>),
+    listening: Arc<Listening>,
     cx: Arc<Context>,
     permit: tokio::sync::OwnedSemaphorePermit,
 ) {
     let Some(worker) = cx.workers.next().map(|(_, w)| w.clone()) else {
-        cx.tracker.spawn(conn::handle(stream, log, config, cx.clone(), permit));
+        cx.tracker.spawn(conn::handle(stream, log, listening, cx.clone(), permit));
         return;
     };
     let std = match stream.into_std() {
@@ -116,7 +175,7 @@ fn spawn(
     let tracker = cx.tracker.clone();
     worker.spawn(tracker.track_future(async move {
         match tokio::net::TcpStream::from_std(std) {
-            Ok(stream) => conn::handle(stream, log, config, cx, permit).await,
+            Ok(stream) => conn::handle(stream, log, listening, cx, permit).await,
             Err(e) => tracing::warn!(error = %e, "a worker cannot take an accepted connection"),
         }
     }));
@@ -143,6 +202,7 @@ impl Context {
             stop: &self.stop,
             cut: &self.cut,
             accepted,
+            idle: None,
             alt_svc: alt_svc(config, port),
         }
     }

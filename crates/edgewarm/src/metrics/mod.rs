@@ -134,6 +134,8 @@ pub(crate) fn latency_histogram() -> Histogram {
 }
 pub struct Metrics {
     pub accepted: Family<ListenerLabel, Counter>,
+    /// Idle connections a full listener asked to finish (`limits::reclaim`).
+    pub reclaimed: Family<ListenerLabel, Counter>,
     pub active: Gauge,
     pub closed: Family<RouteReason, Counter>,
     pub hello_parsed: Counter,
@@ -210,6 +212,7 @@ impl Metrics {
         let mut registry = Registry::with_prefix("edgewarm");
         let m = Self {
             accepted: Family::default(),
+            reclaimed: Family::default(),
             active: Gauge::default(),
             closed: Family::default(),
             hello_parsed: Counter::default(),
@@ -238,6 +241,11 @@ impl Metrics {
             registry: Registry::default(),
         };
         registry.register("connections_accepted", "Client connections accepted", m.accepted.clone());
+        registry.register(
+            "connections_reclaimed",
+            "Idle HTTP connections a listener at max_connections asked to finish, to admit new clients",
+            m.reclaimed.clone(),
+        );
         registry.register("connections_active", "Client connections open now", m.active.clone());
         registry.register("connections_closed", "Client connections closed, by route and reason", m.closed.clone());
         registry.register("clienthello_parsed", "ClientHellos read completely", m.hello_parsed.clone());

@@ -365,6 +365,15 @@ fn limits_and_lists_are_checked_by_key() {
         .unwrap()
         .validate()
         .unwrap();
+    // Unset: the default cap, but none behind trusted balancers that send no PROXY header
+    // (their peer address is the balancer's); `null` turns it off; a number is that number.
+    let cap = |extra: &str| Config::parse(&listener(extra)).unwrap().listeners[0].client_cap();
+    assert_eq!(cap("tcp_fastopen: 256"), Some(crate::config::DEFAULT_CLIENT_CAP));
+    assert_eq!(cap("max_connections_per_client: null"), None);
+    assert_eq!(cap("max_connections_per_client: 7"), Some(7));
+    assert_eq!(cap("trust_forwarded: true"), None);
+    assert_eq!(cap("trust_forwarded: true\n    proxy_protocol: true"), Some(crate::config::DEFAULT_CLIENT_CAP));
+    assert_eq!(cap("trust_forwarded: true\n    max_connections_per_client: 50"), Some(50));
     let e = err(&listener("max_connections_per_client: 0"));
     assert!(e.starts_with("listeners[0].max_connections_per_client: must be at least 1"), "{e}");
     let e = err(&listener("ipv6_prefix: 0"));

@@ -100,8 +100,8 @@ where
         r = conn.as_mut() => r,
         () = super::stopping(stop, retired) => {
             // hyper closes a connection with no request in flight at once: one that has not
-            // yet sent its first is given a moment to.
-            let ended = if first.seen.load(Ordering::Relaxed) {
+            // yet sent its first is given a moment to (not one reclaimed: idle a while already).
+            let ended = if first.seen.load(Ordering::Relaxed) || service.conn.reclaimed() {
                 None
             } else {
                 tokio::select! {

@@ -101,7 +101,7 @@ where
             biased;
             () = &mut cut_wait, if closing || deferred => return Ended::Cut,
             () = &mut stop_wait, if !closing && !deferred => {
-                if accepted_any {
+                if accepted_any || shared.conn.reclaimed() {
                     conn.graceful_shutdown();
                     closing = true;
                 } else {

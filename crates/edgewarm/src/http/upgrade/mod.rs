@@ -37,6 +37,8 @@ impl Service {
     /// over).
     pub(crate) async fn handle_upgrade(&self, req: Request<Incoming>) -> Response<Body> {
         let started = Instant::now();
+        // Busy until answered; after a 101 the relay (in `conn.upgrades`) keeps it in use.
+        let _busy = self.conn.activity.as_ref().map(crate::limits::reclaim::Activity::begin);
         let mut rlog = RequestLog::new(&req, self.conn.client, &self.route);
         match self.upgrade(req, &mut rlog).await {
             Ok(response) => self.answered(rlog, started, response),

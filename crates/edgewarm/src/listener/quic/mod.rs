@@ -81,7 +81,7 @@ impl Shared {
         remote: std::net::SocketAddr,
         metrics: &crate::metrics::Metrics,
     ) -> Result<Option<crate::limits::clients::ClientSlot>, ()> {
-        let Some(cap) = self.config.max_connections_per_client else { return Ok(None) };
+        let Some(cap) = self.config.client_cap() else { return Ok(None) };
         let key = crate::limits::clients::client_key(remote.ip(), self.config.ipv6_prefix);
         match self.clients.enter(key, cap) {
             Some(place) => Ok(Some(place)),
