@@ -369,3 +369,32 @@ async fn a_client_on_both_workers_gets_no_more_than_its_rate() {
     assert!(limited > 0.0, "both connections were over the rate: {ok} passed, none refused");
     edge.stop().await;
 }
+
+/// A reload with the same `limits` keeps the route's rate state (a reload must not hand every
+/// client a fresh burst), and new settings start it afresh. The rate is about one request a day: no
+/// token comes back while the test runs.
+#[tokio::test]
+async fn a_reload_keeps_a_routes_rate_while_its_settings_are_equal() {
+    let fx = pki("http");
+    let (origin, _stats) = h2_origin(&fx.origin, H2Opts::default()).await;
+    let limits = |burst: u32| format!("    limits: {{requests_per_second: 0.00001, burst: {burst}}}\n");
+    let edge = edge(&fx.route(origin, &limits(2)), "", "").await;
+    let reload = |burst: u32| {
+        let yaml = format!(
+            "admin:\n  listen: 127.0.0.1:0\nlisteners:\n  - listen: 127.0.0.1:0\nroutes:\n{}",
+            fx.route(origin, &limits(burst))
+        );
+        edge.server.reload(&edgewarm::config::Config::parse(&yaml).unwrap()).unwrap();
+    };
+    let get = || get_from(&fx, "127.0.0.1", edge.addr);
+    assert_eq!([get().await, get().await, get().await], [Ok(200), Ok(200), Ok(429)]);
+    reload(2);
+    assert_eq!(get().await, Ok(429), "the same settings: the spent burst stays spent");
+    reload(3);
+    assert_eq!(
+        [get().await, get().await, get().await, get().await],
+        [Ok(200), Ok(200), Ok(200), Ok(429)],
+        "new settings: a new bucket"
+    );
+    edge.stop().await;
+}

@@ -3,7 +3,7 @@
 //! a new store, one that lost its `cache` key drops it. Read by the admin API (`/cache`,
 //! `/cache/purge`).
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
 
 use prometheus_client::metrics::counter::Counter;
@@ -19,6 +19,7 @@ use super::store::{Lower, Store};
 use crate::config::{CacheConfig, DiskConfig};
 use crate::metrics::{CacheMetrics, CacheResult, DiskLabels, DiskRead, RouteLabel, RouteName};
 use crate::origin::body::OriginBody;
+use crate::origin::per_route::PerRoute;
 use crate::origin::seam::Sent;
 
 /// One route's cache: its store, the fetches in flight, the background revalidations.
@@ -102,7 +103,7 @@ pub struct DiskOccupancy {
 /// The server's caches, by route.
 pub struct Caches {
     metrics: CacheMetrics,
-    routes: Mutex<HashMap<RouteName, (CacheConfig, Arc<RouteCache>)>>,
+    routes: PerRoute<CacheConfig, RouteCache>,
     /// Raised while the node's fleet has not caught up with its purges: no stored response is
     /// served (requests pass to the origin) ([`crate::fleet`]).
     fence: Arc<std::sync::atomic::AtomicBool>,
@@ -110,7 +111,7 @@ pub struct Caches {
 
 impl Caches {
     pub fn new(metrics: CacheMetrics) -> Self {
-        Self { metrics, routes: Mutex::default(), fence: Arc::default() }
+        Self { metrics, routes: PerRoute::default(), fence: Arc::default() }
     }
 
     /// The fence ([`Caches::fence`] raised: no hits).
@@ -118,31 +119,21 @@ impl Caches {
         &self.fence
     }
 
-    fn routes(&self) -> std::sync::MutexGuard<'_, HashMap<RouteName, (CacheConfig, Arc<RouteCache>)>> {
-        self.routes.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
-    }
-
     /// `route`'s cache with `config`: the one it had if the settings are the same.
     pub(crate) fn route(&self, route: &RouteName, config: &CacheConfig) -> Arc<RouteCache> {
-        let mut routes = self.routes();
-        if let Some((had, cache)) = routes.get(route) {
-            if had == config {
-                return cache.clone();
+        self.routes.get_or_make(route, config, || {
+            let label = RouteLabel { route: route.clone() };
+            let evicted = self.metrics.evictions.get_or_create(&label).clone();
+            let bytes = self.metrics.stored_bytes.get_or_create(&label).clone();
+            let disk = config.disk.as_ref().and_then(|d| self.open_disk(route, d));
+            RouteCache {
+                route: route.clone(),
+                store: Arc::new(Store::new(config.clone(), evicted, bytes, disk)),
+                fills: Arc::default(),
+                revalidating: Mutex::default(),
+                counters: self.metrics.for_route(route),
             }
-        }
-        let label = RouteLabel { route: route.clone() };
-        let evicted = self.metrics.evictions.get_or_create(&label).clone();
-        let bytes = self.metrics.stored_bytes.get_or_create(&label).clone();
-        let disk = config.disk.as_ref().and_then(|d| self.open_disk(route, d));
-        let cache = Arc::new(RouteCache {
-            route: route.clone(),
-            store: Arc::new(Store::new(config.clone(), evicted, bytes, disk)),
-            fills: Arc::default(),
-            revalidating: Mutex::default(),
-            counters: self.metrics.for_route(route),
-        });
-        routes.insert(route.clone(), (config.clone(), cache.clone()));
-        cache
+        })
     }
 
     /// `route`'s disk tier, its index loaded from the directory; without one (logged) when the
@@ -169,12 +160,12 @@ impl Caches {
 
     /// Drop the caches of routes not in `keep` (no longer configured, or without `cache`).
     pub(crate) fn keep_only(&self, keep: &HashSet<RouteName>) {
-        self.routes().retain(|name, _| keep.contains(name));
+        self.routes.retain(keep);
     }
 
     /// Purge across every route; returns how many stored responses went.
     pub fn purge(&self, what: &Purge) -> u64 {
-        let routes: Vec<Arc<RouteCache>> = self.routes().values().map(|(_, c)| c.clone()).collect();
+        let routes = self.routes.each(|_, _, cache| cache.clone());
         let mut n = 0;
         for cache in routes {
             let store = &cache.store;
@@ -191,18 +182,14 @@ impl Caches {
     }
 
     pub fn occupancy(&self) -> Vec<Occupancy> {
-        let mut out: Vec<Occupancy> = self
-            .routes()
-            .iter()
-            .map(|(name, (config, cache))| {
-                let (entries, bytes) = cache.store.occupancy();
-                let disk = cache.store.disk.as_ref().zip(config.disk.as_ref()).map(|(d, c)| {
-                    let (entries, bytes) = d.occupancy();
-                    DiskOccupancy { entries, bytes, max_size: c.max_size }
-                });
-                Occupancy { route: name.to_string(), entries, bytes, max_size: config.max_size, disk }
-            })
-            .collect();
+        let mut out: Vec<Occupancy> = self.routes.each(|name, config, cache| {
+            let (entries, bytes) = cache.store.occupancy();
+            let disk = cache.store.disk.as_ref().zip(config.disk.as_ref()).map(|(d, c)| {
+                let (entries, bytes) = d.occupancy();
+                DiskOccupancy { entries, bytes, max_size: c.max_size }
+            });
+            Occupancy { route: name.to_string(), entries, bytes, max_size: config.max_size, disk }
+        });
         out.sort_by(|a, b| a.route.cmp(&b.route));
         out
     }

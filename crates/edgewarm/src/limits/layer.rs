@@ -4,9 +4,9 @@
 //! HTTP/3, since all three reach the origin through this one seam, and for a WebSocket upgrade
 //! (one request, one token, counted like the others).
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 use std::net::IpAddr;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use bytes::Bytes;
 use http::{HeaderValue, Response, StatusCode};
@@ -21,6 +21,7 @@ use crate::config::HttpConfig;
 use crate::metrics::{LimitReason, LimitedLabel, RouteName};
 use crate::origin::body::OriginBody;
 use crate::origin::layer::Layer;
+use crate::origin::per_route::PerRoute;
 use crate::origin::seam::{BoxFuture, Origin, OriginError, Outgoing, SendFailure, Sent, Upgrade, Upgraded};
 
 /// IPv6 clients share a rate by their /64 (one host owns a /64).
@@ -28,22 +29,22 @@ const RATE_PREFIX: u8 = 64;
 /// A route's rate state when `limits.memory` is not set.
 pub(crate) const DEFAULT_MEMORY: usize = 1 << 20;
 
-/// The routes' limits, kept across reloads while their settings stay.
+/// The routes' limits, kept across reloads while their settings stay (a reload must not hand
+/// every client a full burst again).
 #[derive(Default)]
 pub(crate) struct Limits {
-    routes: Mutex<HashMap<RouteName, (RateConfig, Arc<Rate>)>>,
+    routes: PerRoute<RateConfig, Rate>,
     metrics: Family<LimitedLabel, Counter>,
 }
 
 impl Limits {
     pub(crate) fn new(metrics: Family<LimitedLabel, Counter>) -> Self {
-        Self { routes: Mutex::default(), metrics }
+        Self { routes: PerRoute::default(), metrics }
     }
 
     /// Each limited route's rate state size, for `/limits`.
     pub(crate) fn sizes(&self) -> Vec<(String, usize)> {
-        let routes = self.routes.lock().unwrap_or_else(|p| p.into_inner());
-        let mut all: Vec<_> = routes.iter().map(|(name, (_, rate))| (name.to_string(), rate.bytes())).collect();
+        let mut all = self.routes.each(|name, _, rate| (name.to_string(), rate.bytes()));
         all.sort();
         all
     }
@@ -63,13 +64,10 @@ impl Layer for Limits {
             return None;
         }
         let rate = config.limits.as_ref().map(|settings| {
-            let mut routes = self.routes.lock().unwrap_or_else(|p| p.into_inner());
-            let kept = routes.get(route).filter(|(was, _)| was == settings).map(|(_, rate)| rate.clone());
-            let rate = kept.unwrap_or_else(|| {
+            let rate = self.routes.get_or_make(route, settings, || {
                 let memory = settings.memory.map_or(DEFAULT_MEMORY, |m| m as usize);
-                Arc::new(Rate::new(settings.requests_per_second, settings.burst, memory))
+                Rate::new(settings.requests_per_second, settings.burst, memory)
             });
-            routes.insert(route.clone(), (settings.clone(), rate.clone()));
             (settings.by.clone(), rate)
         });
         let counter = |reason| {
@@ -85,7 +83,7 @@ impl Layer for Limits {
     }
 
     fn retain(&self, routes: &HashSet<RouteName>) {
-        self.routes.lock().unwrap_or_else(|p| p.into_inner()).retain(|name, _| routes.contains(name));
+        self.routes.retain(routes);
     }
 }
 

@@ -2,7 +2,8 @@
 //! origin server. The map:
 //!
 //! - [`layer`]: the one shape of a decorator on a route's seam (its cache, its early hints):
-//!   wrap it where the route asks, keep per-route state across reloads.
+//!   wrap it where the route asks, keep per-route state across reloads ([`per_route`]: that
+//!   state, kept while the route's settings are equal; a group's servers keep theirs there too).
 //! - [`seam`]: the one seam the request service calls, the [`seam::Origin`] trait: `send` a
 //!   request (a response, or a failure classified for retrying), `upgrade` a protocol
 //!   (WebSocket), `retired`. Kinds implement it; decorators (a cache) wrap it. What a request
@@ -42,6 +43,7 @@ pub(crate) mod h1;
 pub mod h2;
 pub(crate) mod h3;
 pub(crate) mod layer;
+pub(crate) mod per_route;
 pub mod prewarm;
 pub mod registry;
 pub(crate) mod seam;

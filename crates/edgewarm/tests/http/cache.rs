@@ -9,13 +9,17 @@ use super::*;
 async fn cached_edge(cache: &str) -> (Pki, Edge, Arc<OriginLog>) {
     let fx = fixture();
     let (origin, log) = cache_origin().await;
+    let edge = edge(&cached_route(&fx, origin, cache), "", "").await;
+    (fx, edge, log)
+}
+
+/// The route `cached_edge` serves.
+fn cached_route(fx: &Pki, origin: SocketAddr, cache: &str) -> String {
     let p = fx.path.display();
-    let route = format!(
+    format!(
         "  - sni: b.test\n    action: http\n    origin: \"{origin}\"\n    cert: {p}/edge/cert.pem\n    \
          key: {p}/edge/key.pem\n    upstream: {{protocol: http/1.1, tls: false, connections: 2}}\n    cache: {cache}\n"
-    );
-    let edge = edge(&route, "", "").await;
-    (fx, edge, log)
+    )
 }
 
 /// One request on a new connection: (status, header lookup, body).
@@ -300,5 +304,36 @@ async fn purges_and_unsafe_methods_invalidate() {
     get(&fx, &edge, FRESH, &[]).await;
     assert_eq!(log.count(FRESH), 4, "a POST's success invalidates the URL");
     assert_eq!(admin_post(edge.admin, "/cache/purge?colour=red").await.0, 400);
+    edge.stop().await;
+}
+
+/// A reload keeps a route's stored responses while its `cache` settings are equal (a reload must
+/// not empty the edge), starts it empty when they change, and drops it with the `cache` key.
+#[tokio::test]
+async fn a_reload_keeps_the_cache_while_its_settings_are_equal() {
+    let fx = fixture();
+    let (origin, log) = cache_origin().await;
+    let edge = edge(&cached_route(&fx, origin, "{}"), "", "").await;
+    let reload = |cache: &str| {
+        let route = cached_route(&fx, origin, cache);
+        let yaml = format!("admin:\n  listen: 127.0.0.1:0\nlisteners:\n  - listen: 127.0.0.1:0\nroutes:\n{route}");
+        edge.server.reload(&edgewarm::config::Config::parse(&yaml).unwrap()).unwrap();
+    };
+    let status = |head: &http::response::Parts| header(head, "cache-status").to_string();
+    assert!(status(&get(&fx, &edge, FRESH, &[]).await.0).contains("stored"));
+
+    reload("{}");
+    assert!(status(&get(&fx, &edge, FRESH, &[]).await.0).starts_with("edgewarm; hit;"), "kept across the reload");
+    assert_eq!(log.count(FRESH), 1);
+
+    reload("{stale_if_error: 5s}");
+    assert!(status(&get(&fx, &edge, FRESH, &[]).await.0).contains("stored"), "new settings, a new store");
+    assert_eq!(log.count(FRESH), 2);
+
+    let (_, json) = admin_get(edge.admin, "/cache").await;
+    assert!(json.contains("\"route\":\"b.test\""), "{json}");
+    reload("null");
+    let (_, json) = admin_get(edge.admin, "/cache").await;
+    assert!(!json.contains("b.test"), "dropped with the cache key: {json}");
     edge.stop().await;
 }

@@ -33,6 +33,7 @@ use http::uri::Authority;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
+use super::per_route::PerRoute;
 use super::registry::Standing;
 use super::seam::{BoxFuture, Failure, Origin, OriginError, Outgoing, SendFailure, Sent, Upgrade, Upgraded};
 use crate::config::{Balance, HealthConfig, OriginServer, UpstreamConfig};
@@ -96,7 +97,9 @@ impl std::fmt::Debug for Group {
 /// The servers' states of every route, kept across reloads while a route lists the server.
 #[derive(Default)]
 pub struct Groups {
-    states: Mutex<HashMap<(RouteName, String), Arc<ServerState>>>,
+    /// By route and server address; no settings to compare (`()`): a server's health and
+    /// averages are its own, whatever its weight or role in the group.
+    states: PerRoute<(), ServerState, (RouteName, String)>,
     /// Each route's group of the running configuration (for `/origins`).
     current: Mutex<HashMap<RouteName, Arc<Group>>>,
 }
@@ -111,19 +114,15 @@ impl Groups {
         servers: Vec<Serving<'_>>,
         metrics: &Arc<Metrics>,
     ) -> Arc<Group> {
-        let mut states = self.states.lock().unwrap_or_else(|p| p.into_inner());
         let mut probes = Vec::new();
         let members: Vec<Member> = servers
             .into_iter()
             .map(|Serving { config, name, seam, set }| {
-                let state = states
-                    .entry((route.clone(), config.address.clone()))
-                    .or_insert_with(|| {
-                        let labels = ServerLabels { route: route.clone(), server: config.address.clone() };
-                        let gauge = metrics.servers.up.get_or_create(&labels).clone();
-                        Arc::new(ServerState::new(&config.address, gauge))
-                    })
-                    .clone();
+                let state = self.states.get_or_make(&(route.clone(), config.address.clone()), &(), || {
+                    let labels = ServerLabels { route: route.clone(), server: config.address.clone() };
+                    let gauge = metrics.servers.up.get_or_create(&labels).clone();
+                    ServerState::new(&config.address, gauge)
+                });
                 // Checked at load.
                 let host: Option<Authority> = config.host.as_deref().and_then(|h| h.parse().ok());
                 // The probe asks for the server's own name: its `host`, else its TLS name, else
@@ -141,7 +140,6 @@ impl Groups {
                 }
             })
             .collect();
-        drop(states);
         if upstream.health.path.is_none() {
             // A probe's verdict from a configuration that had one does not outlive it.
             for m in &members {
@@ -214,8 +212,7 @@ impl Groups {
             }
             keep
         });
-        let mut states = self.states.lock().unwrap_or_else(|p| p.into_inner());
-        states.retain(|(route, server), _| {
+        self.states.retain_where(|(route, server)| {
             let keep = kept.get(route).is_some_and(|s| s.contains(server));
             if !keep {
                 let labels = ServerLabels { route: route.clone(), server: server.clone() };
