@@ -161,6 +161,16 @@ async fn origin_down_backs_off_and_clients_get_an_alert() {
     tokio::time::sleep(Duration::from_secs(1)).await;
     let attempts = edge.metric("edgewarm_pool_connect_errors_total", &[("reason", "origin_refused")]);
     assert!((2.0..=8.0).contains(&attempts), "attempts {attempts}");
+    // Every attempt in the one family too, as in the deprecated one: the same attempts. Read
+    // from one exposition, again if it fell between the two counts of an attempt.
+    let failures = [("route", "b.test"), ("kind", "prewarm"), ("reason", "refused")];
+    let counts = || {
+        let text = edge.server.metrics().encode();
+        let new = edgewarm::metrics::sample(&text, "edgewarm_origin_connect_failures_total", &failures);
+        (new, edgewarm::metrics::sample(&text, "edgewarm_pool_connect_errors_total", &[("reason", "origin_refused")]))
+    };
+    let (new, old) = (0..100).map(|_| counts()).find(|(new, old)| new == old).unwrap_or_else(counts);
+    assert_eq!(new, old);
     // The origin is known down: the client is refused before its handshake, with an alert.
     let mut s = tokio::net::TcpStream::connect(edge.addr).await.unwrap();
     s.write_all(&client_hello("b.test")).await.unwrap();

@@ -47,6 +47,8 @@ pub(crate) async fn serve(
         Ok(ok) => ok,
         Err(e) => {
             let reason = e.close_reason();
+            ctx.metrics.origin_connect_failed(&ctx.route.name, &route.origin.to_string(), "tunnel", e.failure());
+            // The deprecated alias, counted as before for one release.
             let label = RouteReason { route: ctx.route.name.clone(), reason };
             ctx.metrics.origin_connect_errors.get_or_create(&label).inc();
             // The client is mid-handshake and expects a TLS record: say it in TLS.

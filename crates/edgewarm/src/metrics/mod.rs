@@ -2,7 +2,7 @@
 //! servers in one process and read each one's numbers. This file keeps what every stage shares
 //! (the route label, label enums, the latency buckets, the registry and its exposition); each
 //! stage's families are in their own file and registered under the stage's prefix: [`http`],
-//! [`origin`] (`pool_*`, `upstream_*`), [`tls`].
+//! [`origin`] (`origin_connect_failures`, `pool_*`, `upstream_*`), [`tls`].
 use crate::error::CloseReason;
 use prometheus_client::encoding::{EncodeLabelSet, EncodeLabelValue};
 use prometheus_client::metrics::counter::Counter;
@@ -142,7 +142,11 @@ pub struct Metrics {
     pub hello_rejected: Family<ReasonLabel, Counter>,
     pub bytes: Family<RouteDirection, Counter>,
     pub origin_connect_seconds: HistogramFamily<RouteLabel>,
+    /// Deprecated alias of `origin_connect_failures{kind="tunnel"}`, kept for one release.
     pub origin_connect_errors: Family<RouteReason, Counter>,
+    /// Every failed connect to an origin server, whatever was connecting (see
+    /// [`Metrics::origin_connect_failed`]).
+    pub origin_connect_failures: Family<ConnectFailureLabels, Counter>,
     pub first_origin_byte_seconds: HistogramFamily<RouteLabel>,
     pub accept_errors: Family<AcceptErrorLabel, Counter>,
     pub config_reloads: Family<ResultLabel, Counter>,
@@ -220,6 +224,7 @@ impl Metrics {
             bytes: Family::default(),
             origin_connect_seconds: Family::new_with_constructor(latency_histogram),
             origin_connect_errors: Family::default(),
+            origin_connect_failures: Family::default(),
             first_origin_byte_seconds: Family::new_with_constructor(latency_histogram),
             accept_errors: Family::default(),
             config_reloads: Family::default(),
@@ -262,8 +267,13 @@ impl Metrics {
         );
         registry.register(
             "origin_connect_errors",
-            "Failed origin connects, by route and reason",
+            "Failed tunnel origin connects, by route and reason (deprecated: use edgewarm_origin_connect_failures_total)",
             m.origin_connect_errors.clone(),
+        );
+        registry.register(
+            "origin_connect_failures",
+            "Failed connects to origin servers, by route, server, kind (tunnel, prewarm, http/1.1, h2, h2c, h3) and reason",
+            m.origin_connect_failures.clone(),
         );
         registry.register(
             "accept_to_first_origin_byte_seconds",
@@ -338,6 +348,15 @@ impl Metrics {
             relay_fallbacks: self.relay_fallbacks.clone(),
             fallback_logged: Arc::default(),
         }
+    }
+
+    /// One connect to `server` of `route` failed (`kind`: what was connecting, see
+    /// [`ConnectFailureLabels`]). Every kind counts each failed attempt here once, so one query
+    /// graphs every origin connect failure; the deprecated per-kind families are counted
+    /// beside it by their callers.
+    pub fn origin_connect_failed(&self, route: &RouteName, server: &str, kind: &'static str, reason: ConnectFailure) {
+        let labels = ConnectFailureLabels { route: route.clone(), server: server.to_owned(), kind, reason };
+        self.origin_connect_failures.get_or_create(&labels).inc();
     }
 
     /// Count a connection closed before it had a route (`route="<none>"`).

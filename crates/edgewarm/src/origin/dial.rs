@@ -15,6 +15,7 @@ use tokio_rustls::client::TlsStream;
 use tokio_rustls::TlsConnector;
 
 use crate::error::CloseReason;
+use crate::metrics::ConnectFailure;
 use crate::tls::ktls::Aligned;
 use crate::tls::origin::PoolKey;
 use crate::transport::dial::{self, ConnectError};
@@ -53,6 +54,22 @@ impl WarmError {
     /// [`super::backoff::Connects::refusing`]).
     pub fn silent(&self) -> bool {
         matches!(self, Self::HandshakeTimeout | Self::Connect(ConnectError::Timeout))
+    }
+
+    /// How the connect failed, for `origin_connect_failures`. A handshake the origin cut
+    /// short (a reset, or a close before it finished) is `reset`: the origin answered "no", as
+    /// a refusal does, rather than failing TLS.
+    pub fn failure(&self) -> ConnectFailure {
+        match self {
+            Self::Connect(e) => e.failure(),
+            Self::Certificate(_) => ConnectFailure::Certificate,
+            Self::Handshake(e) if cut_short(e) => ConnectFailure::Reset,
+            Self::Handshake(_) => ConnectFailure::Tls,
+            Self::HandshakeTimeout => ConnectFailure::Timeout,
+            Self::AlpnMismatch { .. } => ConnectFailure::Alpn,
+            // Not a connect (none was tried), so never counted; a pool's `take` says it.
+            Self::Backoff => ConnectFailure::Refused,
+        }
     }
 
     /// The metric label and the client connection's close reason.
@@ -115,6 +132,12 @@ impl TlsDial {
         }
         Ok(tls)
     }
+}
+
+/// The peer reset or closed the connection before the handshake finished.
+pub(crate) fn cut_short(e: &std::io::Error) -> bool {
+    use std::io::ErrorKind::{BrokenPipe, ConnectionAborted, ConnectionReset, UnexpectedEof};
+    matches!(e.kind(), ConnectionReset | ConnectionAborted | BrokenPipe | UnexpectedEof)
 }
 
 /// Certificate problems are the operator's to fix and worth their own label; an origin that

@@ -19,7 +19,7 @@ use std::time::Duration;
 use super::connect::{Connect, Transport};
 use super::seam::Origin;
 use crate::config::UpstreamConfig;
-use crate::metrics::{Metrics, PoolLabels, RouteName};
+use crate::metrics::{Metrics, PoolLabels, RouteName, Server};
 use crate::tls::origin::PoolKey;
 use crate::workers::Placement;
 
@@ -130,7 +130,7 @@ impl Origins {
             if key.tls.as_ref().is_some_and(|t| !t.verify) {
                 tracing::warn!(route = %w.route, origin = %key.origin, "origin_tls.verify is false: origin certificates are NOT verified");
             }
-            let labels = PoolLabels { route: w.route, origin: key.origin.to_string(), alpn: key.alpn_label() };
+            let labels = PoolLabels { route: w.route, alpn: key.alpn_label(), server: Server(key.origin.to_string()) };
             next.insert(id.clone(), w.spec.start(labels, &self.shared));
         }
         for (id, set) in map.drain() {

@@ -15,7 +15,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::backoff::Connects;
 use super::dial::Dial;
-use crate::metrics::{Metrics, PoolEvent, PoolLabels, UpstreamConn, UpstreamEnd};
+use crate::metrics::{ConnectFailure, Metrics, PoolEvent, PoolLabels, UpstreamConn, UpstreamEnd};
 use crate::tls::origin::PoolKey;
 
 /// The parts of a standing set that every kind shares.
@@ -23,6 +23,9 @@ pub(crate) struct Core<D> {
     pub(crate) dial: D,
     /// Route, origin and ALPN: the labels of every metric the set touches.
     pub(crate) labels: PoolLabels,
+    /// What the set is (`prewarm`, `http/1.1`, `h2`, `h2c`, `h3`): the `kind` of its failed
+    /// connects in `origin_connect_failures`.
+    pub(crate) kind: &'static str,
     /// Wakes the upkeep task (a connection was taken or ended, settings changed).
     pub(crate) wake: Notify,
     /// Cancelled when the set is retired (reload, shutdown): the upkeep stops, and users are
@@ -40,8 +43,8 @@ impl<D: Dial> Core<D> {
 /// What does not need the dialer's connection type (the HTTP/3 kind dials QUIC, not a byte
 /// stream).
 impl<D> Core<D> {
-    pub(crate) fn new(dial: D, labels: PoolLabels, metrics: Arc<Metrics>) -> Self {
-        Self { dial, labels, wake: Notify::new(), retired: CancellationToken::new(), metrics }
+    pub(crate) fn new(dial: D, labels: PoolLabels, kind: &'static str, metrics: Arc<Metrics>) -> Self {
+        Self { dial, labels, kind, wake: Notify::new(), retired: CancellationToken::new(), metrics }
     }
 
     /// The upkeep task's loop: `turn(ticked)` runs at once (the set starts filling before any
@@ -85,10 +88,19 @@ impl<D> Core<D> {
         self.opened(took);
     }
 
-    /// A connect of a multiplexed set (`what`: its protocol) failed: counted and logged.
-    pub(crate) fn connect_failed(&self, what: &str, error: &dyn std::fmt::Display) {
+    /// A connect of this set failed, for `reason`: counted in `origin_connect_failures`, the
+    /// one family every kind counts its failed connects in (once per attempt, here).
+    pub(crate) fn count_failure(&self, reason: ConnectFailure) {
         let l = &self.labels;
-        tracing::warn!(route = %l.route, origin = %l.origin, error = %error, "opening an {what} origin connection failed");
+        self.metrics.origin_connect_failed(&l.route, &l.server.0, self.kind, reason);
+    }
+
+    /// A connect of a multiplexed set (`what`: its protocol) failed: counted (also in the
+    /// deprecated `upstream_connect_errors`) and logged.
+    pub(crate) fn connect_failed(&self, what: &str, error: &dyn std::fmt::Display, reason: ConnectFailure) {
+        let l = &self.labels;
+        tracing::warn!(route = %l.route, origin = %l.server, error = %error, "opening an {what} origin connection failed");
+        self.count_failure(reason);
         self.metrics.upstream.connect_errors.get_or_create(l).inc();
     }
 
@@ -124,11 +136,11 @@ impl<D> Core<D> {
     }
 
     pub(crate) fn conn_label(&self) -> UpstreamConn {
-        UpstreamConn { route: self.labels.route.clone(), origin: self.labels.origin.clone() }
+        UpstreamConn { route: self.labels.route.clone(), server: self.labels.server.clone() }
     }
 
     pub(crate) fn reason(&self, reason: UpstreamEnd) -> PoolEvent {
-        PoolEvent { route: self.labels.route.clone(), origin: self.labels.origin.clone(), reason }
+        PoolEvent { route: self.labels.route.clone(), server: self.labels.server.clone(), reason }
     }
 }
 
@@ -162,7 +174,7 @@ impl<D> std::fmt::Debug for Core<D> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::metrics::RouteName;
+    use crate::metrics::{RouteName, Server};
     use std::sync::atomic::{AtomicUsize, Ordering};
 
     struct Nowhere(PoolKey);
@@ -181,7 +193,7 @@ mod tests {
     /// and stops when the set is retired.
     #[tokio::test(start_paused = true)]
     async fn upkeep_turns_per_period_and_when_woken_until_retired() {
-        let labels = PoolLabels { route: RouteName::new("r"), origin: "o".into(), alpn: "h2".into() };
+        let labels = PoolLabels { route: RouteName::new("r"), alpn: "h2".into(), server: Server("o".into()) };
         let core = Arc::new(Core::new(
             Nowhere(PoolKey {
                 origin: crate::config::OriginAddr { host: "127.0.0.1".into(), port: 9 },
@@ -189,6 +201,7 @@ mod tests {
                 tls: None,
             }),
             labels,
+            "h2",
             Arc::new(Metrics::new()),
         ));
         let (ticks, turns) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));

@@ -19,6 +19,7 @@ use super::resolve::Resolver;
 use super::sockopt;
 use crate::config::OriginAddr;
 use crate::error::CloseReason;
+use crate::metrics::ConnectFailure;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ConnectError {
@@ -38,6 +39,16 @@ impl ConnectError {
             Self::Refused(_) => CloseReason::OriginRefused,
             Self::Resolve(_) | Self::Unreachable(_) => CloseReason::OriginUnreachable,
             Self::Timeout => CloseReason::OriginTimeout,
+        }
+    }
+    /// The `reason` of `origin_connect_failures`: finer than the close reason, which takes a
+    /// name that does not resolve for an unreachable address.
+    pub fn failure(&self) -> ConnectFailure {
+        match self {
+            Self::Refused(_) => ConnectFailure::Refused,
+            Self::Resolve(_) => ConnectFailure::Resolve,
+            Self::Unreachable(_) => ConnectFailure::Unreachable,
+            Self::Timeout => ConnectFailure::Timeout,
         }
     }
 }

@@ -74,6 +74,7 @@ mod cache_disk;
 mod certificates;
 mod cleartext;
 mod clients;
+mod connect_failures;
 mod h1_origins;
 mod h3;
 mod h3_aioquic;

@@ -35,6 +35,9 @@ async fn origin_refused_gets_an_alert_and_a_metric() {
     edge.settle().await;
     assert_eq!(edge.metric(CLOSED, &[("route", "a.test"), ("reason", "origin_refused")]), 1.0);
     assert_eq!(edge.metric("edgewarm_origin_connect_errors_total", &[("reason", "origin_refused")]), 1.0);
+    let server = port.to_string();
+    let labels = [("route", "a.test"), ("server", server.as_str()), ("kind", "tunnel"), ("reason", "refused")];
+    assert_eq!(edge.metric("edgewarm_origin_connect_failures_total", &labels), 1.0);
     edge.stop().await;
 }
 

@@ -27,7 +27,7 @@ pub(crate) use send::Requests;
 
 use super::BoxedBody;
 use crate::config::UpstreamConfig;
-use crate::metrics::{Metrics, PoolLabels};
+use crate::metrics::{ConnectFailure, Metrics, PoolLabels};
 use crate::origin::backoff::Connects;
 use crate::origin::connect::Connect;
 use crate::origin::dial::WarmError;
@@ -44,6 +44,16 @@ pub(crate) enum H1Error {
     Connect(#[from] WarmError),
     #[error("origin HTTP/1.1: {0}")]
     Http(#[from] hyper::Error),
+}
+
+impl H1Error {
+    /// How a connect failed, for `origin_connect_failures`.
+    fn failure(&self) -> ConnectFailure {
+        match self {
+            Self::Connect(e) => e.failure(),
+            Self::Http(_) => ConnectFailure::Protocol,
+        }
+    }
 }
 
 struct Idle {
@@ -123,7 +133,9 @@ impl H1Upstream {
             hits: m.hits.get_or_create(&labels).clone(),
             misses: m.misses.get_or_create(&labels).clone(),
         };
-        let upstream = Arc::new(Self { core: Core::new(dial, labels, metrics), state: Mutex::new(state), hot });
+        let kind = crate::origin::registry::kind_name::<Self>(&*dial);
+        let core = Core::new(dial, labels, kind, metrics);
+        let upstream = Arc::new(Self { core, state: Mutex::new(state), hot });
         tokio::spawn(upstream.clone().maintain());
         upstream
     }
@@ -197,21 +209,27 @@ impl H1Upstream {
                     Err(e) => {
                         let wait = st.connects.failed();
                         drop(st);
-                        tracing::warn!(route = %me.core.labels.route, origin = %me.core.labels.origin, error = %e, retry_in = ?wait, "opening an HTTP/1.1 origin connection failed");
+                        tracing::warn!(route = %me.core.labels.route, origin = %me.core.labels.server, error = %e, retry_in = ?wait, "opening an HTTP/1.1 origin connection failed");
                     }
                 }
             });
         }
     }
 
+    /// Open one connection, for the pool or for a request that found none idle: either way
+    /// a failure is counted here, once.
     async fn open(&self) -> Result<SendRequest<BoxedBody>, H1Error> {
         let started = Instant::now();
         let (timeout, congestion) = {
             let st = self.state();
             (st.connect_timeout, st.settings.congestion.clone())
         };
-        let tls = self.core.dial.connect(timeout, congestion.as_deref()).await?;
-        let (send, conn) = hyper::client::conn::http1::handshake(TokioIo::new(tls)).await?;
+        let opened = async {
+            let tls = self.core.dial.connect(timeout, congestion.as_deref()).await?;
+            Ok::<_, H1Error>(hyper::client::conn::http1::handshake(TokioIo::new(tls)).await?)
+        }
+        .await;
+        let (send, conn) = opened.inspect_err(|e| self.core.count_failure(e.failure()))?;
         tokio::spawn(async move {
             let _ = conn.await;
         });

@@ -129,7 +129,7 @@ impl Conn {
                             me.rtt_us.store(u64::try_from(rtt.as_micros()).unwrap_or(u64::MAX), Ordering::Relaxed);
                             let l = upstream.labels();
                             let label =
-                                crate::metrics::UpstreamConn { route: l.route.clone(), origin: l.origin.clone() };
+                                crate::metrics::UpstreamConn { route: l.route.clone(), server: l.server.clone() };
                             upstream.metrics().upstream.ping_rtt.get_or_create(&label).set(rtt.as_secs_f64());
                             if let Some(tx) = ready.take() {
                                 let _ = tx.send(());
@@ -157,7 +157,7 @@ impl Conn {
             me.retire();
             if why == UpstreamEnd::GoAway {
                 let l = upstream.labels();
-                let label = PoolEvent { route: l.route.clone(), origin: l.origin.clone(), reason: UpstreamEnd::GoAway };
+                let label = PoolEvent { route: l.route.clone(), reason: UpstreamEnd::GoAway, server: l.server.clone() };
                 upstream.metrics().upstream.goaways.get_or_create(&label).inc();
             }
             // A dead PING means a dead link: do not wait for TCP to find out.

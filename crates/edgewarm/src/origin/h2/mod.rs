@@ -39,7 +39,7 @@ use serde::Serialize;
 use tokio::time::Instant;
 
 use crate::config::UpstreamConfig;
-use crate::metrics::{Metrics, PoolLabels, UpstreamEnd};
+use crate::metrics::{ConnectFailure, Metrics, PoolLabels, UpstreamEnd};
 use crate::origin::backoff::Connects;
 use crate::origin::connect::Connect;
 use crate::origin::dial::WarmError;
@@ -62,6 +62,18 @@ pub enum UpstreamError {
     /// within `timeouts.connect`. Says how the last connect failed.
     #[error("no origin connection: {0}")]
     Down(String),
+}
+
+impl UpstreamError {
+    /// How a connect failed, for `origin_connect_failures`: the connection's own failure, or
+    /// the HTTP/2 handshake's on a connection that was up (a reset there is the origin's "no").
+    pub(crate) fn failure(&self) -> ConnectFailure {
+        match self {
+            Self::Connect(e) => e.failure(),
+            Self::H2(e) if e.get_io().is_some_and(crate::origin::dial::cut_short) => ConnectFailure::Reset,
+            Self::H2(_) | Self::Retired | Self::Down(_) => ConnectFailure::Protocol,
+        }
+    }
 }
 
 /// A request on its way: the response to wait for, the stream to send the body on, and
@@ -148,8 +160,9 @@ impl H2Upstream {
         metrics: Arc<Metrics>,
         workers: Placement,
     ) -> Arc<Self> {
+        let kind = crate::origin::registry::kind_name::<Self>(&*dial);
         let upstream = Arc::new(Self {
-            core: Core::new(dial, labels, metrics),
+            core: Core::new(dial, labels, kind, metrics),
             state: Mutex::new(State {
                 conns: Vec::new(),
                 connects: Connects::default(),
@@ -276,7 +289,7 @@ impl H2Upstream {
                     e => st.connects.failed_with(e, false),
                 };
                 drop(st);
-                self.core.connect_failed("HTTP/2", &e);
+                self.core.connect_failed("HTTP/2", &e, e.failure());
                 self.room.changed();
                 Err(e)
             }
@@ -330,7 +343,7 @@ impl H2Upstream {
         st.calm = (st.calm + 1).min(6);
         let now = st.settings.keepalive * (1u32 << st.calm);
         drop(st);
-        tracing::warn!(route = %self.core.labels.route, origin = %self.core.labels.origin, keepalive = ?now, "origin asked for fewer PINGs (ENHANCE_YOUR_CALM); PING interval doubled");
+        tracing::warn!(route = %self.core.labels.route, origin = %self.core.labels.server, keepalive = ?now, "origin asked for fewer PINGs (ENHANCE_YOUR_CALM); PING interval doubled");
     }
 }
 

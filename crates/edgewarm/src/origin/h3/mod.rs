@@ -41,7 +41,7 @@ use tokio::sync::Notify;
 use tokio::time::Instant;
 
 use crate::config::UpstreamConfig;
-use crate::metrics::{Metrics, PoolLabels, UpstreamConn, UpstreamEnd, UpstreamZeroRttLabel, ZeroRtt};
+use crate::metrics::{ConnectFailure, Metrics, PoolLabels, UpstreamConn, UpstreamEnd, UpstreamZeroRttLabel, ZeroRtt};
 use crate::origin::backoff::Connects;
 use crate::origin::connect::{Connect, Transport};
 use crate::origin::registry::{Shared, Spec, Standing};
@@ -93,7 +93,7 @@ impl Spec for H3Spec {
     fn start(self: Box<Self>, mut labels: PoolLabels, shared: &Shared) -> Arc<dyn Standing> {
         labels.alpn = KIND.into();
         let set = Arc::new(H3Upstream {
-            core: Core::new(self.dial, labels, shared.metrics.clone()),
+            core: Core::new(self.dial, labels, KIND, shared.metrics.clone()),
             http1: self.http1,
             state: Mutex::new(State {
                 conns: Vec::new(),
@@ -175,7 +175,7 @@ impl H3Upstream {
 
     fn zero_rtt(&self, result: ZeroRtt) {
         let l = &self.core.labels;
-        let label = UpstreamZeroRttLabel { route: l.route.clone(), origin: l.origin.clone(), result };
+        let label = UpstreamZeroRttLabel { route: l.route.clone(), result, server: l.server.clone() };
         self.core.metrics.upstream.zero_rtt.get_or_create(&label).inc();
     }
 
@@ -257,15 +257,15 @@ impl H3Upstream {
         let started = Instant::now();
         let result = async {
             let dialed = self.core.dial.connect(timeout, congestion.as_deref(), keepalive, zero_rtt).await;
-            let dialed = dialed.map_err(|e| (e.to_string(), e.silent()))?;
+            let dialed = dialed.map_err(|e| (e.to_string(), e.silent(), e.failure()))?;
             if dialed.early.is_none() {
                 self.state().suspect = false;
             }
             let id = self.next_id.fetch_add(1, Ordering::Relaxed);
             let conn = tokio::time::timeout(timeout, Conn::start(id, dialed.conn, dialed.early, self)).await;
             match conn {
-                Err(_) => Err(("HTTP/3 SETTINGS timed out".to_string(), true)),
-                Ok(conn) => conn.map_err(|e| (format!("HTTP/3 handshake: {e}"), false)),
+                Err(_) => Err(("HTTP/3 SETTINGS timed out".to_string(), true, ConnectFailure::Timeout)),
+                Ok(conn) => conn.map_err(|e| (format!("HTTP/3 handshake: {e}"), false, ConnectFailure::Protocol)),
             }
         }
         .await;
@@ -282,11 +282,11 @@ impl H3Upstream {
                 drop(st);
                 self.core.joined(started.elapsed());
             }
-            Err((e, silent)) => {
+            Err((e, silent, reason)) => {
                 st.connects.failed_with(&e, silent);
                 st.suspect = true;
                 drop(st);
-                self.core.connect_failed("HTTP/3", &e);
+                self.core.connect_failed("HTTP/3", &e, reason);
             }
         }
         self.room_changed();

@@ -105,7 +105,7 @@ impl<D: Dial> Pool<D> {
     /// Create a pool and start its refill task.
     pub fn start(dial: D, labels: PoolLabels, settings: Settings, metrics: Arc<Metrics>) -> Arc<Self> {
         let pool = Arc::new(Self {
-            core: Core::new(dial, labels, metrics),
+            core: Core::new(dial, labels, kind::KIND, metrics),
             state: Mutex::new(State {
                 idle: VecDeque::new(),
                 connects: Connects::default(),

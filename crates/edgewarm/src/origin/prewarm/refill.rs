@@ -55,7 +55,7 @@ impl<D: Dial> Pool<D> {
                     Ok(stream) => pool.add_idle(stream),
                     // The backoff is recorded; the refill loop retries when it ends.
                     Err(e) => tracing::warn!(
-                        route = %pool.core.labels.route, origin = %pool.core.labels.origin, alpn = %pool.core.labels.alpn,
+                        route = %pool.core.labels.route, origin = %pool.core.labels.server, alpn = %pool.core.labels.alpn,
                         reason = e.close_reason().label(), error = %e, "warming an origin connection failed"
                     ),
                 }
@@ -88,13 +88,16 @@ impl<D: Dial> Pool<D> {
                     st.alpn_refused = true;
                 }
                 st.connects.failed();
+                drop(st);
+                self.core.count_failure(e.failure());
                 let l = &self.core.labels;
                 let label = PoolReason {
                     route: l.route.clone(),
-                    origin: l.origin.clone(),
                     alpn: l.alpn.clone(),
                     reason: e.close_reason(),
+                    server: l.server.clone(),
                 };
+                // The deprecated alias, counted as before for one release.
                 self.core.metrics.pool.connect_errors.get_or_create(&label).inc();
             }
         }

@@ -67,9 +67,9 @@ pub(super) async fn watch<D: Dial>(
     let m = &pool.core.metrics.pool;
     let discard = |reason| PoolDiscard {
         route: labels.route.clone(),
-        origin: labels.origin.clone(),
         alpn: labels.alpn.clone(),
         reason,
+        server: labels.server.clone(),
     };
     let reason = match end {
         End::Dead | End::Expired => Discard::Dead,
