@@ -27,7 +27,11 @@ const EXIT_CONFIG: u8 = 64;
 const EXIT_BIND: u8 = 69;
 
 #[derive(Parser)]
-#[command(name = "edgewarm", version, about = "Edge TLS proxy: SNI routing without decryption")]
+#[command(
+    name = "edgewarm",
+    version,
+    about = "Edge TLS/HTTP proxy: tunnels, standing origin connections, a cache, HTTP/3"
+)]
 struct Cli {
     /// Log line format.
     #[arg(long, value_enum, default_value_t = LogFormat::Text, global = true)]

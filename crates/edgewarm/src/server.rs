@@ -40,7 +40,7 @@ use crate::workers::Workers;
 pub struct Server {
     metrics: Arc<Metrics>,
     origins: Arc<Origins>,
-    /// The routes' caches, learned early hints and groups' server health: kept across
+    /// The routes' caches, learned early hints, limits and groups' server health: kept across
     /// reloads, like the origin connections.
     layers: Layers,
     /// The routes' certificates as `/certificates` shows them (each load's survey).
@@ -89,7 +89,7 @@ impl Server {
         ));
         let snapshot = Arc::new(Snapshot::new(config, &resumption, resolver.clone(), acme.clone())?);
         // The routes' load read the file and refused a bad one already.
-        let fleet = match &config.tls.ticket_keys {
+        let key_file = match &config.tls.ticket_keys {
             Some(path) => Some(TicketKeys::read(path).map_err(|m| ConfigError::invalid("tls.ticket_keys", m))?),
             None => None,
         };
@@ -97,12 +97,12 @@ impl Server {
         let layers = Layers::new(metrics.clone());
         snapshot.attach_origins(&origins, &layers);
         // The fleet's ticket keys unless a file names them (the file rules).
-        let tickets = fleet.is_none().then(|| resumption.process_keys().clone());
-        let purges = config
+        let tickets = key_file.is_none().then(|| resumption.process_keys().clone());
+        let fleet = config
             .fleet
             .clone()
             .map(|f| crate::fleet::Fleet::start(f, layers.caches.clone(), tickets, metrics.fleet_cache_drops.clone()));
-        if let Some(fleet) = &purges {
+        if let Some(fleet) = &fleet {
             acme.store_through(fleet.acme_stores());
         }
         acme.sync(config.acme.as_ref(), &snapshot.acme_names());
@@ -116,7 +116,7 @@ impl Server {
             tracker: TaskTracker::new(),
             workers: workers.placement(),
             clients: Arc::default(),
-            quic: QuicProcess::new(fleet.as_ref().map(TicketKeys::quic_secret))
+            quic: QuicProcess::new(key_file.as_ref().map(TicketKeys::quic_secret))
                 .map_err(|e| ConfigError::invalid("listeners", e.to_string()))?,
         });
         Ok(Arc::new(Self {
@@ -125,7 +125,7 @@ impl Server {
             layers,
             certificates,
             acme,
-            fleet: purges,
+            fleet,
             snapshot,
             listeners,
             resumption,

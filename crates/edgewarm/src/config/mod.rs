@@ -220,7 +220,8 @@ pub struct ListenerConfig {
     /// whose peers are the balancers); `null`, no cap. Read it with [`Self::client_cap`].
     #[serde(default, deserialize_with = "set_or_null")]
     pub max_connections_per_client: Option<Option<usize>>,
-    /// IPv6 clients are counted (and rate-limited) by this many leading bits: one host owns a /64.
+    /// IPv6 clients are counted for `max_connections_per_client` by this many leading bits: one
+    /// host owns a /64 (a route's rate always keys IPv6 clients by /64: `limits::layer`).
     #[serde(default = "default_ipv6_prefix")]
     pub ipv6_prefix: u8,
     /// Address ranges admitted (none: all) and refused (deny wins), checked on accept.

@@ -143,7 +143,8 @@ pub struct HttpConfig {
     pub origins: Option<Vec<OriginServer>>,
     /// Client-facing TLS; ALPN defaults to `h2, http/1.1`.
     pub tls: TerminateConfig,
-    /// The TLS client side towards the origin (ALPN `h2`).
+    /// The TLS client side towards the origin (ALPN as `upstream.protocol` asks: `h2`,
+    /// `http/1.1` or `h3`).
     pub origin_tls: OriginTls,
     /// `origin_tls` was written in the file (refused beside `upstream.tls: false`).
     pub(crate) origin_tls_set: bool,

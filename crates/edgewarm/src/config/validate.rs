@@ -314,8 +314,6 @@ fn validate_pool(p: &PoolConfig, key: &dyn Fn(&str) -> String) -> Result<(), Con
     Ok(())
 }
 
-/// A QUIC congestion controller's name (quinn's, in user space: the kernel's list does not
-/// apply).
 /// `routes[].limits`: a rate that can be kept, a burst of at least one, a budget that holds a
 /// few thousand keys at least.
 fn validate_rate(rate: &super::limits::RateConfig, key: &dyn Fn(&str) -> String) -> Result<(), ConfigError> {
@@ -331,6 +329,8 @@ fn validate_rate(rate: &super::limits::RateConfig, key: &dyn Fn(&str) -> String)
     Ok(())
 }
 
+/// A QUIC congestion controller's name (quinn's, in user space: the kernel's list does not
+/// apply).
 fn quic_congestion(name: &str, key: &str) -> Result<(), ConfigError> {
     if super::upstream::QUIC_CONGESTION.contains(&name) {
         return Ok(());

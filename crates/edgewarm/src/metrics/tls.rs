@@ -1,5 +1,6 @@
 //! Terminated TLS's metrics: early data (0-RTT), registered under the `tls` prefix, and where
-//! records were encrypted (kernel TLS).
+//! records were encrypted (kernel TLS); beside them the labels of ACME's orders and of clients
+//! refused by the limits.
 
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;

@@ -1,5 +1,5 @@
-//! The one shape of a decorator on a route's origin (its cache, its learned early hints; rate
-//! limits and compression to come): it wraps the route's seam where the route's configuration
+//! The one shape of a decorator on a route's origin (its cache, its learned early hints, its
+//! address lists and rate): it wraps the route's seam where the route's configuration
 //! asks for it, and keeps per-route state across reloads, forgetting the routes a reload left
 //! without it. The snapshot wraps every route's seam in the server's layers, innermost first,
 //! in one loop: a new layer is its own module plus one entry in that list.
