@@ -16,10 +16,10 @@ use tokio::sync::OwnedSemaphorePermit;
 use super::{Context, Listening};
 use crate::accesslog::AccessLog;
 use crate::action;
-use crate::config::ListenerConfig;
 use crate::error::CloseReason;
-use crate::limits::clients::{client_key, ClientCounts, ClientSlot};
-use crate::metrics::{LimitReason, LimitedLabel};
+use crate::limits::admission::route_refuses;
+use crate::limits::clients::client_key;
+use crate::metrics::LimitReason;
 use crate::peek::clienthello::HelloError;
 use crate::peek::{self, PeekError};
 use crate::transport::sockopt;
@@ -42,7 +42,7 @@ pub(crate) fn handle(
     permit: OwnedSemaphorePermit,
 ) -> impl Future<Output = ()> + Send {
     async move {
-        let (config, clients, cx) = (&listening.config, &listening.clients, &*cx);
+        let (config, admission, cx) = (&listening.config, &listening.admission, &*cx);
         // The connection's place in its client's count, held to its end.
         let mut place = None;
         let accepted = Instant::now();
@@ -56,9 +56,9 @@ pub(crate) fn handle(
         let reason = 'conn: {
             // Without a PROXY header the peer is the client: refused before anything is read.
             if !config.proxy_protocol {
-                match admit(clients, config, log.client.ip(), metrics) {
+                match admission.check(log.client.ip()) {
                     Ok(p) => place = p,
-                    Err(reason) => break 'conn reason,
+                    Err(reason) => break 'conn refused(reason),
                 }
             }
             let read = peek::read_hello(&mut client, config.proxy_protocol);
@@ -84,9 +84,9 @@ pub(crate) fn handle(
                 log.client = src;
             }
             if config.proxy_protocol {
-                match admit(clients, config, log.client.ip(), metrics) {
+                match admission.check(log.client.ip()) {
                     Ok(p) => place = p,
-                    Err(reason) => break 'conn reason,
+                    Err(reason) => break 'conn refused(reason),
                 }
             }
             log.sni = hello.sni.clone();
@@ -102,9 +102,7 @@ pub(crate) fn handle(
             let http = matches!(route.action, crate::route::RouteAction::Http(_));
             // An ACME validation (TLS-ALPN-01) comes from the CA, wherever the lists allow.
             let acme = hello.alpn.iter().any(|p| p == crate::acme::challenge::ACME_TLS_ALPN);
-            if !http && !acme && !route.access.admits(log.client.ip()) {
-                let label = LimitedLabel { scope: "route", name: route.name.to_string(), reason: LimitReason::Denied };
-                metrics.limited.get_or_create(&label).inc();
+            if !http && !acme && route_refuses(&route.name, &route.access, log.client.ip(), &metrics.limited) {
                 let _ = client.write_all(&peek::alert(peek::ALERT_ACCESS_DENIED)).await;
                 break 'conn CloseReason::Denied;
             }
@@ -118,29 +116,11 @@ pub(crate) fn handle(
     }
 }
 
-/// The listener's `allow`/`deny` and `max_connections_per_client` for a client at `ip`: its place
-/// in the count (none without a cap), or why it is refused (counted).
-fn admit(
-    clients: &Arc<ClientCounts>,
-    config: &ListenerConfig,
-    ip: std::net::IpAddr,
-    metrics: &crate::metrics::Metrics,
-) -> Result<Option<ClientSlot>, CloseReason> {
-    let refuse = |reason| {
-        let label = LimitedLabel { scope: "listener", name: config.listen.to_string(), reason };
-        metrics.limited.get_or_create(&label).inc();
-    };
-    if !crate::config::limits::admits(&config.allow, &config.deny, ip) {
-        refuse(LimitReason::Denied);
-        return Err(CloseReason::Denied);
-    }
-    let Some(cap) = config.client_cap() else { return Ok(None) };
-    match clients.enter(client_key(ip, config.ipv6_prefix), cap) {
-        Some(place) => Ok(Some(place)),
-        None => {
-            refuse(LimitReason::ClientConnections);
-            Err(CloseReason::ClientLimit)
-        }
+/// How a connection the listener's admission refused ends (counted there).
+fn refused(reason: LimitReason) -> CloseReason {
+    match reason {
+        LimitReason::Denied => CloseReason::Denied,
+        LimitReason::ClientConnections | LimitReason::Rate => CloseReason::ClientLimit,
     }
 }
 

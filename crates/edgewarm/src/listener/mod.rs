@@ -27,7 +27,8 @@ use crate::accesslog::AccessLog;
 use crate::action::ConnCtx;
 use crate::config::ListenerConfig;
 use crate::error::CloseReason;
-use crate::limits::clients::{ClientCounts, Tracked};
+use crate::limits::admission::Admission;
+use crate::limits::clients::Tracked;
 use crate::limits::reclaim::{self, Idle};
 use crate::metrics::{AcceptError, AcceptErrorLabel, ListenerLabel, Metrics, ReasonLabel, RouteMetrics};
 use crate::route::Route;
@@ -62,7 +63,7 @@ pub(crate) struct Context {
 /// reclaimable connections.
 pub(crate) struct Listening {
     pub config: ListenerConfig,
-    pub clients: Arc<ClientCounts>,
+    pub admission: Admission,
     pub idle: Arc<Idle>,
 }
 
@@ -73,7 +74,8 @@ pub(crate) async fn accept_loop(listener: TcpListener, config: ListenerConfig, c
     let accepted = cx.metrics.accepted.get_or_create(&label).clone();
     let reclaimed = cx.metrics.reclaimed.get_or_create(&label).clone();
     let clients = cx.clients.listener(local.to_string(), config.ipv6_prefix);
-    let shared = Arc::new(Listening { config, clients, idle: Arc::default() });
+    let admission = Admission::new(&config, clients, cx.metrics.limited.clone());
+    let shared = Arc::new(Listening { config, admission, idle: Arc::default() });
     let config = &shared.config;
     let mut backoff = BACKOFF_MIN;
     tracing::info!(listen = %local, tcp_fastopen = config.tcp_fastopen, proxy_protocol = config.proxy_protocol, "listening");

@@ -57,43 +57,8 @@ struct Shared {
     config: Arc<ListenerConfig>,
     limit: Arc<Semaphore>,
     handshaking: Arc<AtomicUsize>,
-    /// Connections open per client address, shared with the listener's TCP side.
-    clients: Arc<crate::limits::clients::ClientCounts>,
-}
-
-impl Shared {
-    /// The listener's `allow`/`deny` refuse a QUIC client (counted, as over TCP).
-    fn denies(&self, remote: std::net::SocketAddr, metrics: &crate::metrics::Metrics) -> bool {
-        let denied = !crate::config::limits::admits(&self.config.allow, &self.config.deny, remote.ip());
-        if denied {
-            let reason = crate::metrics::LimitReason::Denied;
-            let label =
-                crate::metrics::LimitedLabel { scope: "listener", name: self.config.listen.to_string(), reason };
-            metrics.limited.get_or_create(&label).inc();
-        }
-        denied
-    }
-
-    /// A place in the client's count (`max_connections_per_client`), or `Err` (counted) when it
-    /// has them all; `Ok(None)` without a cap.
-    fn place(
-        &self,
-        remote: std::net::SocketAddr,
-        metrics: &crate::metrics::Metrics,
-    ) -> Result<Option<crate::limits::clients::ClientSlot>, ()> {
-        let Some(cap) = self.config.client_cap() else { return Ok(None) };
-        let key = crate::limits::clients::client_key(remote.ip(), self.config.ipv6_prefix);
-        match self.clients.enter(key, cap) {
-            Some(place) => Ok(Some(place)),
-            None => {
-                let reason = crate::metrics::LimitReason::ClientConnections;
-                let label =
-                    crate::metrics::LimitedLabel { scope: "listener", name: self.config.listen.to_string(), reason };
-                metrics.limited.get_or_create(&label).inc();
-                Err(())
-            }
-        }
-    }
+    /// The listener's lists and per-client cap, counting with its TCP side.
+    admission: crate::limits::admission::Admission,
 }
 
 /// An accept loop, to be awaited until it has stopped accepting.
@@ -142,7 +107,7 @@ pub(crate) fn serve(
         config: Arc::new(config.clone()),
         limit: Arc::new(Semaphore::new(config.max_connections)),
         handshaking: Arc::new(AtomicUsize::new(0)),
-        clients,
+        admission: crate::limits::admission::Admission::new(config, clients, cx.metrics.limited.clone()),
     });
     let mut loops: Vec<Loop> = Vec::new();
     let keys = Arc::new(cx.quic.keys());
@@ -231,11 +196,13 @@ async fn accept_loop(endpoint: quinn::Endpoint, shared: Arc<Shared>, cx: Arc<Con
             i = endpoint.accept() => match i { Some(i) => i, None => break },
             () = cx.stop.cancelled() => break,
         };
-        if shared.denies(incoming.remote_address(), &cx.metrics) {
+        // Checked before a Retry is considered: a refused address is not sent one. A place
+        // taken for a client then asked to retry is given back at once (dropped).
+        let Ok(place) = shared.admission.check(incoming.remote_address().ip()) else {
             count(Outcome::Refused);
             incoming.refuse();
             continue;
-        }
+        };
         let piling_up = shared.handshaking.load(Ordering::Relaxed) >= RETRY_ABOVE;
         // `may_retry` is false for a client already answering a Retry: it is not sent another.
         if piling_up && !incoming.remote_address_validated() && incoming.may_retry() {
@@ -243,11 +210,6 @@ async fn accept_loop(endpoint: quinn::Endpoint, shared: Arc<Shared>, cx: Arc<Con
             let _ = incoming.retry();
             continue;
         }
-        let Ok(place) = shared.place(incoming.remote_address(), &cx.metrics) else {
-            count(Outcome::Refused);
-            incoming.refuse();
-            continue;
-        };
         let Ok(permit) = shared.limit.clone().try_acquire_owned() else {
             count(Outcome::Refused);
             incoming.refuse();
