@@ -41,7 +41,7 @@ pub(crate) struct Activity {
     /// Requests being handled now (to their response head: a long body still being written is
     /// finished by the graceful close, not cut).
     in_flight: AtomicU32,
-    /// When it last started or finished a request, in milliseconds after `base`.
+    /// When it was registered or last finished a request, in milliseconds after `base`.
     last: AtomicU64,
     /// Asked to finish by a reclaim: it skips the first-request grace a shutdown gives.
     reclaimed: AtomicBool,
@@ -60,10 +60,10 @@ impl Activity {
         self.last.store(ms, Ordering::Relaxed);
     }
 
-    /// A request begins: the connection is busy until the guard drops.
+    /// A request begins: the connection is busy until the guard drops. No clock is read here:
+    /// a busy connection is never idle, and its idle time starts when its last request ends.
     pub(crate) fn begin(self: &Arc<Self>) -> Busy {
         self.in_flight.fetch_add(1, Ordering::Relaxed);
-        self.touch();
         Busy(self.clone())
     }
 
