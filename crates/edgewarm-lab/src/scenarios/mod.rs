@@ -56,9 +56,14 @@ pub struct Entry {
     pub run: for<'a> fn(&'a LabOpts) -> Run<'a>,
 }
 
-/// A scenario's run as a [`Run`]: its report boxed.
+/// A scenario's run as a [`Run`]: its report saved in its run folder (the one save, here, so
+/// that no scenario writes its own), and boxed.
 pub fn boxed<'a, R: Report + 'static>(run: impl Future<Output = Result<R, LabError>> + 'a) -> Run<'a> {
-    Box::pin(async move { Ok(Box::new(run.await?) as Box<dyn Report>) })
+    Box::pin(async move {
+        let report = run.await?;
+        crate::harness::report::save(&report)?;
+        Ok(Box::new(report) as Box<dyn Report>)
+    })
 }
 
 /// The scenario `--scenario` names; with `--scenario-file`, a name that is not one runs the

@@ -25,7 +25,7 @@ use std::time::{Duration, Instant};
 use crate::error::LabError;
 use crate::harness::hosts::{listening, spawn, Guard, Wait};
 use crate::scenarios::opts::LabOpts;
-use crate::scenarios::{boxed, Entry, Run};
+use crate::scenarios::{boxed, Entry};
 pub use report::FailoverReport;
 
 /// A proxy under test: its name and where clients reach it.
@@ -49,12 +49,8 @@ pub const ENTRY: Entry = Entry {
     name: "failover",
     about: "on loopback: a route's two origin servers, one killed, slowed by 200 ms and answering 503 in turn, with `--peers` HAProxy and nginx beside edgewarm",
     requests: "each fault's seconds (10)",
-    run: run_boxed,
+    run: |opts| boxed(run(opts)),
 };
-
-fn run_boxed(opts: &LabOpts) -> Run<'_> {
-    boxed(run(opts))
-}
 
 pub async fn run(opts: &LabOpts) -> Result<FailoverReport, LabError> {
     // `--requests`: each fault's length in seconds (10 by default; the test runs 2).
@@ -170,7 +166,6 @@ pub async fn run(opts: &LabOpts) -> Result<FailoverReport, LabError> {
         fault,
         dir,
     );
-    crate::harness::report::save(&report)?;
     Ok(report)
 }
 

@@ -31,7 +31,7 @@ use crate::harness::hosts::{proxy_binary, Wait};
 use crate::harness::tiers::config::NAME;
 use crate::scenarios::opts::LabOpts;
 use crate::scenarios::spec::Scenario;
-use crate::scenarios::{boxed, Entry, Run};
+use crate::scenarios::{boxed, Entry};
 use crate::wan::tiers::{self as net, edge_front, shield_front, Tiers};
 use applied::{applied_at, ms_since};
 pub use opts::FleetOpts;
@@ -53,12 +53,8 @@ pub const ENTRY: Entry = Entry {
     name: "fleet",
     about: "the two-tier hosts purging as one through NATS, one edge cut off for a while",
     requests: "warm objects (20)",
-    run: run_boxed,
+    run: |opts| boxed(run(opts)),
 };
-
-fn run_boxed(opts: &LabOpts) -> Run<'_> {
-    boxed(run(opts))
-}
 
 pub async fn run(opts: &LabOpts) -> Result<FleetReport, LabError> {
     let scenario = Scenario::for_lab(opts)?;
@@ -135,7 +131,6 @@ pub async fn run(opts: &LabOpts) -> Result<FleetReport, LabError> {
         run_dir: dir.clone(),
         scenario,
     };
-    crate::harness::report::save(&report)?;
     Ok(report)
 }
 

@@ -24,7 +24,7 @@ use crate::scenarios::client::load;
 use crate::scenarios::model::{self, Mode};
 use crate::scenarios::opts::LabOpts;
 use crate::scenarios::spec::{ModeRun, Scenario};
-use crate::scenarios::{boxed, Entry, Run};
+use crate::scenarios::{boxed, Entry};
 use crate::wan::netns::{Topology, EDGE_A, ORIGIN};
 use peers::Peer;
 pub use report::{LabReport, ModeResult, PoolSample};
@@ -33,7 +33,7 @@ pub use report::{LabReport, ModeResult, PoolSample};
 const REQUESTS: &str = "new connections per mode (40)";
 
 const fn entry(name: &'static str, about: &'static str) -> Entry {
-    Entry { name, about, requests: REQUESTS, run: run_boxed }
+    Entry { name, about, requests: REQUESTS, run: |opts| boxed(run(opts)) }
 }
 
 // The scenarios that measure modes, each a preset of [`Scenario::named`].
@@ -50,10 +50,6 @@ pub const LOSSY: Entry = entry(
     "lossy",
     "r 20 ms, R 150 ms: page loads of direct, prewarm and http at 40 new clients a second for 20 s while link B loses 0, 0.5, 1 and 2 % of its packets",
 );
-
-fn run_boxed(opts: &LabOpts) -> Run<'_> {
-    boxed(run(opts))
-}
 
 pub async fn run(opts: &LabOpts) -> Result<LabReport, LabError> {
     let scenario = Scenario::for_lab(opts)?;
@@ -107,7 +103,6 @@ pub async fn run(opts: &LabOpts) -> Result<LabReport, LabError> {
         timeline,
         run_dir: dir.clone(),
     };
-    crate::harness::report::save(&report)?;
     if let Err(e) = crate::scenarios::modes::plot::ttfb_cdf(&report, &dir.join("ttfb-cdf.svg")) {
         tracing::warn!(error = %e, "could not draw the TTFB plot");
     }

@@ -24,7 +24,7 @@ pub mod plot;
 pub mod report;
 
 use crate::scenarios::opts::LabOpts;
-use crate::scenarios::{boxed, Entry, Run};
+use crate::scenarios::{boxed, Entry};
 use report::{PageResult, PagesReport, Setting};
 
 /// The TFO study's client RTTs with R = 100 ms, then the far-origin setting.
@@ -108,12 +108,8 @@ pub const ENTRY: Entry = Entry {
     name: "pages",
     about: "headless Chromium loads four real-shaped pages through every mode, first and returning visits, at r 20/100/200 ms with R 100 ms and at r 16 ms with R 265 ms",
     requests: "loads per page, mode and visit (10)",
-    run: run_boxed,
+    run: |opts| boxed(run(opts)),
 };
-
-fn run_boxed(opts: &LabOpts) -> Run<'_> {
-    boxed(run(opts))
-}
 
 pub async fn run(opts: &LabOpts) -> Result<PagesReport, LabError> {
     let Plan { settings, pages, modes } = plan(opts)?;

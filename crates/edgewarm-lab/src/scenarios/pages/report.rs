@@ -218,10 +218,10 @@ impl PagesReport {
         self.results.iter().filter(|r| r.error.is_some()).count()
     }
 
-    /// report.json and report.md ([`crate::harness::report::save`]) and loads.json (every load
-    /// of every cell), in the run folder (the plots: [`crate::scenarios::pages::plot::draw`]).
+    /// loads.json (every load of every cell), in the run folder, beside the report.json and
+    /// report.md every scenario's run saves ([`crate::scenarios::boxed`]; the plots:
+    /// [`crate::scenarios::pages::plot::draw`]).
     pub fn write(&self, dir: &Path) -> std::io::Result<()> {
-        crate::harness::report::save(self)?;
         let loads: Vec<serde_json::Value> = self
             .results
             .iter()

@@ -36,7 +36,7 @@ use crate::harness::tiers::config::NAME;
 use crate::harness::tiers::{start, write_configs};
 use crate::scenarios::opts::LabOpts;
 use crate::scenarios::spec::Scenario;
-use crate::scenarios::{boxed, Entry, Run};
+use crate::scenarios::{boxed, Entry};
 use crate::tools::load::LoadReport;
 use crate::wan::tiers::{self as net, Tiers};
 pub use report::{CacheCounts, TwoTierReport, Visit, VisitRow};
@@ -52,12 +52,8 @@ pub const ENTRY: Entry = Entry {
     name: "two-tier",
     about: "r 20 ms, R 100 ms: caching edges whose origin is a caching shield 1 ms from the origin; cold, warm shield and warm edge visits, and the origin's request count",
     requests: "objects (40)",
-    run: run_boxed,
+    run: |opts| boxed(run(opts)),
 };
-
-fn run_boxed(opts: &LabOpts) -> Run<'_> {
-    boxed(run(opts))
-}
 
 pub async fn run(opts: &LabOpts) -> Result<TwoTierReport, LabError> {
     let scenario = Scenario::for_lab(opts)?;
@@ -113,7 +109,6 @@ pub async fn run(opts: &LabOpts) -> Result<TwoTierReport, LabError> {
         run_dir: dir.clone(),
         scenario,
     };
-    crate::harness::report::save(&report)?;
     Ok(report)
 }
 

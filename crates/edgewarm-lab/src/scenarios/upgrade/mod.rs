@@ -19,7 +19,7 @@ use crate::scenarios::client::load;
 use crate::scenarios::model::Mode;
 use crate::scenarios::opts::LabOpts;
 use crate::scenarios::spec::{ModeRun, Scenario};
-use crate::scenarios::{boxed, Entry, Run};
+use crate::scenarios::{boxed, Entry};
 use crate::wan::netns::{Topology, EDGE_A, ORIGIN};
 
 /// The two routes a first client takes.
@@ -54,12 +54,8 @@ pub const ENTRY: Entry = Entry {
     name: "upgrade",
     about: "the first clients' TTFB before and after `run --upgrade` and after a restart",
     requests: "rounds (7)",
-    run: run_boxed,
+    run: |opts| boxed(run(opts)),
 };
-
-fn run_boxed(opts: &LabOpts) -> Run<'_> {
-    boxed(run(opts))
-}
 
 pub async fn run(opts: &LabOpts) -> Result<UpgradeReport, LabError> {
     let mut scenario = Scenario::named("default").ok_or_else(|| crate::scenarios::unknown("default"))?;
@@ -155,7 +151,6 @@ pub async fn run(opts: &LabOpts) -> Result<UpgradeReport, LabError> {
         wait_ready(&topo, &log).await?;
     }
     drop(running);
-    crate::harness::report::save(&report)?;
     Ok(report)
 }
 
