@@ -104,3 +104,6 @@ async fn steps<P: NewProcess + OldProcess>(
     handover::serve(config, sockets, process, took_over, lineage).await;
     Ok(())
 }
+
+#[cfg(test)]
+mod tests;

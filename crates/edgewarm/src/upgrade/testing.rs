@@ -1,6 +1,6 @@
-//! What the upgrade tests share: an old process that records what its side asked of it (with
-//! the production [`handover::serve`] running over it on a real Unix socket), and the sockets
-//! it hands over.
+//! What the upgrade tests share: a process that records what the steps of either side asked of
+//! it (with the production [`handover::serve`] running over it on a real Unix socket, it is the
+//! old process of a test), and the sockets it hands over.
 
 use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
@@ -12,11 +12,13 @@ use tokio::task::JoinHandle;
 
 use super::handover::{self, OldProcess};
 use super::lineage::Lineage;
+use super::successor::NewProcess;
+use super::takeover::{self, Handed, Takeover};
 use super::{HandedListener, QuicKeys, RelayPair, Sockets};
 use crate::config::UpgradeConfig;
 use crate::tls::sessions::Exported;
 
-/// What the old side asked of its process, in order.
+/// What the steps asked of the process, in order.
 #[derive(Debug, Clone, PartialEq)]
 pub(super) enum Call {
     TicketKeys,
@@ -25,12 +27,17 @@ pub(super) enum Call {
     Sessions,
     Kill(u32),
     Count(&'static str),
+    /// The new side's: adopted this many sessions.
+    Adopted(usize),
+    Shutdown,
 }
 
-/// The old process as the old side sees it: every call logged, in a watch so that a test
-/// waits for a call instead of polling.
+/// The process as the steps see it: every call logged, in a watch so that a test waits for a
+/// call instead of polling.
 pub(super) struct Recording {
     calls: watch::Sender<Vec<Call>>,
+    /// As a new process: stopped before its listeners accepted.
+    stopped_first: bool,
 }
 
 /// The ticket keys the recording hands over.
@@ -39,6 +46,10 @@ pub(super) const TICKET_KEYS: &str = "keys of the old process";
 pub(super) const STORE: &str = "h3 127.0.0.1:443";
 
 impl Recording {
+    pub(super) fn new(stopped_first: bool) -> Arc<Self> {
+        Arc::new(Self { calls: watch::Sender::new(Vec::new()), stopped_first })
+    }
+
     fn record(&self, call: Call) {
         self.calls.send_modify(|calls| calls.push(call));
     }
@@ -59,8 +70,12 @@ impl Recording {
 
     /// Wait until `n` results have been counted.
     pub(super) async fn until_counted(&self, n: usize) {
-        let mut calls = self.calls.subscribe();
-        let _ = calls.wait_for(|calls| calls.iter().filter(|c| matches!(c, Call::Count(_))).count() >= n).await;
+        self.until(|calls| calls.iter().filter(|c| matches!(c, Call::Count(_))).count() >= n).await;
+    }
+
+    /// Wait until the calls so far satisfy `done`.
+    pub(super) async fn until(&self, done: impl Fn(&[Call]) -> bool) {
+        let _ = self.calls.subscribe().wait_for(|calls| done(calls)).await;
     }
 }
 
@@ -89,6 +104,25 @@ impl OldProcess for Recording {
     }
 }
 
+impl NewProcess for Recording {
+    async fn warm(&self, _limit: Duration) -> bool {
+        true
+    }
+    async fn accepting(&self) -> bool {
+        !self.stopped_first
+    }
+    fn adopt_sessions(&self, sessions: &[(String, Exported)]) -> usize {
+        self.record(Call::Adopted(sessions.len()));
+        sessions.len()
+    }
+    fn shutdown(&self) {
+        self.record(Call::Shutdown);
+    }
+    fn count(&self, result: &'static str) {
+        self.record(Call::Count(result));
+    }
+}
+
 /// A real old side: [`handover::serve`] over a [`Recording`], on a socket in its own
 /// temporary directory.
 pub(super) struct OldSide {
@@ -110,7 +144,7 @@ impl OldSide {
     pub(super) fn start() -> Self {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("upgrade.sock");
-        let process = Arc::new(Recording { calls: watch::Sender::new(Vec::new()) });
+        let process = Recording::new(false);
         let lineage = Arc::new(Lineage::default());
         let (sockets, listen) = sockets();
         let config = UpgradeConfig { socket: path.clone(), warm_timeout: WARM_TIMEOUT };
@@ -124,6 +158,11 @@ impl OldSide {
     /// A connection to the old side, once it listens (it binds in its own task).
     pub(super) async fn connect(&self) -> tokio::net::UnixStream {
         connect(&self.path).await
+    }
+
+    /// The new side's first step, by the production code: its hello, the sockets back.
+    pub(super) async fn takeover(&self) -> (Takeover, Handed) {
+        until_listening(&self.path, || takeover::connect(&self.path)).await
     }
 }
 
@@ -154,7 +193,7 @@ pub(super) fn admin() -> (std::net::SocketAddr, OwnedFd) {
 
 /// What an old side hands over: the admin socket and one listener with HTTP/3 (a TCP socket, a
 /// UDP socket and its relay), all on 127.0.0.1. The listener's address.
-fn sockets() -> (Sockets, std::net::SocketAddr) {
+pub(super) fn sockets() -> (Sockets, std::net::SocketAddr) {
     let tcp = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let listen = tcp.local_addr().unwrap();
     let udp = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();

@@ -1,20 +1,19 @@
 //! Each step of the old side and each fault, on a real Unix socket: the production new side's
-//! messages ([`takeover`]) where it can play the part, the wire protocol spoken by hand where
-//! the new process must misbehave. The old process is a recording of what the old side asked of
-//! it; timeouts run on tokio's paused clock.
+//! messages ([`crate::upgrade::takeover`]) where it can play the part, the wire protocol spoken
+//! by hand where the new process must misbehave. The old process is a recording of what the old
+//! side asked of it; timeouts run on tokio's paused clock.
 
 use tokio::net::UnixStream;
 use tokio::time::Instant;
 
 use super::*;
-use crate::upgrade::takeover;
 use crate::upgrade::testing::{Call, OldSide, STORE, TICKET_KEYS, WARM_TIMEOUT};
 
 /// A well-behaved new process takes over from `old`, which then has stopped once, handed its
 /// sessions over, counted the upgrade and returned. What it handed over first.
-async fn hands_over(old: OldSide) -> takeover::Handed {
+async fn hands_over(old: OldSide) -> crate::upgrade::takeover::Handed {
     let before = old.process.calls().len();
-    let (takeover, handed) = old.until_listening().await;
+    let (takeover, handed) = old.takeover().await;
     assert_eq!(handed.ticket_keys, TICKET_KEYS);
     assert!(handed.quic.is_some(), "the HTTP/3 keys go along");
     assert_eq!(old.process.calls()[before..], [Call::TicketKeys, Call::QuicKeys], "no stop before it serves");
@@ -33,11 +32,6 @@ async fn hands_over(old: OldSide) -> takeover::Handed {
 }
 
 impl OldSide {
-    /// The new side's first step, by the production code: its hello, the sockets back.
-    async fn until_listening(&self) -> (takeover::Takeover, takeover::Handed) {
-        crate::upgrade::testing::until_listening(&self.path, || takeover::connect(&self.path)).await
-    }
-
     /// A hand-spoken new side's hello (from a binary without relays), and the sockets back.
     async fn hello(&self) -> UnixStream {
         let stream = self.connect().await;
@@ -74,7 +68,7 @@ async fn a_new_process_that_serves_gets_the_sockets_then_the_sessions() {
 #[tokio::test]
 async fn a_new_process_gone_before_serving_is_abandoned() {
     let old = OldSide::start();
-    drop(old.until_listening().await);
+    drop(old.takeover().await);
     old.process.until_counted(1).await;
     assert_eq!(old.process.calls(), [Call::TicketKeys, Call::QuicKeys, Call::Count("abandoned")]);
     hands_over(old).await;
