@@ -3,15 +3,14 @@
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
 
 use clap::{Parser, Subcommand, ValueEnum};
 use edgewarm::config::Config;
 use edgewarm::route::RouteTable;
 use edgewarm::server::{Bound, Server};
 use edgewarm::tls::client::Resumption;
+use edgewarm::upgrade::steps::Upgrades;
 use edgewarm::upgrade::successor;
 use tokio::signal::unix::{signal, SignalKind};
 
@@ -179,11 +178,6 @@ impl<E: Into<anyhow::Error>> From<E> for RunError {
     }
 }
 
-/// How long a process that has handed over (or failed to take over) waits for the last step.
-const LAST_STEP: Duration = Duration::from_secs(65);
-/// Beyond the grace period: how long a drained process waits for an older one it relays to.
-const OLDER_SLACK: Duration = Duration::from_secs(10);
-
 async fn run(path: PathBuf, config: Config, upgrade: bool) -> Result<(), RunError> {
     // Certificates and keys are loaded here, still before any port is bound. The pools start
     // warming now: during an upgrade, while the sockets are handed over.
@@ -220,95 +214,14 @@ async fn run(path: PathBuf, config: Config, upgrade: bool) -> Result<(), RunErro
     };
     let admin_addr = bound.admin.local_addr()?;
     tracing::info!(admin = %admin_addr, version = env!("CARGO_PKG_VERSION"), "edgewarm starting");
-    let admin_stop = tokio_util::sync::CancellationToken::new();
-    let admin =
-        tokio::spawn(edgewarm::admin::serve(bound.admin, server.admin_state(), admin_stop.clone().cancelled_owned()));
-    let last_step = Arc::new(AtomicBool::new(false));
-    // The process this one took over from, once it has agreed.
-    let older = Arc::new(AtomicU32::new(0));
-    let serving = tokio::spawn(serving(
-        server.clone(),
-        takeover,
-        config.upgrade.clone(),
-        next_upgrade,
-        admin_stop.clone(),
-        (last_step.clone(), older.clone()),
-    ));
+    let admin = tokio::spawn(server.admin(bound.admin));
+    let upgrades = Upgrades::start(server.clone(), takeover, config.upgrade.clone(), next_upgrade);
     server.run(bound.listeners).await;
-    admin_stop.cancel();
+    server.stop_admin();
     let _ = admin.await;
-    // Handed over while an older process still drains: this one relays its HTTP/3 datagrams
-    // from the newer process, so it stays until that one has gone (whose own drain is bounded).
-    let older = older.load(Ordering::Acquire);
-    if server.quic_relaying() && older != 0 {
-        let limit = config.timeouts.shutdown_grace + OLDER_SLACK;
-        if !edgewarm::upgrade::outlive(older, limit).await {
-            tracing::warn!(older_pid = older, "the older process still runs; its HTTP/3 clients lose their relay");
-        }
-    }
-    // An upgrade's last step (the sessions on their way to the new process, or a failed
-    // takeover's verdict) ends before the process does.
-    let outcome = if last_step.load(Ordering::Acquire) {
-        tokio::time::timeout(LAST_STEP, serving).await.ok().and_then(Result::ok).unwrap_or(Ok(()))
-    } else {
-        serving.abort();
-        Ok(())
-    };
+    let outcome = upgrades.end(server.quic_relaying(), config.timeouts.shutdown_grace).await;
     tracing::info!("edgewarm stopped");
     outcome.map_err(|e| RunError::Other(anyhow::anyhow!("upgrade: {e}; the running process serves on")))
-}
-
-/// Once the listeners accept: take over from the old process (if upgrading), tell systemd, and
-/// listen for the next upgrade. Once this process has handed over, its admin listener closes:
-/// `/metrics` and `/ready` are the new process's from then on. An error: the old process did
-/// not hand over, so this one has stopped accepting and drains.
-async fn serving(
-    server: Arc<Server>,
-    takeover: Option<edgewarm::upgrade::takeover::Takeover>,
-    upgrade: edgewarm::config::UpgradeConfig,
-    sockets: edgewarm::upgrade::Sockets,
-    admin_stop: tokio_util::sync::CancellationToken,
-    (last_step, older): (Arc<AtomicBool>, Arc<AtomicU32>),
-) -> Result<(), edgewarm::upgrade::UpgradeError> {
-    let took_over = takeover.is_some();
-    match takeover {
-        // MAINPID moves when the old process commits (it tells systemd itself) and again below:
-        // never before, or a new process the old one kills as too late would leave systemd with
-        // a dead main process.
-        Some(takeover) => match successor::take_over(takeover, &*server).await {
-            Ok(old) => older.store(old, Ordering::Release),
-            Err(e) => {
-                // The old process serves on; this one has stopped accepting, and its verdict
-                // is the process's last step.
-                last_step.store(true, Ordering::Release);
-                return Err(e);
-            }
-        },
-        None => {
-            if !edgewarm::upgrade::successor::NewProcess::accepting(&*server).await {
-                return Ok(());
-            }
-        }
-    }
-    let _ = sd_notify::notify(&[sd_notify::NotifyState::MainPid(std::process::id()), sd_notify::NotifyState::Ready]);
-    let (keys, quic, stop, sessions) = (server.clone(), server.clone(), server.clone(), server.clone());
-    let process = edgewarm::upgrade::handover::Process {
-        upgrades: server.metrics().upgrades.clone(),
-        ticket_keys: Box::new(move || keys.ticket_keys()),
-        quic_keys: Box::new(move || quic.quic_keys()),
-        stop: Box::new(move || {
-            last_step.store(true, Ordering::Release);
-            // Before the shutdown: its QUIC connections drain on relayed datagrams.
-            stop.hand_over_quic();
-            stop.shutdown();
-            // `/ready` and `/metrics` are the new process's from now on: a probe that reached
-            // this one would see 503 while it drains.
-            admin_stop.cancel();
-        }),
-        sessions: Box::new(move || sessions.hand_over_sessions()),
-    };
-    edgewarm::upgrade::handover::serve(upgrade, sockets, process, took_over).await;
-    Ok(())
 }
 
 /// SIGUSR2 (`kill -USR2` to the unit's main PID): start the binary now at this

@@ -12,10 +12,10 @@
 //! The sockets themselves are bound (or taken over from an older process) in [`bind`].
 
 mod bind;
+mod upgrade;
 
 pub use bind::{Bound, Listener};
 
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -59,6 +59,8 @@ pub struct Server {
     bound_config: std::sync::Mutex<Config>,
     /// Accepting and not draining: read by `/ready`, and awaited by an upgrade's new side.
     ready: tokio::sync::watch::Sender<bool>,
+    /// Ends [`Server::admin`]: once drained, or at once on handing over to a new process.
+    admin_stop: CancellationToken,
     /// Last: dropping the server ends the worker threads and what still runs on them.
     _workers: Workers,
 }
@@ -132,6 +134,7 @@ impl Server {
             resolver,
             bound_config: std::sync::Mutex::new(config.clone()),
             ready: tokio::sync::watch::Sender::new(false),
+            admin_stop: CancellationToken::new(),
             _workers: workers,
         }))
     }
@@ -164,6 +167,16 @@ impl Server {
                 })
             },
         }
+    }
+
+    /// Serve the admin listener until [`Server::stop_admin`] (or a hand-over).
+    pub fn admin(&self, listener: tokio::net::TcpListener) -> impl std::future::Future<Output = ()> + Send + 'static {
+        crate::admin::serve(listener, self.admin_state(), self.admin_stop.clone().cancelled_owned())
+    }
+
+    /// Close the admin listener.
+    pub fn stop_admin(&self) {
+        self.admin_stop.cancel();
     }
 
     pub(crate) fn snapshot(&self) -> Arc<Snapshot> {
@@ -285,43 +298,21 @@ impl Server {
         }
     }
 
-    /// The HTTP/3 endpoints' keys, for the next process of an upgrade.
-    pub fn quic_keys(&self) -> QuicKeys {
-        self.listeners.quic.keys()
-    }
-
     /// Take the previous process's HTTP/3 keys over (before [`Server::run`]): its connection
     /// IDs are then known here, and relayed to it while it drains.
     pub fn adopt_quic_keys(&self, old: &QuicKeys) -> std::io::Result<()> {
         self.listeners.quic.adopt(old)
     }
 
-    /// The next process has taken over: the UDP sockets are its to read from now on, and this
-    /// process's QUIC connections get their datagrams relayed by it.
-    pub fn hand_over_quic(&self) {
-        self.listeners.quic.handed_over.store(true, Ordering::Relaxed);
-    }
-
-    /// [`Server::hand_over_quic`] was called and there are HTTP/3 endpoints: they may be relaying
-    /// for an older process.
+    /// This process has handed over ([`crate::upgrade::handover::OldProcess::stop`]) and there
+    /// are HTTP/3 endpoints: they may be relaying for an older process.
     pub fn quic_relaying(&self) -> bool {
         self.listeners.quic.relaying()
-    }
-
-    /// The process's session-ticket keys, for the next process of an upgrade.
-    pub fn ticket_keys(&self) -> String {
-        self.resumption.process_keys().export()
     }
 
     /// Take the previous process's ticket keys over: its clients' tickets resume here.
     pub fn adopt_ticket_keys(&self, exported: &str) -> Result<(), String> {
         self.resumption.process_keys().adopt(exported)
-    }
-
-    /// Every 0-RTT session store's sessions, for the next process of an upgrade; from now on
-    /// they resume nothing here.
-    pub fn hand_over_sessions(&self) -> Vec<(String, crate::tls::sessions::Exported)> {
-        self.resumption.hand_over_sessions()
     }
 
     /// The previous process's sessions: returning clients resume (and send 0-RTT) here. How many.
@@ -348,34 +339,5 @@ impl Server {
     pub fn cut_now(&self) {
         self.shutdown();
         self.listeners.cut.cancel();
-    }
-}
-
-/// The new side of an upgrade ([`crate::upgrade::successor`]) runs in this process.
-impl crate::upgrade::successor::NewProcess for Server {
-    async fn warm(&self, limit: Duration) -> bool {
-        self.wait_warm(limit).await
-    }
-
-    async fn accepting(&self) -> bool {
-        let mut ready = self.ready.subscribe();
-        tokio::select! {
-            // A stop between the listeners' start and here: ready may have been seen for a
-            // moment, so the stop is checked again.
-            accepting = ready.wait_for(|r| *r) => accepting.is_ok() && !self.is_stopping(),
-            () = self.listeners.stop.cancelled() => false,
-        }
-    }
-
-    fn adopt_sessions(&self, sessions: &[(String, crate::tls::sessions::Exported)]) -> usize {
-        Server::adopt_sessions(self, sessions)
-    }
-
-    fn shutdown(&self) {
-        Server::shutdown(self);
-    }
-
-    fn count(&self, result: &'static str) {
-        self.metrics.upgrades.get_or_create(&ResultLabel { result }).inc();
     }
 }

@@ -1,19 +1,24 @@
 //! The old side of an upgrade: listen on `upgrade.socket`, hand the sockets to a new process,
-//! and stop accepting once it says it serves.
+//! and stop accepting once it says it serves; the process behind [`OldProcess`].
+//!
+//! ```text
+//!  accept ─▶ hello ─▶ sockets ─▶ serving ─▶ Stopping ─▶ acknowledged ─▶ stop, sessions: handed_over
+//!    ▲         │                   │                      │
+//!    │         │ closed at once: a probe (not counted)    │ anything else, or too late:
+//!    │         │ anything else, or too late: abandoned    │ killed if still there; abandoned
+//!    └─────────┴───────────────────┴──────────────────────┘ (serving on, as before)
+//! ```
 
 use std::os::fd::AsFd;
 use std::path::Path;
 use std::time::Duration;
 
-use prometheus_client::metrics::counter::Counter;
-use prometheus_client::metrics::family::Family;
-
 use tokio::net::{UnixListener, UnixStream};
 
+use super::lineage::Lineage;
 use super::wire::{self, Msg};
-use super::{Sockets, UpgradeError};
+use super::{QuicKeys, Sockets, UpgradeError};
 use crate::config::UpgradeConfig;
-use crate::metrics::ResultLabel;
 use crate::tls::sessions::Exported;
 
 /// How long a new process may take to say hello, and to acknowledge `Stopping`.
@@ -23,26 +28,37 @@ const SERVING_SLACK: Duration = Duration::from_secs(30);
 /// How long sending the 0-RTT sessions may take before the draining process gives up on it.
 const SESSIONS_TIMEOUT: Duration = Duration::from_secs(30);
 
-/// What the hand-over needs of the running process.
-pub struct Process {
-    /// `edgewarm_upgrades_total`.
-    pub upgrades: Family<ResultLabel, Counter>,
+/// What the old side needs of the process it runs in ([`crate::server::Server`]).
+pub trait OldProcess: Send + Sync {
     /// The session-ticket keys, at the moment of a hand-over.
-    pub ticket_keys: Box<dyn Fn() -> String + Send + Sync>,
+    fn ticket_keys(&self) -> String;
     /// The HTTP/3 endpoints' keys.
-    pub quic_keys: Box<dyn Fn() -> super::QuicKeys + Send + Sync>,
-    /// Stop accepting (the server then drains), and leave the UDP sockets to the new process.
-    pub stop: Box<dyn Fn() + Send + Sync>,
-    /// The 0-RTT session stores, taken once accepting has stopped.
-    pub sessions: Box<dyn Fn() -> Vec<(String, Exported)> + Send + Sync>,
+    fn quic_keys(&self) -> QuicKeys;
+    /// The new process serves: stop accepting (the process then drains), leave the UDP sockets
+    /// to it, and close the admin listener (`/ready` and `/metrics` are the new one's now).
+    fn stop(&self);
+    /// The 0-RTT session stores, taken once accepting has stopped: from then on they resume
+    /// nothing here.
+    fn hand_over_sessions(&self) -> Vec<(String, Exported)>;
+    /// End a new process that has `Stopping` but did not acknowledge it ([`kill`]).
+    fn kill_new(&self, pid: u32);
+    /// `edgewarm_upgrades_total{result}` (the old side's results).
+    fn count(&self, result: &'static str);
 }
 
 /// Serve upgrade requests until one succeeds; then the process has stopped accepting (it
-/// drains: [`Process::stop`] ran) and its 0-RTT sessions have gone to the new process. Without
-/// the socket (another edgewarm owns the path, no permission) it logs once and returns: the
-/// proxy serves on, only upgrades are off. `took_over`: this process has just taken over,
-/// so the path's listener is the old process's, on its way out: replaced.
-pub async fn serve(config: UpgradeConfig, sockets: Sockets, process: Process, took_over: bool) {
+/// drains: [`OldProcess::stop`] ran, with the upgrade's last step begun in `lineage`) and its
+/// 0-RTT sessions have gone to the new process. Without the socket (another edgewarm owns the
+/// path, no permission) it logs once and returns: the proxy serves on, only upgrades are off.
+/// `took_over`: this process has just taken over, so the path's listener is the old process's,
+/// on its way out: replaced.
+pub async fn serve<P: OldProcess>(
+    config: UpgradeConfig,
+    sockets: Sockets,
+    process: &P,
+    took_over: bool,
+    lineage: &Lineage,
+) {
     let listener = match bind(&config.socket, took_over).await {
         Ok(l) => l,
         Err(e) => {
@@ -51,7 +67,6 @@ pub async fn serve(config: UpgradeConfig, sockets: Sockets, process: Process, to
         }
     };
     tracing::info!(socket = %config.socket.display(), "listening for upgrades");
-    let count = |result: &'static str| process.upgrades.get_or_create(&ResultLabel { result }).inc();
     loop {
         let stream = match listener.accept().await {
             Ok((stream, _)) => stream,
@@ -62,27 +77,28 @@ pub async fn serve(config: UpgradeConfig, sockets: Sockets, process: Process, to
                 continue;
             }
         };
-        match hand_over(&stream, &sockets, &process, config.warm_timeout + SERVING_SLACK).await {
+        match hand_over(&stream, &sockets, process, config.warm_timeout + SERVING_SLACK, lineage).await {
             Ok(()) => {
-                count("handed_over");
+                process.count("handed_over");
                 return;
             }
             // Connected and closed without a word: another process checking whether this
             // socket is alive (see `bind`), not an upgrade.
             Err(UpgradeError::Probe) => {}
             Err(e) => {
-                count("abandoned");
+                process.count("abandoned");
                 tracing::warn!(error = %e, "upgrade abandoned, still serving");
             }
         }
     }
 }
 
-async fn hand_over(
+async fn hand_over<P: OldProcess>(
     stream: &UnixStream,
     sockets: &Sockets,
-    process: &Process,
+    process: &P,
     serving_timeout: Duration,
+    lineage: &Lineage,
 ) -> Result<(), UpgradeError> {
     let cred = stream.peer_cred()?;
     let own = rustix::process::geteuid().as_raw();
@@ -115,9 +131,9 @@ async fn hand_over(
     let relays: Vec<_> = sockets.listeners.iter().flat_map(|l| l.relays.iter().map(AsFd::as_fd)).collect();
     let udp = sockets.listeners.iter().map(|l| l.udp.len()).sum::<usize>();
     let relays = takes_relays && relays.len() == udp && relays.len() <= wire::MAX_FDS && udp > 0;
-    let ticket_keys = (process.ticket_keys)();
+    let ticket_keys = process.ticket_keys();
     let wait_ms = u64::try_from(serving_timeout.as_millis()).unwrap_or(u64::MAX);
-    let quic = Some((process.quic_keys)());
+    let quic = Some(process.quic_keys());
     let msg = Msg::Sockets { admin: sockets.admin.0, listeners, ticket_keys, wait_ms, quic, relays };
     wire::send(stream, &msg, &fds).await?;
     if relays {
@@ -136,7 +152,7 @@ async fn hand_over(
         // serves, and systemd hears that this one is still the main process. (A closed or
         // reset stream means it is gone already: its pid is not ours to signal.)
         if matches!(e, UpgradeError::Timeout(_) | UpgradeError::Protocol(_)) {
-            kill(pid);
+            process.kill_new(pid);
             let _ = sd_notify::notify(&[sd_notify::NotifyState::MainPid(std::process::id())]);
         }
         return Err(e);
@@ -144,9 +160,11 @@ async fn hand_over(
     tracing::info!(new_pid = pid, "upgrade: the new process serves; this one stops accepting and drains");
     // systemd follows the new process as the service's main one; before this one can exit.
     let _ = sd_notify::notify(&[sd_notify::NotifyState::MainPid(pid)]);
-    (process.stop)();
+    // Before the stop: the process's end waits for the sessions once its drain is over.
+    lineage.begin_last_step();
+    process.stop();
     // Taken after accepting stopped: no session is used here once it has crossed.
-    let sessions = (process.sessions)();
+    let sessions = process.hand_over_sessions();
     let sent = tokio::time::timeout(SESSIONS_TIMEOUT, wire::send(stream, &Msg::Sessions { sessions }, &[])).await;
     if !matches!(sent, Ok(Ok(()))) {
         tracing::warn!("upgrade: the 0-RTT sessions did not reach the new process; its returning clients do 1-RTT");
@@ -155,7 +173,7 @@ async fn hand_over(
 }
 
 /// SIGKILL to a new process that did not finish its side of the hand-over.
-fn kill(pid: u32) {
+pub fn kill(pid: u32) {
     let Some(target) = i32::try_from(pid).ok().and_then(rustix::process::Pid::from_raw) else { return };
     match rustix::process::kill_process(target, rustix::process::Signal::KILL) {
         Ok(()) => tracing::warn!(new_pid = pid, "upgrade: the new process did not acknowledge stopping; killed it"),
@@ -196,3 +214,6 @@ pub async fn bind(path: &Path, replace: bool) -> std::io::Result<UnixListener> {
     std::fs::set_permissions(path, std::os::unix::fs::PermissionsExt::from_mode(0o600))?;
     Ok(listener)
 }
+
+#[cfg(test)]
+mod tests;

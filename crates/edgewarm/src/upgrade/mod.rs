@@ -31,12 +31,19 @@
 //! after upgrades in quick succession, along the chain of processes still draining.
 //!
 //! - [`wire`]: the messages, and file descriptors over the stream (`SCM_RIGHTS`).
-//! - [`handover`]: the old side; [`takeover`]: the new side's messages; [`successor`]: the new
-//!   side's steps (warm, ask, acknowledge, serve, abandon).
+//! - [`handover`]: the old side's steps, behind [`handover::OldProcess`]; [`takeover`]: the new
+//!   side's messages; [`successor`]: the new side's steps (warm, ask, acknowledge, serve,
+//!   abandon), behind [`successor::NewProcess`].
+//! - [`steps`]: both sides in one process's life, and what its end waits for; [`lineage`]: what
+//!   the steps leave for that end to read.
 
 pub mod handover;
+pub mod lineage;
+pub mod steps;
 pub mod successor;
 pub mod takeover;
+#[cfg(test)]
+mod testing;
 pub mod wire;
 
 use std::io;

@@ -1,23 +1,19 @@
 //! Each step of the new side and each fault, against a real old side on a real Unix socket:
-//! the production [`handover::serve`] where it can play the part, the wire protocol spoken by
-//! hand where the old process must misbehave. The new process is a recording of what the new
-//! side asked of it.
+//! the production [`crate::upgrade::handover::serve`] where it can play the part, the wire
+//! protocol spoken by hand where the old process must misbehave. The new process is a
+//! recording of what the new side asked of it.
 
-use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Mutex;
 use std::time::Duration;
 
-use prometheus_client::metrics::counter::Counter;
-use prometheus_client::metrics::family::Family;
 use tokio::net::UnixListener;
 
 use super::*;
-use crate::config::UpgradeConfig;
-use crate::metrics::ResultLabel;
+use crate::upgrade::takeover;
+use crate::upgrade::testing::{admin, until_listening, OldSide};
 use crate::upgrade::wire::{self, Msg};
-use crate::upgrade::{handover, takeover, QuicKeys, Sockets};
 
 /// The new process as the new side sees it: what it answers, and what it was asked.
 #[derive(Default)]
@@ -48,81 +44,35 @@ impl NewProcess for Recorded {
     }
 }
 
-fn socket_path(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("edgewarm-successor-{}-{name}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    dir.join("upgrade.sock")
-}
-
-/// An admin socket to hand over (the only one: no listeners).
-fn admin() -> (std::net::SocketAddr, OwnedFd) {
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    (listener.local_addr().unwrap(), listener.into())
-}
-
-/// The real old side on `path`: its upgrade counter, and whether it was told to stop.
-fn old_process(path: &Path) -> (Family<ResultLabel, Counter>, Arc<AtomicBool>) {
-    let upgrades = Family::<ResultLabel, Counter>::default();
-    let stopped = Arc::new(AtomicBool::new(false));
-    let stop = stopped.clone();
-    let process = handover::Process {
-        upgrades: upgrades.clone(),
-        ticket_keys: Box::new(String::new),
-        quic_keys: Box::new(|| QuicKeys::random().unwrap()),
-        stop: Box::new(move || stop.store(true, Ordering::Relaxed)),
-        sessions: Box::new(Vec::new),
-    };
-    let config = UpgradeConfig { socket: path.to_path_buf(), warm_timeout: Duration::from_secs(5) };
-    let sockets = Sockets { admin: admin(), listeners: Vec::new() };
-    tokio::spawn(handover::serve(config, sockets, process, false));
-    (upgrades, stopped)
-}
-
-fn counted(upgrades: &Family<ResultLabel, Counter>, result: &'static str) -> u64 {
-    upgrades.get_or_create(&ResultLabel { result }).get()
-}
-
 /// Connect once the old side listens (it binds in its own task).
 async fn connect(path: &Path) -> takeover::Takeover {
-    for _ in 0..200 {
-        if let Ok((takeover, _)) = takeover::connect(path).await {
-            return takeover;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    panic!("the old side never listened on {}", path.display());
+    until_listening(path, || takeover::connect(path)).await.0
 }
 
 #[tokio::test]
 async fn the_old_process_agrees_stops_and_hands_its_sessions_over() {
-    let path = socket_path("agrees");
-    let (upgrades, stopped) = old_process(&path);
+    let old_side = OldSide::start();
     let new = Recorded::default();
-    let old = take_over(connect(&path).await, &new).await.expect("took over");
+    let old = take_over(connect(&old_side.path).await, &new).await.expect("took over");
     assert_eq!(old, std::process::id(), "the old side's pid, the kernel's word (one process here)");
-    assert!(stopped.load(Ordering::Relaxed), "the old process stopped accepting");
     assert_eq!(*new.counted.lock().unwrap(), ["took_over"]);
     assert_eq!(new.adopted.load(Ordering::Relaxed), 1, "its sessions adopted");
     assert!(!new.shut.load(Ordering::Relaxed));
-    assert_eq!(counted(&upgrades, "handed_over"), 1);
+    old_side.serving.await.unwrap();
+    assert_eq!(old_side.process.stops(), 1, "the old process stopped accepting");
+    assert_eq!(old_side.process.counted(), ["handed_over"]);
 }
 
 #[tokio::test]
 async fn a_new_process_stopped_before_it_serves_leaves_the_old_one_serving() {
-    let path = socket_path("stopped");
-    let (upgrades, stopped) = old_process(&path);
+    let old_side = OldSide::start();
     let new = Recorded { stopped_first: true, ..Default::default() };
-    let e = take_over(connect(&path).await, &new).await.expect_err("stopped first");
+    let e = take_over(connect(&old_side.path).await, &new).await.expect_err("stopped first");
     assert!(matches!(e, UpgradeError::Stopped), "{e}");
     // The stream closed with the takeover: the old side abandons and serves on.
-    for _ in 0..500 {
-        if counted(&upgrades, "abandoned") == 1 {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    assert_eq!(counted(&upgrades, "abandoned"), 1);
-    assert!(!stopped.load(Ordering::Relaxed), "the old process was never told to stop");
+    old_side.process.until_counted(1).await;
+    assert_eq!(old_side.process.counted(), ["abandoned"]);
+    assert_eq!(old_side.process.stops(), 0, "the old process was never told to stop");
     assert!(new.counted.lock().unwrap().is_empty(), "nothing taken over");
 }
 
@@ -134,9 +84,12 @@ enum Then {
     Hold,
 }
 
-/// An old side spoken by hand: the sockets, then `then` once asked to stop.
-async fn scripted_old(path: &Path, then: Then) {
-    let listener = UnixListener::bind(path).unwrap();
+/// An old side spoken by hand, listening in a directory of its own: the sockets, then `then`
+/// once asked to stop. Its socket's path.
+fn scripted_old(then: Then) -> (tempfile::TempDir, PathBuf) {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("upgrade.sock");
+    let listener = UnixListener::bind(&path).unwrap();
     tokio::spawn(async move {
         let (stream, _) = listener.accept().await.unwrap();
         let _hello = wire::recv(&stream, wire::MAX_FROM_NEW).await.unwrap();
@@ -157,13 +110,13 @@ async fn scripted_old(path: &Path, then: Then) {
         }
         drop(stream);
     });
+    (dir, path)
 }
 
 /// The old process goes away when asked (it crashed, or abandoned): this one stops accepting.
 #[tokio::test]
 async fn an_old_process_gone_when_asked_makes_this_one_stop() {
-    let path = socket_path("gone");
-    scripted_old(&path, Then::Close).await;
+    let (_dir, path) = scripted_old(Then::Close);
     let new = Recorded::default();
     let e = take_over(connect(&path).await, &new).await.expect_err("no agreement");
     assert!(matches!(e, UpgradeError::Closed), "{e}");
@@ -174,8 +127,7 @@ async fn an_old_process_gone_when_asked_makes_this_one_stop() {
 /// The old process never answers: after the wait (on tokio's paused clock), this one stops.
 #[tokio::test(start_paused = true)]
 async fn an_old_process_that_never_agrees_makes_this_one_stop() {
-    let path = socket_path("silent");
-    scripted_old(&path, Then::Hold).await;
+    let (_dir, path) = scripted_old(Then::Hold);
     let new = Recorded::default();
     let e = take_over(connect(&path).await, &new).await.expect_err("no agreement");
     assert!(matches!(e, UpgradeError::Timeout(_)), "{e}");
