@@ -42,7 +42,7 @@ impl RouteCache {
     pub(crate) fn answer(&self, mut response: Response<OriginBody>, result: CacheResult, status: &Status) -> Sent {
         status.append_to(response.headers_mut());
         self.count(result);
-        Sent { response, conn: None, reused: false, cache: Some(result), server: None }
+        Sent::local(response).noted(result)
     }
 
     /// A request that joined another's fetch: its head, and its body as it arrives (`fwd`:

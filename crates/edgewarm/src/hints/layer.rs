@@ -111,7 +111,7 @@ mod tests {
             let mut response = Response::new(OriginBody::new(http_body_util::Empty::new(), Box::new(())));
             response.headers_mut().insert("content-type", HeaderValue::from_static("text/html"));
             response.headers_mut().insert("link", HeaderValue::from_static("</a.css>; rel=preload; as=style"));
-            Box::pin(async move { Ok(Sent { response, conn: None, reused: false, cache: None, server: None }) })
+            Box::pin(async move { Ok(Sent::local(response)) })
         }
 
         fn upgrade<'a>(&'a self, _: Upgrade<'a>) -> BoxFuture<'a, Result<Upgraded, OriginError>> {

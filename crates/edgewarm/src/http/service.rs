@@ -30,9 +30,11 @@ use super::retry::{Next, Policy};
 use super::{Body, BoxError, ClientBody};
 use crate::accesslog::RequestLog;
 use crate::limits::reclaim::Activity;
-use crate::metrics::{ClientProtocol, EarlyOutcome, HttpError, HttpMetrics, RouteEarly, RouteHttpMetrics, RouteName};
+use crate::metrics::{
+    CacheResult, ClientProtocol, EarlyOutcome, HttpError, HttpMetrics, RouteEarly, RouteHttpMetrics, RouteName,
+};
 use crate::origin::body::{BodyEnd, OnEnd};
-use crate::origin::seam::{Affinity, Origin, OutBody, Outgoing, Sent};
+use crate::origin::seam::{Affinity, Asked, Origin, OutBody, Outgoing, Sent, ServedBy};
 use crate::route::HttpRoute;
 use crate::snapshot::Snapshot;
 
@@ -272,7 +274,7 @@ impl Service {
         let (began, tried) = (tokio::time::Instant::now(), AtomicU64::new(0));
         // Who asked, for the route's limits: on the first send only (a resend is the edge's,
         // a 425's included).
-        let mut client = Some(self.conn.client.ip());
+        let mut client = Some(Asked { address: self.conn.client.ip(), head: &client_head });
         loop {
             policy.attempt();
             let timeout = self.conn.snapshot.timeouts.origin_response;
@@ -297,8 +299,8 @@ impl Service {
                     Next::Again | Next::Stop => {
                         rlog.origin_conn = sent.conn;
                         rlog.reused = sent.reused;
-                        rlog.cache = sent.cache;
-                        rlog.server = sent.server.clone();
+                        rlog.cache = sent.notes.get::<CacheResult>().copied();
+                        rlog.server = sent.notes.get::<ServedBy>().map(|s| s.0.clone());
                         rlog.ttfb = Some(started.elapsed());
                         return Ok(sent);
                     }

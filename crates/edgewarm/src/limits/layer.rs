@@ -105,15 +105,15 @@ fn refusal(Refused(status, text, retry_after): Refused) -> Response<http_body_ut
 
 impl Limited {
     /// The route's lists and rate for one request of `client`'s, counted when they refuse it;
-    /// `header` reads a request header (for `by: header`).
-    fn check(&self, client: IpAddr, header: impl FnOnce(&str) -> Option<Vec<u8>>) -> Result<(), Refused> {
+    /// `headers` are the client's (for `by: header`).
+    fn check(&self, client: IpAddr, headers: &http::HeaderMap) -> Result<(), Refused> {
         if !self.access.admits(client) {
             self.denied.inc();
             return Err(Refused(StatusCode::FORBIDDEN, "forbidden\n", None));
         }
         if let Some((by, rate)) = &self.rate {
             let header = match by {
-                RateKey::Header(name) => header(name.as_str()),
+                RateKey::Header(name) => headers.get(name.as_str()).map(|v| v.as_bytes().to_vec()),
                 RateKey::Client => None,
             };
             let key = header.unwrap_or_else(|| client_key(client, RATE_PREFIX).to_be_bytes().to_vec());
@@ -131,10 +131,9 @@ impl Origin for Limited {
     fn send<'a>(&'a self, out: Outgoing<'a>) -> BoxFuture<'a, Result<Sent, SendFailure>> {
         // The edge's own requests (probes, revalidations) have no client and are not limited.
         let Some(client) = out.client else { return self.inner.send(out) };
-        let build = &mut *out.build;
-        if let Err(refused) = self.check(client, |name| build().headers().get(name).map(|v| v.as_bytes().to_vec())) {
+        if let Err(refused) = self.check(client.address, client.head.headers()) {
             let response = refusal(refused).map(|body| OriginBody::new(body, Box::new(())));
-            let sent = Sent { response, conn: None, reused: false, cache: None, server: None };
+            let sent = Sent::local(response);
             return Box::pin(async { Ok(sent) });
         }
         self.inner.send(out)
@@ -143,8 +142,7 @@ impl Origin for Limited {
     /// An upgrade is one request of the client's: refused like any other (counted the same),
     /// however long it would have lasted.
     fn upgrade<'a>(&'a self, up: Upgrade<'a>) -> BoxFuture<'a, Result<Upgraded, OriginError>> {
-        let head = &up.head;
-        if let Err(refused) = self.check(up.address, |name| head.headers().get(name).map(|v| v.as_bytes().to_vec())) {
+        if let Err(refused) = self.check(up.address, up.head.headers()) {
             let response = refusal(refused).map(|body| body.map_err(|never| match never {}).boxed());
             return Box::pin(async { Ok(Upgraded { response, conn: None }) });
         }

@@ -27,7 +27,7 @@ use tokio_util::task::TaskTracker;
 
 use super::body::OriginBody;
 use super::BoxedBody;
-use crate::metrics::{CacheResult, HintSource};
+use crate::metrics::HintSource;
 
 /// A future the seam returns: boxed, so the trait can be used as `dyn Origin`.
 pub(crate) type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
@@ -70,9 +70,19 @@ pub(crate) struct Outgoing<'a> {
     /// `timeouts.connect` from then, across attempts, so a request whose connection died under
     /// it (found by silence, a second later) does not wait a whole connect timeout again.
     pub(crate) began: tokio::time::Instant,
-    /// The client's address, on a request's first attempt (what a route's `allow`, `deny` and
-    /// rate go by); none on retries and on the edge's own requests.
-    pub(crate) client: Option<std::net::IpAddr>,
+    /// The client's request as it asked, on a request's first attempt (what a route's `allow`,
+    /// `deny` and rate go by); none on retries and on the edge's own requests. Read-only: what
+    /// goes to the origin is [`Outgoing::build`]'s.
+    pub(crate) client: Option<Asked<'a>>,
+}
+
+/// A read-only view of the client's request, for a layer that decides by who asked and how
+/// (its address, its head as received: before forwarding headers were added). A layer that
+/// needs more of the request reads it here, not through a new field of [`Outgoing`].
+#[derive(Clone, Copy)]
+pub(crate) struct Asked<'a> {
+    pub(crate) address: std::net::IpAddr,
+    pub(crate) head: &'a Request<()>,
 }
 
 /// What a request the edge makes of its own accord (a health probe, a background
@@ -154,18 +164,36 @@ impl OutBody {
     }
 }
 
-/// The origin's answer, and which connection carried it (for the access log).
+/// The origin's answer, which connection carried it, and what the layers on the way back
+/// noted about it (for the access log and metrics).
 pub(crate) struct Sent {
     pub(crate) response: Response<OriginBody>,
     /// The standing connection's id, where the kind numbers them.
     pub(crate) conn: Option<u64>,
     /// The connection had carried requests before this one.
     pub(crate) reused: bool,
-    /// What a cache in front of the origin did with it (none without a cache).
-    pub(crate) cache: Option<CacheResult>,
-    /// Which server of the route's group answered (none for a route of one server).
-    pub(crate) server: Option<Arc<str>>,
+    /// What layers noted, by type: a cache its [`CacheResult`](crate::metrics::CacheResult), a group the [`ServedBy`] server.
+    /// A new layer notes a type of its own here instead of adding a field to `Sent`.
+    pub(crate) notes: http::Extensions,
 }
+
+impl Sent {
+    /// An answer no standing connection carried (a layer's own, or a cache's).
+    pub(crate) fn local(response: Response<OriginBody>) -> Self {
+        Self { response, conn: None, reused: false, notes: http::Extensions::new() }
+    }
+
+    /// `note` added to the answer's notes (replacing one of its type).
+    pub(crate) fn noted<T: Clone + Send + Sync + 'static>(mut self, note: T) -> Self {
+        self.notes.insert(note);
+        self
+    }
+}
+
+/// The note a group leaves on an answer: which of its servers gave it (none for a route of one
+/// server).
+#[derive(Clone, Debug)]
+pub(crate) struct ServedBy(pub(crate) Arc<str>);
 
 /// How a send failed, as far as retrying is concerned.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

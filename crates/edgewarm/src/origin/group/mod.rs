@@ -35,7 +35,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::per_route::PerRoute;
 use super::registry::Standing;
-use super::seam::{BoxFuture, Failure, Origin, OriginError, Outgoing, SendFailure, Sent, Upgrade, Upgraded};
+use super::seam::{BoxFuture, Failure, Origin, OriginError, Outgoing, SendFailure, Sent, ServedBy, Upgrade, Upgraded};
 use crate::config::{Balance, HealthConfig, OriginServer, UpstreamConfig};
 use crate::metrics::{Metrics, RouteName, ServerEjection, ServerFault, ServerLabels};
 use server::{ServerState, Verdict};
@@ -311,7 +311,7 @@ impl Group {
         match result {
             Ok(mut sent) => {
                 self.judge(i, Ok(sent.response.status().as_u16()), took);
-                sent.server = Some(m.state.name.clone());
+                sent.notes.insert(ServedBy(m.state.name.clone()));
                 Ok(sent)
             }
             Err(mut failure) => {

@@ -89,8 +89,7 @@ async fn send(upstream: &Arc<H1Upstream>, out: Outgoing<'_>) -> Result<Sent, Sen
                 response: response.map(|b| OriginBody::new(b, Box::new(lease))),
                 conn: None,
                 reused,
-                cache: None,
-                server: None,
+                notes: http::Extensions::new(),
             })
         }
     }

@@ -84,8 +84,7 @@ async fn send(upstream: &Arc<H2Upstream>, out: Outgoing<'_>) -> Result<Sent, Sen
         response: Response::from_parts(parts, OriginBody::new(Frames::new(recv), held)),
         conn: Some(sent.conn_id),
         reused: sent.reused,
-        cache: None,
-        server: None,
+        notes: http::Extensions::new(),
     })
 }
 

@@ -114,8 +114,7 @@ async fn send(set: &Arc<H3Upstream>, out: Outgoing<'_>) -> Result<Sent, SendFail
         response: Response::from_parts(parts, OriginBody::new(body, held)),
         conn: Some(conn.id),
         reused,
-        cache: None,
-        server: None,
+        notes: http::Extensions::new(),
     })
 }
 
