@@ -53,15 +53,15 @@ impl Origin for Hinted {
 }
 
 impl Hinted {
-    async fn send<'a>(&'a self, out: Outgoing<'a>) -> Result<Sent, SendFailure> {
-        let Outgoing { build, body, up, timeout, affinity, tried, interim, began, client } = out;
+    async fn send<'a>(&'a self, mut out: Outgoing<'a>) -> Result<Sent, SendFailure> {
         let config = &self.hints.config;
-        let inner_interim = interim.filter(|_| config.from_origin);
+        // The origin's own hints go on to the client only where the route says so.
+        let interim = out.interim;
+        out.interim = interim.filter(|_| config.from_origin);
         if !config.learn {
-            let out = Outgoing { build, body, up, timeout, affinity, tried, interim: inner_interim, began, client };
             return self.inner.send(out).await;
         }
-        let head = build();
+        let head = (out.build)();
         let url = key::url(&head);
         if let Some(interim) = interim.filter(|_| learn::is_navigation(&head)) {
             if let Some(links) = self.hints.get(&url) {
@@ -71,7 +71,6 @@ impl Hinted {
                 interim.send(early, HintSource::Learned);
             }
         }
-        let out = Outgoing { build, body, up, timeout, affinity, tried, interim: inner_interim, began, client };
         let sent = self.inner.send(out).await?;
         let response = &sent.response;
         match learn::lesson(&head, response.status(), response.headers(), self.hints.max_link_bytes()) {
