@@ -6,9 +6,11 @@
 //! how many to open) and a connection's life in the metrics (joined, failed, ended and why),
 //! so those metrics mean the same for both.
 
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use prometheus_client::metrics::gauge::Gauge;
 use tokio::sync::Notify;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
@@ -163,6 +165,49 @@ pub(crate) trait Held {
     fn is_closed(&self) -> bool;
     /// Retire it, the reason counted by the upkeep (its end is then not counted again).
     fn retire_counted(&self);
+}
+
+/// One stream's place on a multiplexed connection, taken when a request is put on it:
+/// dropping it (when the response body has ended or the request failed) frees the place and
+/// tells whoever waits for one (HTTP/2: requests waiting for room on full connections; HTTP/3:
+/// a retiring connection's drain).
+pub struct Slot {
+    /// The connection's streams open now (its `Conn`'s count: the protocol crates do not
+    /// expose theirs).
+    active: Arc<AtomicUsize>,
+    freed: Arc<dyn Freed>,
+    /// `edgewarm_upstream_streams` for the origin.
+    gauge: Gauge,
+}
+
+impl Slot {
+    /// Take a place: counted in `active` and `gauge` until the slot is dropped.
+    pub(crate) fn take(active: &Arc<AtomicUsize>, freed: Arc<dyn Freed>, gauge: &Gauge) -> Self {
+        // SeqCst, as the release in `drop` (HTTP/2's `Room::wait` relies on it there).
+        active.fetch_add(1, Ordering::SeqCst);
+        gauge.inc();
+        Self { active: active.clone(), freed, gauge: gauge.clone() }
+    }
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        self.active.fetch_sub(1, Ordering::SeqCst);
+        self.gauge.dec();
+        self.freed.freed();
+    }
+}
+
+/// Told when a stream's place on a connection is freed (its count already lowered).
+pub(crate) trait Freed: Send + Sync + 'static {
+    fn freed(&self);
+}
+
+/// A plain wake-up: the one task that waits (HTTP/3's connection driver) looks again.
+impl Freed for Notify {
+    fn freed(&self) {
+        self.notify_one();
+    }
 }
 
 impl<D> std::fmt::Debug for Core<D> {

@@ -22,7 +22,7 @@ use tokio_util::sync::CancellationToken;
 use super::{ConnStatus, H2Send, H2Upstream, Room};
 use crate::metrics::{PoolEvent, UpstreamEnd};
 use crate::origin::connect::OriginIo;
-use crate::origin::supervisor::Held;
+use crate::origin::supervisor::{Held, Slot};
 
 /// Flow-control windows toward the origin, sized for a long link: a window caps one stream's
 /// throughput at window / RTT, and 4 MiB over 100 ms is ~335 Mbit/s per stream (h2's 64 KiB
@@ -55,23 +55,6 @@ pub(crate) struct Conn {
     idle: Mutex<(u64, Option<Instant>)>,
     /// Retired by the upstream's upkeep, which counted the reason ([`Conn::retire_counted`]).
     counted: AtomicBool,
-}
-
-/// One open stream's place on its connection; dropping it (when the response body has ended
-/// or the request failed) frees the place and wakes a request waiting for room.
-pub struct Slot {
-    active: Arc<AtomicUsize>,
-    room: Arc<Room>,
-    gauge: prometheus_client::metrics::gauge::Gauge,
-}
-
-impl Drop for Slot {
-    fn drop(&mut self) {
-        // SeqCst, paired with `Room::wait`: see there.
-        self.active.fetch_sub(1, Ordering::SeqCst);
-        self.gauge.dec();
-        self.room.freed();
-    }
 }
 
 impl Conn {
@@ -221,9 +204,7 @@ impl Conn {
         if !self.has_room() {
             return None;
         }
-        self.active.fetch_add(1, Ordering::Relaxed);
-        self.streams_gauge.inc();
-        Some(Slot { active: self.active.clone(), room: self.room.clone(), gauge: self.streams_gauge.clone() })
+        Some(Slot::take(&self.active, self.room.clone(), &self.streams_gauge))
     }
 
     /// Open a stream. Fails if the connection is retiring, going away or broken; the request

@@ -43,7 +43,7 @@ use crate::metrics::{ConnectFailure, Metrics, PoolLabels, UpstreamEnd};
 use crate::origin::backoff::Connects;
 use crate::origin::connect::Connect;
 use crate::origin::dial::WarmError;
-use crate::origin::supervisor::{self, Core, Held};
+use crate::origin::supervisor::{self, Core, Held, Slot};
 use crate::tls::origin::PoolKey;
 use crate::workers::Placement;
 use conn::Conn;
@@ -82,7 +82,7 @@ pub struct Sent {
     pub response: ResponseFuture,
     pub body: SendStream<Bytes>,
     /// Hold until the response body has ended: it is the stream's place on the connection.
-    pub slot: conn::Slot,
+    pub slot: Slot,
     pub conn_id: u64,
     /// The connection had carried requests before this one.
     pub reused: bool,

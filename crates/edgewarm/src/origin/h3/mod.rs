@@ -46,10 +46,10 @@ use crate::origin::backoff::Connects;
 use crate::origin::connect::{Connect, Transport};
 use crate::origin::registry::{Shared, Spec, Standing};
 use crate::origin::seam::Origin;
-use crate::origin::supervisor::{self, Core};
+use crate::origin::supervisor::{self, Core, Slot};
 use crate::tls::origin::{OriginTls, PoolKey};
 use crate::transport::Resolver;
-use conn::{Conn, H3Send, Slot};
+use conn::{Conn, H3Send};
 use quic::QuicDial;
 
 /// The kind's name in `/origins` and the set's identity.
