@@ -25,7 +25,8 @@
 //!   [`registry::Spec`] (what a route asks for) and a [`registry::Standing`] (the running set:
 //!   update, retire, warm, status for `/origins`). The `match` on configured protocols is in
 //!   one place, [`crate::snapshot`], where routes register what they want.
-//! - Shared by every kind: the upkeep task, labels and retirement ([`supervisor`]), how a
+//! - Shared by every kind: the upkeep task, labels, new settings and retirement
+//!   ([`supervisor`]); by the multiplexed ones, their connections' life ([`multiplexed`]); how a
 //!   connection is made ([`dial`]), how a failing origin is retried and connects are counted
 //!   ([`backoff`]), how many to hold ([`sizing`]), HTTP/1.1 upgrades on a connection of their
 //!   own ([`upgrade`]).
@@ -43,6 +44,7 @@ pub(crate) mod h1;
 pub mod h2;
 pub(crate) mod h3;
 pub(crate) mod layer;
+pub(crate) mod multiplexed;
 pub(crate) mod per_route;
 pub mod prewarm;
 pub mod registry;

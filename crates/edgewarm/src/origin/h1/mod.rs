@@ -379,10 +379,6 @@ impl crate::origin::registry::RequestKind for H1Upstream {
 
     /// New settings from a reload; connections stay.
     fn update(&self, settings: UpstreamConfig, connect_timeout: Duration) {
-        let mut st = self.state();
-        st.settings = settings;
-        st.connect_timeout = connect_timeout;
-        drop(st);
-        self.core.wake.notify_one();
+        self.core.update(&self.state, |st| (st.settings, st.connect_timeout) = (settings, connect_timeout));
     }
 }

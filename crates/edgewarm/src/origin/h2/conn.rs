@@ -22,7 +22,7 @@ use tokio_util::sync::CancellationToken;
 use super::{ConnStatus, H2Send, H2Upstream, Room};
 use crate::metrics::{PoolEvent, UpstreamEnd};
 use crate::origin::connect::OriginIo;
-use crate::origin::supervisor::{Held, Slot};
+use crate::origin::multiplexed::{Held, Slot};
 
 /// Flow-control windows toward the origin, sized for a long link: a window caps one stream's
 /// throughput at window / RTT, and 4 MiB over 100 ms is ~335 Mbit/s per stream (h2's 64 KiB
@@ -173,12 +173,6 @@ impl Conn {
         now.saturating_duration_since(*idle.1.get_or_insert(now))
     }
 
-    /// Stop using this connection; streams on it finish.
-    pub(crate) fn retire(&self) {
-        self.retiring.store(true, Ordering::Relaxed);
-        self.send.lock().unwrap_or_else(|p| p.into_inner()).take();
-    }
-
     fn with_send<T>(&self, f: impl FnOnce(&H2Send) -> T) -> Option<T> {
         self.send.lock().unwrap_or_else(|p| p.into_inner()).as_ref().map(f)
     }
@@ -256,7 +250,14 @@ impl Held for Conn {
         self.closed.is_cancelled()
     }
 
-    /// [`Conn::retire`], for a reason the caller counts (`max_age`, `idle`): the connection's
+    /// Stop using this connection (its handle dropped, so h2 closes it once the streams on it
+    /// have finished).
+    fn retire(&self) {
+        self.retiring.store(true, Ordering::Relaxed);
+        self.send.lock().unwrap_or_else(|p| p.into_inner()).take();
+    }
+
+    /// [`Held::retire`], for a reason the caller counts (`max_age`, `idle`): the connection's
     /// end is then not counted again as `closed`.
     fn retire_counted(&self) {
         self.counted.store(true, Ordering::Relaxed);

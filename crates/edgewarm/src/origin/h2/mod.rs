@@ -43,7 +43,8 @@ use crate::metrics::{ConnectFailure, Metrics, PoolLabels, UpstreamEnd};
 use crate::origin::backoff::Connects;
 use crate::origin::connect::Connect;
 use crate::origin::dial::WarmError;
-use crate::origin::supervisor::{self, Core, Held, Slot};
+use crate::origin::multiplexed::{self, Held, Landed, Refused, Slot};
+use crate::origin::supervisor::Core;
 use crate::tls::origin::PoolKey;
 use crate::workers::Placement;
 use conn::Conn;
@@ -64,10 +65,19 @@ pub enum UpstreamError {
     Down(String),
 }
 
-impl UpstreamError {
-    /// How a connect failed, for `origin_connect_failures`: the connection's own failure, or
-    /// the HTTP/2 handshake's on a connection that was up (a reset there is the origin's "no").
-    pub(crate) fn failure(&self) -> ConnectFailure {
+impl Refused for UpstreamError {
+    /// Noted without a connect error's own "no origin connection: " (a refused request's
+    /// error adds it).
+    fn noted(&self) -> (String, bool) {
+        match self {
+            Self::Connect(w) => (w.to_string(), w.silent()),
+            e => (e.to_string(), false),
+        }
+    }
+
+    /// The connection's own failure, or the HTTP/2 handshake's on a connection that was up (a
+    /// reset there is the origin's "no").
+    fn failure(&self) -> ConnectFailure {
         match self {
             Self::Connect(e) => e.failure(),
             Self::H2(e) if e.get_io().is_some_and(crate::origin::dial::cut_short) => ConnectFailure::Reset,
@@ -230,7 +240,7 @@ impl H2Upstream {
         }
         let start = {
             let st = &mut *st;
-            supervisor::to_open(&st.conns, &mut st.connects, st.settings.connections)
+            multiplexed::to_open(&st.conns, &mut st.connects, st.settings.connections)
         };
         let places: Vec<_> = (0..start).map(|_| self.place(&mut st)).collect();
         drop(st);
@@ -263,37 +273,19 @@ impl H2Upstream {
         }
         .await;
         let mut st = self.state();
-        st.connects.opening -= 1;
         if let Some(i) = worker.and_then(|w| st.opening_on.iter().position(|&o| o == w)) {
             st.opening_on.swap_remove(i);
         }
-        match result {
-            Ok(conn) => {
-                st.connects.succeeded();
-                if self.core.retired.is_cancelled() {
-                    // Retired while this connect was under way: it must not outlive us.
-                    conn.retire();
-                    return Err(UpstreamError::Retired);
-                }
-                st.conns.push(conn.clone());
-                drop(st);
-                self.core.joined(started.elapsed());
-                self.room.changed();
-                Ok(conn)
+        let result = match self.core.landed(st, |st| (&mut st.conns, &mut st.connects), "HTTP/2", started, result) {
+            Landed::Joined(conn) => Ok(conn),
+            Landed::Late(conn) => {
+                conn.retire();
+                return Err(UpstreamError::Retired);
             }
-            Err(e) => {
-                // Noted without this error's own "no origin connection: " (a refused request's
-                // error adds it).
-                match &e {
-                    UpstreamError::Connect(w) => st.connects.failed_with(w, w.silent()),
-                    e => st.connects.failed_with(e, false),
-                };
-                drop(st);
-                self.core.connect_failed("HTTP/2", &e, e.failure());
-                self.room.changed();
-                Err(e)
-            }
-        }
+            Landed::Failed(e) => Err(e),
+        };
+        self.room.changed();
+        result
     }
 
     /// A connection ended (its driver returned): forget it and replace it.
@@ -354,11 +346,7 @@ impl crate::origin::registry::Standing for H2Upstream {
     /// A reload removed every route using this upstream: stop opening connections and let the
     /// existing ones finish their streams, then close.
     fn retire(&self) {
-        self.core.retired.cancel();
-        let conns = std::mem::take(&mut self.state().conns);
-        for c in conns {
-            c.retire();
-        }
+        self.core.retire_all(&self.state, |st| &mut st.conns);
         self.room.changed();
     }
 
@@ -396,10 +384,6 @@ impl crate::origin::registry::RequestKind for H2Upstream {
 
     /// New settings from a reload; connections stay.
     fn update(&self, settings: UpstreamConfig, connect_timeout: Duration) {
-        let mut st = self.state();
-        st.settings = settings;
-        st.connect_timeout = connect_timeout;
-        drop(st);
-        self.core.wake.notify_one();
+        self.core.update(&self.state, |st| (st.settings, st.connect_timeout) = (settings, connect_timeout));
     }
 }

@@ -14,7 +14,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use tokio::sync::{futures::Notified, Notify};
 
-use crate::origin::supervisor::Freed;
+use crate::origin::multiplexed::Freed;
 
 #[derive(Default)]
 pub(crate) struct Room {

@@ -20,7 +20,7 @@ pub(crate) struct Requests(pub(crate) Arc<H2Upstream>);
 /// What a request holds until its response has ended: its stream's place on the connection
 /// and its upload, if still running.
 struct Held {
-    _slot: crate::origin::supervisor::Slot,
+    _slot: crate::origin::multiplexed::Slot,
     _upload: Option<Upload>,
 }
 

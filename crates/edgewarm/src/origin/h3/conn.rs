@@ -22,7 +22,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::H3Upstream;
 use crate::metrics::{UpstreamEnd, ZeroRtt};
-use crate::origin::supervisor::{Held, Slot};
+use crate::origin::multiplexed::{Held, Slot};
 
 /// A request handle on the connection.
 pub(crate) type H3Send = h3::client::SendRequest<h3_quinn::OpenStreams, Bytes>;
@@ -222,6 +222,10 @@ impl Held for Conn {
 
     fn age(&self) -> Duration {
         self.opened.elapsed()
+    }
+
+    fn retire(&self) {
+        let _ = Conn::retire(self);
     }
 
     /// [`Conn::retire`], for a reason the caller counts (`max_age`, `idle`): the connection's

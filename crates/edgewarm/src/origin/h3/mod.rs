@@ -44,9 +44,10 @@ use crate::config::UpstreamConfig;
 use crate::metrics::{ConnectFailure, Metrics, PoolLabels, UpstreamConn, UpstreamEnd, UpstreamZeroRttLabel, ZeroRtt};
 use crate::origin::backoff::Connects;
 use crate::origin::connect::{Connect, Transport};
+use crate::origin::multiplexed::{self, Landed, Refused, Slot};
 use crate::origin::registry::{Shared, Spec, Standing};
 use crate::origin::seam::Origin;
-use crate::origin::supervisor::{self, Core, Slot};
+use crate::origin::supervisor::Core;
 use crate::tls::origin::{OriginTls, PoolKey};
 use crate::transport::Resolver;
 use conn::{Conn, H3Send};
@@ -111,11 +112,8 @@ impl Spec for H3Spec {
 
     fn update(self: Box<Self>, set: &dyn Standing) {
         if let Some(set) = set.as_any().downcast_ref::<H3Upstream>() {
-            let mut st = set.state();
-            st.settings = self.settings;
-            st.connect_timeout = self.connect_timeout;
-            drop(st);
-            set.core.wake.notify_one();
+            let (settings, connect_timeout) = (self.settings, self.connect_timeout);
+            set.core.update(&set.state, |st| (st.settings, st.connect_timeout) = (settings, connect_timeout));
         }
     }
 }
@@ -140,6 +138,25 @@ pub(crate) struct H3Upstream {
     /// A connection opened, settled its 0-RTT, or closed: requests waiting for one look again.
     room: Notify,
     next_id: AtomicU64,
+}
+
+/// A failed connect: what it said, whether nothing came back, and how it failed.
+struct Failed(String, bool, ConnectFailure);
+
+impl std::fmt::Display for Failed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl Refused for Failed {
+    fn noted(&self) -> (String, bool) {
+        (self.0.clone(), self.1)
+    }
+
+    fn failure(&self) -> ConnectFailure {
+        self.2
+    }
 }
 
 /// One connection as `/origins` shows it.
@@ -239,7 +256,7 @@ impl H3Upstream {
         self.core.age_out(&mut st.conns, max_age);
         let start = {
             let st = &mut *st;
-            supervisor::to_open(&st.conns, &mut st.connects, st.settings.connections)
+            multiplexed::to_open(&st.conns, &mut st.connects, st.settings.connections)
         };
         drop(st);
         for _ in 0..start {
@@ -257,37 +274,27 @@ impl H3Upstream {
         let started = Instant::now();
         let result = async {
             let dialed = self.core.dial.connect(timeout, congestion.as_deref(), keepalive, zero_rtt).await;
-            let dialed = dialed.map_err(|e| (e.to_string(), e.silent(), e.failure()))?;
+            let dialed = dialed.map_err(|e| Failed(e.to_string(), e.silent(), e.failure()))?;
             if dialed.early.is_none() {
                 self.state().suspect = false;
             }
             let id = self.next_id.fetch_add(1, Ordering::Relaxed);
             let conn = tokio::time::timeout(timeout, Conn::start(id, dialed.conn, dialed.early, self)).await;
             match conn {
-                Err(_) => Err(("HTTP/3 SETTINGS timed out".to_string(), true, ConnectFailure::Timeout)),
-                Ok(conn) => conn.map_err(|e| (format!("HTTP/3 handshake: {e}"), false, ConnectFailure::Protocol)),
+                Err(_) => Err(Failed("HTTP/3 SETTINGS timed out".to_string(), true, ConnectFailure::Timeout)),
+                Ok(conn) => conn.map_err(|e| Failed(format!("HTTP/3 handshake: {e}"), false, ConnectFailure::Protocol)),
             }
         }
         .await;
         let mut st = self.state();
-        st.connects.opening -= 1;
-        match result {
-            Ok(conn) => {
-                st.connects.succeeded();
-                if self.core.retired.is_cancelled() {
-                    conn.retire();
-                    return;
-                }
-                st.conns.push(conn);
-                drop(st);
-                self.core.joined(started.elapsed());
-            }
-            Err((e, silent, reason)) => {
-                st.connects.failed_with(&e, silent);
-                st.suspect = true;
-                drop(st);
-                self.core.connect_failed("HTTP/3", &e, reason);
-            }
+        if result.is_err() {
+            st.suspect = true;
+        }
+        if let Landed::Late(conn) =
+            self.core.landed(st, |st| (&mut st.conns, &mut st.connects), "HTTP/3", started, result)
+        {
+            conn.retire();
+            return;
         }
         self.room_changed();
     }
@@ -314,10 +321,7 @@ impl H3Upstream {
 
 impl Standing for H3Upstream {
     fn retire(&self) {
-        self.core.retired.cancel();
-        for c in std::mem::take(&mut self.state().conns) {
-            c.retire();
-        }
+        self.core.retire_all(&self.state, |st| &mut st.conns);
         self.room_changed();
     }
 

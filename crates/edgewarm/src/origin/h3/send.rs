@@ -18,10 +18,10 @@ use super::conn::Conn;
 use super::H3Upstream;
 use crate::metrics::HintSource;
 use crate::origin::body::{OriginBody, Upload};
+use crate::origin::multiplexed::Slot;
 use crate::origin::seam::{
     BoxFuture, Failure, Origin, OriginError, OutBody, Outgoing, SendFailure, Sent, Upgrade, Upgraded,
 };
-use crate::origin::supervisor::Slot;
 use crate::origin::{upgrade, BoxedBody};
 
 /// The route's handle on an HTTP/3 set.
