@@ -1,7 +1,7 @@
 //! What the multiplexed kinds (HTTP/2, HTTP/3) share, whose standing connections each carry
 //! many streams: a connection as the upkeep holds it ([`Held`]), a stream's place on one
-//! ([`Slot`]), and their connections' life on the set's [`Core`]: the upkeep's turn (age out,
-//! how many to open), a connect's landing ([`Core::landed`]), an end ([`Core::forget`]) and
+//! ([`Slot`]), and their connections' life on the set's [`Core`]: the upkeep ([`Core::keep`]:
+//! age out, then how many to open), a connect's landing ([`Core::landed`]), an end ([`Core::forget`]) and
 //! the set's retirement ([`Core::retire_all`]). Written once, so a connection's life means the
 //! same in the metrics (joined, failed, ended and why) for both kinds.
 
@@ -15,6 +15,7 @@ use tokio::time::Instant;
 
 use super::backoff::Connects;
 use super::supervisor::{lock, Core};
+use crate::config::UpstreamConfig;
 use crate::metrics::{ConnectFailure, UpstreamEnd};
 
 /// A standing connection of a multiplexed set, as the upkeep handles it.
@@ -28,6 +29,13 @@ pub(crate) trait Held {
     fn retire(&self);
     /// Retire it, the reason counted by the upkeep (its end is then not counted again).
     fn retire_counted(&self);
+}
+
+/// What a multiplexed set's lock guards, as the bookkeeping here reaches into it.
+pub(crate) trait SetState {
+    type Conn: Held;
+    /// Its standing connections, its connects (under way, and the backoff), its settings.
+    fn parts(&mut self) -> (&mut Vec<Arc<Self::Conn>>, &mut Connects, &UpstreamConfig);
 }
 
 /// A multiplexed kind's failed connect, as its set notes, logs and counts it.
@@ -49,19 +57,33 @@ pub(crate) enum Landed<C, E> {
 }
 
 impl<D> Core<D> {
+    /// The set's upkeep task ([`Core::upkeep`], once a second): each turn retires the
+    /// connections past `max_age` and forgets the closed ones, then `fill`, given the set's
+    /// lock, starts what is missing ([`to_open`]).
+    pub(crate) async fn keep<S: SetState>(&self, state: &Mutex<S>, fill: impl Fn(MutexGuard<'_, S>)) {
+        let schedule = || (Duration::from_secs(1), lock(state).parts().1.retry_at());
+        let turn = |_| {
+            let mut st = lock(state);
+            let (conns, _, settings) = st.parts();
+            let max_age = settings.max_age;
+            self.age_out(conns, max_age);
+            fill(st);
+        };
+        self.upkeep(schedule, turn).await;
+    }
+
     /// A connect of this set (`what`: its protocol), begun at `started`, ended with `result`:
     /// it is no longer opening; a connection joins the set (the backoff cleared), a failure is
-    /// noted in the backoff. `st` is the set's lock, whose connections and connects `parts`
-    /// picks; it is released before anything is counted or logged.
-    pub(crate) fn landed<S, C: Held, E: Refused>(
+    /// noted in the backoff. `st` is the set's lock, released before anything is counted or
+    /// logged.
+    pub(crate) fn landed<S: SetState, E: Refused>(
         &self,
         mut st: MutexGuard<'_, S>,
-        parts: fn(&mut S) -> (&mut Vec<Arc<C>>, &mut Connects),
         what: &str,
         started: Instant,
-        result: Result<Arc<C>, E>,
-    ) -> Landed<C, E> {
-        let (conns, connects) = parts(&mut st);
+        result: Result<Arc<S::Conn>, E>,
+    ) -> Landed<S::Conn, E> {
+        let (conns, connects, _) = st.parts();
         connects.opening -= 1;
         match result {
             Ok(conn) => {
@@ -101,7 +123,7 @@ impl<D> Core<D> {
 
     /// The upkeep's first step: retire the connections past `max_age` (counted: `max_age`)
     /// and forget the closed ones.
-    pub(crate) fn age_out<C: Held>(&self, conns: &mut Vec<Arc<C>>, max_age: Duration) {
+    fn age_out<C: Held>(&self, conns: &mut Vec<Arc<C>>, max_age: Duration) {
         for c in conns.iter() {
             if !c.retiring() && c.age() >= max_age {
                 c.retire_counted();
@@ -126,13 +148,13 @@ impl<D> Core<D> {
     }
 
     /// Retire the set (a reload removed it, or shutdown): its upkeep stops, no connect under
-    /// way joins it any more, and its connections (those of `state` that `conns` picks) take
-    /// no new requests: the streams on them finish first, then they close.
-    pub(crate) fn retire_all<S, C: Held>(&self, state: &Mutex<S>, conns: fn(&mut S) -> &mut Vec<Arc<C>>) {
+    /// way joins it any more, and its connections take no new requests: the streams on them
+    /// finish first, then they close.
+    pub(crate) fn retire_all<S: SetState>(&self, state: &Mutex<S>) {
         // Cancelled before the connections are taken, under the same lock a landing connect
         // looks at it: each one either is taken here or sees the set retired.
         self.retired.cancel();
-        let taken = std::mem::take(conns(&mut lock(state)));
+        let taken = std::mem::take(lock(state).parts().0);
         for c in taken {
             c.retire();
         }
@@ -141,12 +163,13 @@ impl<D> Core<D> {
 
 /// How many connects to start now so that `connections` are live or opening: none during
 /// a backoff, one at a time while probing a failing origin. Those started count as opening.
-pub(crate) fn to_open<C: Held>(conns: &[Arc<C>], connects: &mut Connects, connections: usize) -> usize {
+pub(crate) fn to_open<S: SetState>(st: &mut S) -> usize {
+    let (conns, connects, settings) = st.parts();
     if connects.in_backoff(Instant::now()) {
         return 0;
     }
     let live = conns.iter().filter(|c| !c.retiring()).count();
-    connects.start(connections.saturating_sub(live + connects.opening))
+    connects.start(settings.connections.saturating_sub(live + connects.opening))
 }
 
 /// One stream's place on a multiplexed connection, taken when a request is put on it:

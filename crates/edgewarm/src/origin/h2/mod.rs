@@ -26,8 +26,6 @@ pub(crate) mod room;
 mod send;
 mod websocket;
 
-pub(crate) use send::Requests;
-
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
@@ -43,7 +41,10 @@ use crate::metrics::{ConnectFailure, Metrics, PoolLabels, UpstreamEnd};
 use crate::origin::backoff::Connects;
 use crate::origin::connect::Connect;
 use crate::origin::dial::WarmError;
-use crate::origin::multiplexed::{self, Held, Landed, Refused, Slot};
+use crate::origin::multiplexed::{self, Held, Landed, Refused, SetState, Slot};
+use crate::origin::registry::{Shared, Standing};
+use crate::origin::request_kind::{RequestKind, Tuning, Upgrading};
+use crate::origin::seam::{BoxFuture, Outgoing, SendFailure, Upgrade};
 use crate::origin::supervisor::Core;
 use crate::tls::origin::PoolKey;
 use crate::workers::Placement;
@@ -142,6 +143,14 @@ struct State {
     opening_on: Vec<usize>,
 }
 
+impl SetState for State {
+    type Conn = Conn;
+
+    fn parts(&mut self) -> (&mut Vec<Arc<Conn>>, &mut Connects, &UpstreamConfig) {
+        (&mut self.conns, &mut self.connects, &self.settings)
+    }
+}
+
 pub struct H2Upstream {
     /// Its upkeep is woken when a connection ended, settings changed, or a request found every
     /// connection full.
@@ -161,34 +170,6 @@ impl std::fmt::Debug for H2Upstream {
 }
 
 impl H2Upstream {
-    /// Create the upstream and start opening its connections. Must run inside the runtime.
-    pub(crate) fn start(
-        dial: Arc<dyn Connect>,
-        labels: PoolLabels,
-        settings: UpstreamConfig,
-        connect_timeout: Duration,
-        metrics: Arc<Metrics>,
-        workers: Placement,
-    ) -> Arc<Self> {
-        let kind = crate::origin::registry::kind_name::<Self>(&*dial);
-        let upstream = Arc::new(Self {
-            core: Core::new(dial, labels, kind, metrics),
-            state: Mutex::new(State {
-                conns: Vec::new(),
-                connects: Connects::default(),
-                settings,
-                connect_timeout,
-                calm: 0,
-                opening_on: Vec::new(),
-            }),
-            room: Arc::default(),
-            next_id: AtomicU64::new(0),
-            workers,
-        });
-        tokio::spawn(upstream.clone().maintain());
-        upstream
-    }
-
     pub fn key(&self) -> &PoolKey {
         self.core.key()
     }
@@ -215,15 +196,12 @@ impl H2Upstream {
 
     /// Keep `connections` connections open; replace the ones that end or age out.
     async fn maintain(self: Arc<Self>) {
-        let schedule = || (Duration::from_secs(1), self.state().connects.retry_at());
-        self.core.upkeep(schedule, |_| self.fill()).await;
+        self.core.keep(&self.state, |st| self.fill(st)).await;
     }
 
-    /// Retire aged connections and start connects until `connections` are live or opening.
-    fn fill(self: &Arc<Self>) {
-        let mut st = self.state();
-        let max_age = st.settings.max_age;
-        self.core.age_out(&mut st.conns, max_age);
+    /// The upkeep's turn, once the aged connections are retired: retire idle demand
+    /// connections, and start connects until `connections` are live or opening.
+    fn fill(self: &Arc<Self>, mut st: MutexGuard<'_, State>) {
         // Connections opened for demand go once they have carried no stream for
         // `idle_timeout`, down to `connections`. Newest first: first fit uses them least.
         let (idle_timeout, now) = (st.settings.idle_timeout, Instant::now());
@@ -238,10 +216,7 @@ impl H2Upstream {
                 self.core.replaced(UpstreamEnd::Idle);
             }
         }
-        let start = {
-            let st = &mut *st;
-            multiplexed::to_open(&st.conns, &mut st.connects, st.settings.connections)
-        };
+        let start = multiplexed::to_open(&mut *st);
         let places: Vec<_> = (0..start).map(|_| self.place(&mut st)).collect();
         drop(st);
         for worker in places {
@@ -276,7 +251,7 @@ impl H2Upstream {
         if let Some(i) = worker.and_then(|w| st.opening_on.iter().position(|&o| o == w)) {
             st.opening_on.swap_remove(i);
         }
-        let result = match self.core.landed(st, |st| (&mut st.conns, &mut st.connects), "HTTP/2", started, result) {
+        let result = match self.core.landed(st, "HTTP/2", started, result) {
             Landed::Joined(conn) => Ok(conn),
             Landed::Late(conn) => {
                 conn.retire();
@@ -307,7 +282,7 @@ impl H2Upstream {
         UpstreamStatus {
             route: self.core.labels.route.to_string(),
             origin: k.origin.to_string(),
-            kind: crate::origin::registry::kind_name::<Self>(&*self.core.dial),
+            kind: self.core.kind,
             transport: self.core.dial.transport(),
             sni: k.sni().to_owned(),
             verify: k.verified(),
@@ -342,11 +317,11 @@ impl H2Upstream {
 /// Used by [`conn`] so it need not know the send side's types.
 pub(crate) type H2Send = SendRequest<Bytes>;
 
-impl crate::origin::registry::Standing for H2Upstream {
+impl Standing for H2Upstream {
     /// A reload removed every route using this upstream: stop opening connections and let the
     /// existing ones finish their streams, then close.
     fn retire(&self) {
-        self.core.retire_all(&self.state, |st| &mut st.conns);
+        self.core.retire_all(&self.state);
         self.room.changed();
     }
 
@@ -364,26 +339,50 @@ impl crate::origin::registry::Standing for H2Upstream {
         let st = self.state();
         st.connects.backoff.failures == 0 || st.conns.iter().any(|c| !c.retiring() && !c.is_closed())
     }
-
-    fn origin(self: Arc<Self>) -> Option<Arc<dyn crate::origin::seam::Origin>> {
-        Some(Arc::new(Requests(self)))
-    }
 }
 
-impl crate::origin::registry::RequestKind for H2Upstream {
+impl RequestKind for H2Upstream {
     const NAMES: (&'static str, &'static str) = ("h2", "h2c");
+    type Dial = Arc<dyn Connect>;
 
-    fn start(
-        spec: crate::origin::registry::UpstreamSpec<Self>,
-        labels: PoolLabels,
-        shared: &crate::origin::registry::Shared,
-    ) -> Arc<Self> {
-        let (metrics, workers) = (shared.metrics.clone(), shared.workers.clone());
-        H2Upstream::start(spec.connect, labels, spec.settings, spec.connect_timeout, metrics, workers)
+    fn start(core: Core<Self::Dial>, tuning: Tuning, shared: &Shared) -> Arc<Self> {
+        let Tuning { settings, connect_timeout } = tuning;
+        let upstream = Arc::new(Self {
+            core,
+            state: Mutex::new(State {
+                conns: Vec::new(),
+                connects: Connects::default(),
+                settings,
+                connect_timeout,
+                calm: 0,
+                opening_on: Vec::new(),
+            }),
+            room: Arc::default(),
+            next_id: AtomicU64::new(0),
+            workers: shared.workers.clone(),
+        });
+        tokio::spawn(upstream.clone().maintain());
+        upstream
     }
 
-    /// New settings from a reload; connections stay.
-    fn update(&self, settings: UpstreamConfig, connect_timeout: Duration) {
+    fn update(&self, Tuning { settings, connect_timeout }: Tuning) {
         self.core.update(&self.state, |st| (st.settings, st.connect_timeout) = (settings, connect_timeout));
+    }
+
+    fn send<'a>(
+        self: &'a Arc<Self>,
+        out: Outgoing<'a>,
+    ) -> BoxFuture<'a, Result<crate::origin::seam::Sent, SendFailure>> {
+        Box::pin(send::send(self, out))
+    }
+
+    /// A WebSocket rides the standing connections as an extended CONNECT stream where the
+    /// origin offers it.
+    fn upgrade_own<'a>(self: &'a Arc<Self>, up: Upgrade<'a>) -> Result<Upgrading<'a>, Upgrade<'a>> {
+        if websocket::is_websocket(&up.client) && self.extended_connect() {
+            Ok(Box::pin(websocket::websocket(self, up)))
+        } else {
+            Err(up)
+        }
     }
 }

@@ -17,7 +17,8 @@
 //!
 //! - [`quic`]: the QUIC dialer (endpoint, TLS, transport settings);
 //! - [`conn`]: one connection (h3 driver, 0-RTT, drain on retirement);
-//! - [`send`]: the seam ([`crate::origin::seam::Origin`]).
+//! - [`send`]: a request on a stream of its own (the seam, [`crate::origin::seam::Origin`], is
+//!   [`crate::origin::request_kind::Requests`], as for every request kind).
 //!
 //! Every connection of a set shares one UDP socket (quinn endpoint), driven on the runtime that
 //! started the set.
@@ -41,82 +42,16 @@ use tokio::sync::Notify;
 use tokio::time::Instant;
 
 use crate::config::UpstreamConfig;
-use crate::metrics::{ConnectFailure, Metrics, PoolLabels, UpstreamConn, UpstreamEnd, UpstreamZeroRttLabel, ZeroRtt};
+use crate::metrics::{ConnectFailure, Metrics, UpstreamConn, UpstreamEnd, UpstreamZeroRttLabel, ZeroRtt};
 use crate::origin::backoff::Connects;
-use crate::origin::connect::{Connect, Transport};
-use crate::origin::multiplexed::{self, Landed, Refused, Slot};
-use crate::origin::registry::{Shared, Spec, Standing};
-use crate::origin::seam::Origin;
+use crate::origin::connect::Transport;
+use crate::origin::multiplexed::{self, Landed, Refused, SetState, Slot};
+use crate::origin::registry::{Shared, Standing};
+use crate::origin::request_kind::{RequestKind, Tuning};
+use crate::origin::seam::{BoxFuture, Outgoing, SendFailure, Sent};
 use crate::origin::supervisor::Core;
-use crate::tls::origin::{OriginTls, PoolKey};
-use crate::transport::Resolver;
 use conn::{Conn, H3Send};
-use quic::QuicDial;
-
-/// The kind's name in `/origins` and the set's identity.
-const KIND: &str = "h3";
-
-/// What an `http` route with `upstream.protocol: h3` asks the registry for.
-pub(crate) struct H3Spec {
-    dial: QuicDial,
-    /// The same origin over TLS on TCP, without ALPN: protocol upgrades (WebSocket) ride
-    /// HTTP/1.1 there.
-    http1: Arc<dyn Connect>,
-    settings: UpstreamConfig,
-    connect_timeout: Duration,
-}
-
-impl H3Spec {
-    pub(crate) fn new(
-        origin: &OriginTls,
-        http1: Arc<dyn Connect>,
-        resolver: Arc<Resolver>,
-        settings: UpstreamConfig,
-        connect_timeout: Duration,
-    ) -> Self {
-        Self { dial: QuicDial::new(origin, resolver), http1, settings, connect_timeout }
-    }
-}
-
-impl Spec for H3Spec {
-    fn key(&self) -> &PoolKey {
-        self.dial.key()
-    }
-
-    fn kind(&self) -> &'static str {
-        KIND
-    }
-
-    fn transport(&self) -> Transport {
-        Transport::Quic
-    }
-
-    fn start(self: Box<Self>, mut labels: PoolLabels, shared: &Shared) -> Arc<dyn Standing> {
-        labels.alpn = KIND.into();
-        let set = Arc::new(H3Upstream {
-            core: Core::new(self.dial, labels, KIND, shared.metrics.clone()),
-            http1: self.http1,
-            state: Mutex::new(State {
-                conns: Vec::new(),
-                connects: Connects::default(),
-                suspect: false,
-                settings: self.settings,
-                connect_timeout: self.connect_timeout,
-            }),
-            room: Notify::new(),
-            next_id: AtomicU64::new(0),
-        });
-        tokio::spawn(set.clone().maintain());
-        set
-    }
-
-    fn update(self: Box<Self>, set: &dyn Standing) {
-        if let Some(set) = set.as_any().downcast_ref::<H3Upstream>() {
-            let (settings, connect_timeout) = (self.settings, self.connect_timeout);
-            set.core.update(&set.state, |st| (st.settings, st.connect_timeout) = (settings, connect_timeout));
-        }
-    }
-}
+pub(crate) use quic::QuicDial;
 
 struct State {
     conns: Vec<Arc<Conn>>,
@@ -130,10 +65,17 @@ struct State {
     connect_timeout: Duration,
 }
 
+impl SetState for State {
+    type Conn = Conn;
+
+    fn parts(&mut self) -> (&mut Vec<Arc<Conn>>, &mut Connects, &UpstreamConfig) {
+        (&mut self.conns, &mut self.connects, &self.settings)
+    }
+}
+
 /// One origin's standing HTTP/3 connections.
 pub(crate) struct H3Upstream {
     core: Core<QuicDial>,
-    http1: Arc<dyn Connect>,
     state: Mutex<State>,
     /// A connection opened, settled its 0-RTT, or closed: requests waiting for one look again.
     room: Notify,
@@ -246,18 +188,13 @@ impl H3Upstream {
 
     /// Keep `connections` connections open; replace the ones that end or age out.
     async fn maintain(self: Arc<Self>) {
-        let schedule = || (Duration::from_secs(1), self.state().connects.retry_at());
-        self.core.upkeep(schedule, |_| self.fill()).await;
+        self.core.keep(&self.state, |st| self.fill(st)).await;
     }
 
-    fn fill(self: &Arc<Self>) {
-        let mut st = self.state();
-        let max_age = st.settings.max_age;
-        self.core.age_out(&mut st.conns, max_age);
-        let start = {
-            let st = &mut *st;
-            multiplexed::to_open(&st.conns, &mut st.connects, st.settings.connections)
-        };
+    /// The upkeep's turn, once the aged connections are retired: start connects until
+    /// `connections` are live or opening.
+    fn fill(self: &Arc<Self>, mut st: MutexGuard<'_, State>) {
+        let start = multiplexed::to_open(&mut *st);
         drop(st);
         for _ in 0..start {
             let me = self.clone();
@@ -290,9 +227,7 @@ impl H3Upstream {
         if result.is_err() {
             st.suspect = true;
         }
-        if let Landed::Late(conn) =
-            self.core.landed(st, |st| (&mut st.conns, &mut st.connects), "HTTP/3", started, result)
-        {
+        if let Landed::Late(conn) = self.core.landed(st, "HTTP/3", started, result) {
             conn.retire();
             return;
         }
@@ -321,7 +256,7 @@ impl H3Upstream {
 
 impl Standing for H3Upstream {
     fn retire(&self) {
-        self.core.retire_all(&self.state, |st| &mut st.conns);
+        self.core.retire_all(&self.state);
         self.room_changed();
     }
 
@@ -336,7 +271,7 @@ impl Standing for H3Upstream {
         serde_json::json!({
             "route": self.core.labels.route.to_string(),
             "origin": k.origin.to_string(),
-            "kind": KIND,
+            "kind": self.core.kind,
             "transport": Transport::Quic,
             "sni": k.sni(),
             "verify": k.verified(),
@@ -350,8 +285,35 @@ impl Standing for H3Upstream {
         let st = self.state();
         st.connects.backoff.failures == 0 || st.conns.iter().any(|c| c.usable(false))
     }
+}
 
-    fn origin(self: Arc<Self>) -> Option<Arc<dyn Origin>> {
-        Some(Arc::new(send::Requests(self)))
+impl RequestKind for H3Upstream {
+    const NAMES: (&'static str, &'static str) = ("h3", "h3");
+    type Dial = QuicDial;
+
+    fn start(core: Core<Self::Dial>, tuning: Tuning, _: &Shared) -> Arc<Self> {
+        let Tuning { settings, connect_timeout } = tuning;
+        let set = Arc::new(H3Upstream {
+            core,
+            state: Mutex::new(State {
+                conns: Vec::new(),
+                connects: Connects::default(),
+                suspect: false,
+                settings,
+                connect_timeout,
+            }),
+            room: Notify::new(),
+            next_id: AtomicU64::new(0),
+        });
+        tokio::spawn(set.clone().maintain());
+        set
+    }
+
+    fn update(&self, Tuning { settings, connect_timeout }: Tuning) {
+        self.core.update(&self.state, |st| (st.settings, st.connect_timeout) = (settings, connect_timeout));
+    }
+
+    fn send<'a>(self: &'a Arc<Self>, out: Outgoing<'a>) -> BoxFuture<'a, Result<Sent, SendFailure>> {
+        Box::pin(send::send(self, out))
     }
 }

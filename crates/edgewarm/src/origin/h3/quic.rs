@@ -14,7 +14,9 @@ use std::time::Duration;
 use quinn::crypto::rustls::QuicClientConfig;
 use quinn::{Endpoint, TransportConfig, VarInt, ZeroRttAccepted};
 
+use crate::origin::connect::Transport;
 use crate::origin::dial::WarmError;
+use crate::origin::request_kind::Dialer;
 use crate::tls::origin::{OriginTls, PoolKey};
 use crate::transport::dial::ConnectError;
 use crate::transport::Resolver;
@@ -43,6 +45,17 @@ pub(crate) struct QuicDial {
     /// One client endpoint (one UDP socket) per address family, bound at first use: every
     /// connection of the set shares it, as a browser's do.
     endpoints: Mutex<[Option<Endpoint>; 2]>,
+}
+
+/// Its sets' identity: the origin's key (offering `h3`), over QUIC.
+impl Dialer for QuicDial {
+    fn key(&self) -> &PoolKey {
+        &self.key
+    }
+
+    fn transport(&self) -> Transport {
+        Transport::Quic
+    }
 }
 
 impl QuicDial {
