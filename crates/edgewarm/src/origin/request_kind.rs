@@ -10,6 +10,7 @@
 //!   ([`Origin`]): requests go to the kind; a protocol upgrade the kind does not carry its own
 //!   way goes as HTTP/1.1 over a connection of its own to the same origin.
 
+use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -30,9 +31,10 @@ pub(crate) trait RequestKind: Standing + Sized {
     const NAMES: (&'static str, &'static str);
     /// What makes its connections: a byte stream's connector, or QUIC's.
     type Dial: Dialer;
-    /// Start the set on `core` (inside the runtime): its upkeep opens the first connections
-    /// at once.
+    /// Make the set on `core` (inside the runtime); its upkeep is spawned at once.
     fn start(core: Core<Self::Dial>, tuning: Tuning, shared: &Shared) -> Arc<Self>;
+    /// The set's upkeep task, for as long as it stands: it opens the first connections at once.
+    fn upkeep(self: Arc<Self>) -> impl Future<Output = ()> + Send;
     /// New settings from a reload; connections stay.
     fn update(&self, tuning: Tuning);
     /// Send one attempt of a request ([`Origin::send`]).
@@ -74,6 +76,33 @@ pub(crate) struct Tuning {
     pub(crate) connect_timeout: Duration,
 }
 
+/// Which set an `/origins` entry is: how every request kind's entry begins.
+#[derive(Debug, Clone, serde::Serialize)]
+pub(crate) struct SetName {
+    pub(crate) route: String,
+    pub(crate) origin: String,
+    /// The kind's name: `h2`, `h2c` (cleartext, prior knowledge), `http/1.1` or `h3`.
+    pub(crate) kind: &'static str,
+    /// `tls`, `cleartext` or `quic`.
+    pub(crate) transport: Transport,
+    pub(crate) sni: String,
+    pub(crate) verify: bool,
+}
+
+impl SetName {
+    pub(crate) fn of<D: Dialer>(core: &Core<D>) -> Self {
+        let k = core.dial.key();
+        Self {
+            route: core.labels.route.to_string(),
+            origin: k.origin.to_string(),
+            kind: core.kind,
+            transport: core.dial.transport(),
+            sni: k.sni().to_owned(),
+            verify: k.verified(),
+        }
+    }
+}
+
 /// What an `http` route asks the registry for: a set of kind `K` under its connector's key.
 pub(crate) struct UpstreamSpec<K: RequestKind> {
     dial: K::Dial,
@@ -111,7 +140,9 @@ impl<K: RequestKind> Spec for UpstreamSpec<K> {
         labels.alpn = kind.into();
         let core = Core::new(self.dial, labels, kind, shared.metrics.clone());
         let retired = core.retired.clone();
-        Arc::new(Requests { set: K::start(core, self.tuning, shared), http1: self.http1, retired })
+        let set = K::start(core, self.tuning, shared);
+        tokio::spawn(set.clone().upkeep());
+        Arc::new(Requests { set, http1: self.http1, retired })
     }
 
     fn update(self: Box<Self>, set: &dyn Standing) {

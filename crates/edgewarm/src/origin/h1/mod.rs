@@ -29,7 +29,7 @@ use crate::origin::backoff::Connects;
 use crate::origin::connect::Connect;
 use crate::origin::dial::WarmError;
 use crate::origin::registry::{Shared, Standing};
-use crate::origin::request_kind::{RequestKind, Tuning};
+use crate::origin::request_kind::{RequestKind, SetName, Tuning};
 use crate::origin::seam::{BoxFuture, Outgoing, SendFailure, Sent};
 use crate::origin::sizing::Concurrency;
 use crate::origin::supervisor::Core;
@@ -61,6 +61,7 @@ struct Idle {
     since: Instant,
 }
 
+#[derive(Default)]
 struct State {
     /// Oldest first; requests take from the end (most recently used).
     idle: Vec<Idle>,
@@ -113,18 +114,6 @@ impl Drop for Lease {
 impl H1Upstream {
     fn state(&self) -> MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
-    /// Every period (or when woken): fold demand, trim, and open what the estimate lacks.
-    async fn maintain(self: Arc<Self>) {
-        let schedule = || (PERIOD, self.state().connects.retry_at());
-        let turn = |ticked| {
-            if ticked {
-                self.tick();
-            }
-            self.top_up();
-        };
-        self.core.upkeep(schedule, turn).await;
     }
 
     fn tick(&self) {
@@ -270,14 +259,8 @@ impl H1Upstream {
 /// One HTTP/1.1 pool as `/origins` shows it.
 #[derive(Debug, Clone, serde::Serialize)]
 pub(crate) struct H1Status {
-    pub route: String,
-    pub origin: String,
-    /// `http/1.1`.
-    pub kind: &'static str,
-    /// `tls` or `cleartext`.
-    pub transport: crate::origin::connect::Transport,
-    pub sni: String,
-    pub verify: bool,
+    #[serde(flatten)]
+    pub set: SetName,
     /// Open and waiting for a request.
     pub idle: usize,
     /// Carrying a request now.
@@ -305,14 +288,8 @@ impl Standing for H1Upstream {
 
     fn status(&self) -> serde_json::Value {
         let st = self.state();
-        let k = self.core.key();
         let status = H1Status {
-            route: self.core.labels.route.to_string(),
-            origin: k.origin.to_string(),
-            kind: self.core.kind,
-            transport: self.core.dial.transport(),
-            sni: k.sni().to_owned(),
-            verify: k.verified(),
+            set: SetName::of(&self.core),
             idle: st.idle.len(),
             in_use: st.in_use,
             opening: st.connects.opening,
@@ -332,25 +309,27 @@ impl RequestKind for H1Upstream {
     const NAMES: (&'static str, &'static str) = ("http/1.1", "http/1.1");
     type Dial = Arc<dyn Connect>;
 
-    fn start(core: Core<Self::Dial>, tuning: Tuning, _: &Shared) -> Arc<Self> {
-        let Tuning { settings, connect_timeout } = tuning;
-        let state = State {
-            idle: Vec::new(),
-            in_use: 0,
-            connects: Connects::default(),
-            demand: Concurrency::default(),
-            settings,
-            connect_timeout,
-        };
+    fn start(core: Core<Self::Dial>, Tuning { settings, connect_timeout }: Tuning, _: &Shared) -> Arc<Self> {
+        let state = State { settings, connect_timeout, ..State::default() };
         let m = &core.metrics.pool;
         let hot = Hot {
             ready: m.ready.get_or_create(&core.labels).clone(),
             hits: m.hits.get_or_create(&core.labels).clone(),
             misses: m.misses.get_or_create(&core.labels).clone(),
         };
-        let upstream = Arc::new(Self { core, state: Mutex::new(state), hot });
-        tokio::spawn(upstream.clone().maintain());
-        upstream
+        Arc::new(Self { core, state: Mutex::new(state), hot })
+    }
+
+    /// Every period (or when woken): fold demand, trim, and open what the estimate lacks.
+    async fn upkeep(self: Arc<Self>) {
+        let schedule = || (PERIOD, self.state().connects.retry_at());
+        let turn = |ticked| {
+            if ticked {
+                self.tick();
+            }
+            self.top_up();
+        };
+        self.core.upkeep(schedule, turn).await;
     }
 
     fn update(&self, Tuning { settings, connect_timeout }: Tuning) {

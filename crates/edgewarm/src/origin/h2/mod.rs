@@ -43,7 +43,7 @@ use crate::origin::connect::Connect;
 use crate::origin::dial::WarmError;
 use crate::origin::multiplexed::{self, Held, Landed, Refused, SetState, Slot};
 use crate::origin::registry::{Shared, Standing};
-use crate::origin::request_kind::{RequestKind, Tuning, Upgrading};
+use crate::origin::request_kind::{RequestKind, SetName, Tuning, Upgrading};
 use crate::origin::seam::{BoxFuture, Outgoing, SendFailure, Upgrade};
 use crate::origin::supervisor::Core;
 use crate::tls::origin::PoolKey;
@@ -116,14 +116,8 @@ pub struct ConnStatus {
 /// One upstream as `/origins` shows it.
 #[derive(Debug, Clone, Serialize)]
 pub struct UpstreamStatus {
-    pub route: String,
-    pub origin: String,
-    /// `h2`, or `h2c` (cleartext, prior knowledge).
-    pub kind: &'static str,
-    /// `tls` or `cleartext`.
-    pub transport: crate::origin::connect::Transport,
-    pub sni: String,
-    pub verify: bool,
+    #[serde(flatten)]
+    pub(crate) set: SetName,
     pub connections: Vec<ConnStatus>,
     pub opening: usize,
     pub consecutive_failures: u32,
@@ -131,6 +125,7 @@ pub struct UpstreamStatus {
     pub keepalive_ms: u64,
 }
 
+#[derive(Default)]
 struct State {
     conns: Vec<Arc<Conn>>,
     /// Connects under way (counted against `max_connections`).
@@ -192,11 +187,6 @@ impl H2Upstream {
     /// Live connections (not retiring).
     pub fn live(&self) -> usize {
         self.state().conns.iter().filter(|c| !c.retiring()).count()
-    }
-
-    /// Keep `connections` connections open; replace the ones that end or age out.
-    async fn maintain(self: Arc<Self>) {
-        self.core.keep(&self.state, |st| self.fill(st)).await;
     }
 
     /// The upkeep's turn, once the aged connections are retired: retire idle demand
@@ -278,14 +268,8 @@ impl H2Upstream {
     /// Numbers for `/origins`.
     pub fn status(&self) -> UpstreamStatus {
         let st = self.state();
-        let k = self.core.key();
         UpstreamStatus {
-            route: self.core.labels.route.to_string(),
-            origin: k.origin.to_string(),
-            kind: self.core.kind,
-            transport: self.core.dial.transport(),
-            sni: k.sni().to_owned(),
-            verify: k.verified(),
+            set: SetName::of(&self.core),
             connections: st.conns.iter().map(|c| c.status()).collect(),
             opening: st.connects.opening,
             consecutive_failures: st.connects.backoff.failures,
@@ -345,24 +329,15 @@ impl RequestKind for H2Upstream {
     const NAMES: (&'static str, &'static str) = ("h2", "h2c");
     type Dial = Arc<dyn Connect>;
 
-    fn start(core: Core<Self::Dial>, tuning: Tuning, shared: &Shared) -> Arc<Self> {
-        let Tuning { settings, connect_timeout } = tuning;
-        let upstream = Arc::new(Self {
-            core,
-            state: Mutex::new(State {
-                conns: Vec::new(),
-                connects: Connects::default(),
-                settings,
-                connect_timeout,
-                calm: 0,
-                opening_on: Vec::new(),
-            }),
-            room: Arc::default(),
-            next_id: AtomicU64::new(0),
-            workers: shared.workers.clone(),
-        });
-        tokio::spawn(upstream.clone().maintain());
-        upstream
+    fn start(core: Core<Self::Dial>, Tuning { settings, connect_timeout }: Tuning, shared: &Shared) -> Arc<Self> {
+        let state = Mutex::new(State { settings, connect_timeout, ..State::default() });
+        let workers = shared.workers.clone();
+        Arc::new(Self { core, state, room: Arc::default(), next_id: AtomicU64::default(), workers })
+    }
+
+    /// Keep `connections` connections open; replace the ones that end or age out.
+    async fn upkeep(self: Arc<Self>) {
+        self.core.keep(&self.state, |st| self.fill(st)).await;
     }
 
     fn update(&self, Tuning { settings, connect_timeout }: Tuning) {

@@ -44,15 +44,15 @@ use tokio::time::Instant;
 use crate::config::UpstreamConfig;
 use crate::metrics::{ConnectFailure, Metrics, UpstreamConn, UpstreamEnd, UpstreamZeroRttLabel, ZeroRtt};
 use crate::origin::backoff::Connects;
-use crate::origin::connect::Transport;
 use crate::origin::multiplexed::{self, Landed, Refused, SetState, Slot};
 use crate::origin::registry::{Shared, Standing};
-use crate::origin::request_kind::{RequestKind, Tuning};
+use crate::origin::request_kind::{RequestKind, SetName, Tuning};
 use crate::origin::seam::{BoxFuture, Outgoing, SendFailure, Sent};
 use crate::origin::supervisor::Core;
 use conn::{Conn, H3Send};
 pub(crate) use quic::QuicDial;
 
+#[derive(Default)]
 struct State {
     conns: Vec<Arc<Conn>>,
     connects: Connects,
@@ -99,6 +99,16 @@ impl Refused for Failed {
     fn failure(&self) -> ConnectFailure {
         self.2
     }
+}
+
+/// One HTTP/3 set as `/origins` shows it.
+#[derive(Debug, Clone, Serialize)]
+struct H3Status {
+    #[serde(flatten)]
+    set: SetName,
+    connections: Vec<ConnStatus>,
+    opening: usize,
+    consecutive_failures: u32,
 }
 
 /// One connection as `/origins` shows it.
@@ -186,11 +196,6 @@ impl H3Upstream {
         }
     }
 
-    /// Keep `connections` connections open; replace the ones that end or age out.
-    async fn maintain(self: Arc<Self>) {
-        self.core.keep(&self.state, |st| self.fill(st)).await;
-    }
-
     /// The upkeep's turn, once the aged connections are retired: start connects until
     /// `connections` are live or opening.
     fn fill(self: &Arc<Self>, mut st: MutexGuard<'_, State>) {
@@ -267,18 +272,13 @@ impl Standing for H3Upstream {
 
     fn status(&self) -> serde_json::Value {
         let st = self.state();
-        let k = self.core.dial.key();
-        serde_json::json!({
-            "route": self.core.labels.route.to_string(),
-            "origin": k.origin.to_string(),
-            "kind": self.core.kind,
-            "transport": Transport::Quic,
-            "sni": k.sni(),
-            "verify": k.verified(),
-            "connections": st.conns.iter().map(|c| c.status()).collect::<Vec<_>>(),
-            "opening": st.connects.opening,
-            "consecutive_failures": st.connects.backoff.failures,
-        })
+        let status = H3Status {
+            set: SetName::of(&self.core),
+            connections: st.conns.iter().map(|c| c.status()).collect(),
+            opening: st.connects.opening,
+            consecutive_failures: st.connects.backoff.failures,
+        };
+        serde_json::to_value(status).unwrap_or_default()
     }
 
     fn up(&self) -> bool {
@@ -291,22 +291,14 @@ impl RequestKind for H3Upstream {
     const NAMES: (&'static str, &'static str) = ("h3", "h3");
     type Dial = QuicDial;
 
-    fn start(core: Core<Self::Dial>, tuning: Tuning, _: &Shared) -> Arc<Self> {
-        let Tuning { settings, connect_timeout } = tuning;
-        let set = Arc::new(H3Upstream {
-            core,
-            state: Mutex::new(State {
-                conns: Vec::new(),
-                connects: Connects::default(),
-                suspect: false,
-                settings,
-                connect_timeout,
-            }),
-            room: Notify::new(),
-            next_id: AtomicU64::new(0),
-        });
-        tokio::spawn(set.clone().maintain());
-        set
+    fn start(core: Core<Self::Dial>, Tuning { settings, connect_timeout }: Tuning, _: &Shared) -> Arc<Self> {
+        let state = Mutex::new(State { settings, connect_timeout, ..State::default() });
+        Arc::new(Self { core, state, room: Notify::new(), next_id: AtomicU64::default() })
+    }
+
+    /// Keep `connections` connections open; replace the ones that end or age out.
+    async fn upkeep(self: Arc<Self>) {
+        self.core.keep(&self.state, |st| self.fill(st)).await;
     }
 
     fn update(&self, Tuning { settings, connect_timeout }: Tuning) {

@@ -69,10 +69,6 @@ impl QuicDial {
         Self { server_name, key, resolver, tls, endpoints: Mutex::default() }
     }
 
-    pub(crate) fn key(&self) -> &PoolKey {
-        &self.key
-    }
-
     /// Connect within `timeout`: with 0-RTT if a ticket allows (returned at once), else after
     /// the handshake. `congestion`: `bbr`, `cubic` or `reno` (checked at load), or quinn's
     /// default (cubic); `keepalive`: the PING interval that keeps the path and its NAT state
