@@ -1,7 +1,7 @@
 //! The request kinds, the sets an `http` route's requests ride (HTTP/2, HTTP/1.1, HTTP/3), as
 //! the registry starts them and the seam sees them: what they share is written here once, and
-//! a kind supplies only what differs ([`RequestKind`]: its names, its connector, how it starts,
-//! takes new settings, and sends a request).
+//! a kind supplies only what differs ([`RequestKind`]: its names, its connector, how it starts
+//! and keeps itself up, takes new settings, and sends a request).
 //!
 //! - [`UpstreamSpec`]: what a route asks the registry for, one registration for every request
 //!   kind: the kind's connector, the HTTP/1.1 connector for upgrades, and the route's
@@ -9,6 +9,7 @@
 //! - [`Requests`]: a running set as the registry holds it and as the route's seam
 //!   ([`Origin`]): requests go to the kind; a protocol upgrade the kind does not carry its own
 //!   way goes as HTTP/1.1 over a connection of its own to the same origin.
+//! - [`SetName`]: how each one's entry in `/origins` begins.
 
 use std::future::Future;
 use std::sync::Arc;
@@ -31,7 +32,8 @@ pub(crate) trait RequestKind: Standing + Sized {
     const NAMES: (&'static str, &'static str);
     /// What makes its connections: a byte stream's connector, or QUIC's.
     type Dial: Dialer;
-    /// Make the set on `core` (inside the runtime); its upkeep is spawned at once.
+    /// Make the set on `core` (inside the runtime); the registration spawns its
+    /// [`upkeep`](RequestKind::upkeep) at once.
     fn start(core: Core<Self::Dial>, tuning: Tuning, shared: &Shared) -> Arc<Self>;
     /// The set's upkeep task, for as long as it stands: it opens the first connections at once.
     fn upkeep(self: Arc<Self>) -> impl Future<Output = ()> + Send;
