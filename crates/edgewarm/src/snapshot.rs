@@ -19,10 +19,11 @@ use crate::origin::dial::TlsDial;
 use crate::origin::group::{Groups, Serving};
 use crate::origin::h1::H1Upstream;
 use crate::origin::h2::H2Upstream;
-use crate::origin::h3::H3Spec;
+use crate::origin::h3::{H3Upstream, QuicDial};
 use crate::origin::layer::Layer;
 use crate::origin::prewarm::{PrewarmSpec, Settings, TlsPool};
-use crate::origin::registry::{self, Origins, Spec, UpstreamSpec, Wanted};
+use crate::origin::registry::{self, Origins, Spec, Wanted};
+use crate::origin::request_kind::UpstreamSpec;
 use crate::origin::seam::Origin;
 use crate::relay;
 use crate::route::{HttpRoute, RouteTable, ServerRoute};
@@ -209,12 +210,20 @@ impl Snapshot {
         };
         let (settings, timeout) = (u.clone(), self.timeouts.connect);
         match u.protocol {
-            UpstreamProtocol::H2 => Box::new(UpstreamSpec::<H2Upstream>::new(connect(Some(b"h2")), settings, timeout)),
-            // No ALPN offered: the origin speaks HTTP/1.1.
-            UpstreamProtocol::Http11 => Box::new(UpstreamSpec::<H1Upstream>::new(connect(None), settings, timeout)),
+            // Upgrades go over the same origin without ALPN.
+            UpstreamProtocol::H2 => {
+                let h2 = connect(Some(b"h2"));
+                Box::new(UpstreamSpec::<H2Upstream>::new(h2.clone(), h2.for_http1(), settings, timeout))
+            }
+            // No ALPN offered: the origin speaks HTTP/1.1, its upgrades too.
+            UpstreamProtocol::Http11 => {
+                let http1 = connect(None);
+                Box::new(UpstreamSpec::<H1Upstream>::new(http1.clone(), http1, settings, timeout))
+            }
             // Always TLS (checked at load); upgrades go over TCP without ALPN.
             UpstreamProtocol::H3 => {
-                Box::new(H3Spec::new(origin, connect(None), self.resolver.clone(), settings, timeout))
+                let quic = QuicDial::new(origin, self.resolver.clone());
+                Box::new(UpstreamSpec::<H3Upstream>::new(quic, connect(None), settings, timeout))
             }
         }
     }

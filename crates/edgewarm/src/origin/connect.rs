@@ -29,7 +29,7 @@ pub(crate) type OriginIo = Box<dyn Io>;
 /// that asked for TLS), and its `transport` in `/origins`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize)]
 #[serde(rename_all = "lowercase")]
-pub enum Transport {
+pub(crate) enum Transport {
     /// TCP and TLS, the certificate verified by `origin_tls`.
     Tls,
     /// TCP without TLS (`upstream.tls: false`).

@@ -25,13 +25,18 @@
 //!   [`registry::Spec`] (what a route asks for) and a [`registry::Standing`] (the running set:
 //!   update, retire, warm, status for `/origins`). The `match` on configured protocols is in
 //!   one place, [`crate::snapshot`], where routes register what they want.
-//! - Shared by every kind: the upkeep task, labels and retirement ([`supervisor`]), how a
+//! - [`request_kind`]: what the request kinds (HTTP/2, HTTP/1.1, HTTP/3) share: one
+//!   registration ([`request_kind::UpstreamSpec`]), and the route's seam on a running set with
+//!   the HTTP/1.1 fallback for upgrades ([`request_kind::Requests`]).
+//! - Shared by every kind: the upkeep task, labels, new settings and retirement
+//!   ([`supervisor`]); by the multiplexed ones, their connections' life ([`multiplexed`]); how a
 //!   connection is made ([`dial`]), how a failing origin is retried and connects are counted
 //!   ([`backoff`]), how many to hold ([`sizing`]), HTTP/1.1 upgrades on a connection of their
 //!   own ([`upgrade`]).
 //!
-//! A new kind is a module here implementing `Spec`, `Standing` and `Origin`, plus one arm
-//! where the snapshot registers it (as [`h3`] was added).
+//! A new request kind is a module here implementing [`request_kind::RequestKind`] and
+//! `Standing`, plus one arm where the snapshot registers it (as [`h3`] was added); a kind that
+//! carries no requests (as [`prewarm`]) implements `Spec` and `Standing` itself.
 
 pub mod backoff;
 pub(crate) mod body;
@@ -43,9 +48,11 @@ pub(crate) mod h1;
 pub mod h2;
 pub(crate) mod h3;
 pub(crate) mod layer;
+pub(crate) mod multiplexed;
 pub(crate) mod per_route;
 pub mod prewarm;
 pub mod registry;
+pub(crate) mod request_kind;
 pub(crate) mod seam;
 pub mod sizing;
 pub(crate) mod supervisor;

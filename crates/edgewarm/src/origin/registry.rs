@@ -12,13 +12,10 @@
 
 use std::any::Any;
 use std::collections::HashMap;
-use std::marker::PhantomData;
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::Duration;
 
-use super::connect::{Connect, Transport};
+use super::connect::Transport;
 use super::seam::Origin;
-use crate::config::UpstreamConfig;
 use crate::metrics::{Metrics, PoolLabels, RouteName, Server};
 use crate::tls::origin::PoolKey;
 use crate::workers::Placement;
@@ -172,63 +169,5 @@ impl Origins {
         };
         all.sort_by_key(order);
         all
-    }
-}
-
-/// The `upstream` section of a request kind's route, and its connector: what HTTP/2 sets and
-/// HTTP/1.1 pools are started and updated with.
-pub(crate) struct UpstreamSpec<K> {
-    pub(crate) connect: Arc<dyn Connect>,
-    pub(crate) settings: UpstreamConfig,
-    pub(crate) connect_timeout: Duration,
-    kind: PhantomData<fn() -> K>,
-}
-
-impl<K> UpstreamSpec<K> {
-    pub(crate) fn new(connect: Arc<dyn Connect>, settings: UpstreamConfig, connect_timeout: Duration) -> Self {
-        Self { connect, settings, connect_timeout, kind: PhantomData }
-    }
-}
-
-/// A kind of set that carries requests, started from an [`UpstreamSpec`].
-pub(crate) trait RequestKind: Standing + Sized {
-    /// The kind's name over TLS and over cleartext.
-    const NAMES: (&'static str, &'static str);
-    fn start(spec: UpstreamSpec<Self>, labels: PoolLabels, shared: &Shared) -> Arc<Self>;
-    fn update(&self, settings: UpstreamConfig, connect_timeout: Duration);
-}
-
-impl<K: RequestKind> Spec for UpstreamSpec<K> {
-    fn key(&self) -> &PoolKey {
-        self.connect.key()
-    }
-
-    fn kind(&self) -> &'static str {
-        kind_name::<K>(&*self.connect)
-    }
-
-    fn transport(&self) -> Transport {
-        self.connect.transport()
-    }
-
-    fn start(self: Box<Self>, mut labels: PoolLabels, shared: &Shared) -> Arc<dyn Standing> {
-        labels.alpn = self.kind().into();
-        K::start(*self, labels, shared)
-    }
-
-    fn update(self: Box<Self>, set: &dyn Standing) {
-        // The kind is part of the id: a set only ever gets its own kind's settings.
-        if let Some(set) = set.as_any().downcast_ref::<K>() {
-            set.update(self.settings, self.connect_timeout);
-        }
-    }
-}
-
-/// A request kind's name over `connect`'s transport.
-pub(crate) fn kind_name<K: RequestKind>(connect: &dyn Connect) -> &'static str {
-    if connect.transport() == Transport::Cleartext {
-        K::NAMES.1
-    } else {
-        K::NAMES.0
     }
 }

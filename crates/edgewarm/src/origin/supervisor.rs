@@ -1,19 +1,17 @@
 //! What every kind of standing set has, whatever it holds: how it dials, its labels, the upkeep
-//! task that keeps it at its target, its retirement, and its connects' bookkeeping. Each kind
-//! (prewarm pool, HTTP/2 set, HTTP/1.1 pool, HTTP/3 set) embeds one [`Core`] and supplies only what differs:
-//! what it holds, how many it wants, and how it hands them out. The multiplexed kinds (HTTP/2,
-//! HTTP/3), whose connections are [`Held`], also share here the turn of their upkeep (age out,
-//! how many to open) and a connection's life in the metrics (joined, failed, ended and why),
-//! so those metrics mean the same for both.
+//! task that keeps it at its target, new settings from a reload, its retirement, and its
+//! connects' bookkeeping. Each kind (prewarm pool, HTTP/2 set, HTTP/1.1 pool, HTTP/3 set)
+//! embeds one [`Core`] and supplies only what differs: what it holds, how many it wants, and
+//! how it hands them out. What the multiplexed kinds (HTTP/2, HTTP/3) share besides, their
+//! connections' life, is [`super::multiplexed`]'s.
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use tokio::sync::Notify;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use super::backoff::Connects;
 use super::dial::Dial;
 use crate::metrics::{ConnectFailure, Metrics, PoolEvent, PoolLabels, UpstreamConn, UpstreamEnd};
 use crate::tls::origin::PoolKey;
@@ -75,6 +73,13 @@ impl<D> Core<D> {
         }
     }
 
+    /// New settings from a reload, put in place by `set` under the set's lock (`state`):
+    /// connections stay, and the upkeep is woken to act on them.
+    pub(crate) fn update<S>(&self, state: &Mutex<S>, set: impl FnOnce(&mut S)) {
+        set(&mut lock(state));
+        self.wake.notify_one();
+    }
+
     /// A connect completed in `took`: counted, and its time observed.
     pub(crate) fn opened(&self, took: Duration) {
         let m = &self.metrics.pool;
@@ -82,52 +87,11 @@ impl<D> Core<D> {
         m.handshake_seconds.get_or_create(&self.labels).observe(took.as_secs_f64());
     }
 
-    /// A connect of a multiplexed set completed in `took` and its connection joined the set.
-    pub(crate) fn joined(&self, took: Duration) {
-        self.metrics.upstream.open.get_or_create(&self.conn_label()).inc();
-        self.opened(took);
-    }
-
     /// A connect of this set failed, for `reason`: counted in `origin_connect_failures`, the
     /// one family every kind counts its failed connects in (once per attempt, here).
     pub(crate) fn count_failure(&self, reason: ConnectFailure) {
         let l = &self.labels;
         self.metrics.origin_connect_failed(&l.route, &l.server.0, self.kind, reason);
-    }
-
-    /// A connect of a multiplexed set (`what`: its protocol) failed: counted (also in the
-    /// deprecated `upstream_connect_errors`) and logged.
-    pub(crate) fn connect_failed(&self, what: &str, error: &dyn std::fmt::Display, reason: ConnectFailure) {
-        let l = &self.labels;
-        tracing::warn!(route = %l.route, origin = %l.server, error = %error, "opening an {what} origin connection failed");
-        self.count_failure(reason);
-        self.metrics.upstream.connect_errors.get_or_create(l).inc();
-    }
-
-    /// The upkeep's first step on a multiplexed set: retire the connections past `max_age`
-    /// (counted: `max_age`) and forget the closed ones.
-    pub(crate) fn age_out<C: Held>(&self, conns: &mut Vec<Arc<C>>, max_age: Duration) {
-        for c in conns.iter() {
-            if !c.retiring() && c.age() >= max_age {
-                c.retire_counted();
-                self.replaced(UpstreamEnd::MaxAge);
-            }
-        }
-        conns.retain(|c| !c.is_closed());
-    }
-
-    /// Connection `id`'s driver ended: forget it, count why (unless the upkeep retired it and
-    /// counted that already), and have the upkeep replace it.
-    pub(crate) fn forget<C: Held>(&self, conns: &mut Vec<Arc<C>>, id: u64, why: UpstreamEnd, counted: bool) {
-        let before = conns.len();
-        conns.retain(|c| c.id() != id);
-        if conns.len() < before {
-            self.metrics.upstream.open.get_or_create(&self.conn_label()).dec();
-        }
-        if !counted {
-            self.replaced(why);
-        }
-        self.wake.notify_one();
     }
 
     /// A standing connection ended or was retired, by `why`.
@@ -144,25 +108,10 @@ impl<D> Core<D> {
     }
 }
 
-/// How many connects to start now so that `connections` are live or opening: none during
-/// a backoff, one at a time while probing a failing origin. Those started count as opening.
-pub(crate) fn to_open<C: Held>(conns: &[Arc<C>], connects: &mut Connects, connections: usize) -> usize {
-    if connects.in_backoff(Instant::now()) {
-        return 0;
-    }
-    let live = conns.iter().filter(|c| !c.retiring()).count();
-    connects.start(connections.saturating_sub(live + connects.opening))
-}
-
-/// A standing connection of a multiplexed set (HTTP/2, HTTP/3), as the upkeep handles it.
-pub(crate) trait Held {
-    fn id(&self) -> u64;
-    fn age(&self) -> Duration;
-    /// Takes no new requests; finishing those it has.
-    fn retiring(&self) -> bool;
-    fn is_closed(&self) -> bool;
-    /// Retire it, the reason counted by the upkeep (its end is then not counted again).
-    fn retire_counted(&self);
+/// A set's lock. A panic while it was held cannot leave the state half-updated in a way that
+/// matters more than losing the set: keep serving.
+pub(crate) fn lock<S>(state: &Mutex<S>) -> MutexGuard<'_, S> {
+    state.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 impl<D> std::fmt::Debug for Core<D> {

@@ -19,18 +19,18 @@ use hyper_util::rt::TokioIo;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::gauge::Gauge;
 use tokio::time::Instant;
-use tokio_util::sync::CancellationToken;
 
 mod send;
 
-pub(crate) use send::Requests;
-
 use super::BoxedBody;
 use crate::config::UpstreamConfig;
-use crate::metrics::{ConnectFailure, Metrics, PoolLabels};
+use crate::metrics::ConnectFailure;
 use crate::origin::backoff::Connects;
 use crate::origin::connect::Connect;
 use crate::origin::dial::WarmError;
+use crate::origin::registry::{Shared, Standing};
+use crate::origin::request_kind::{RequestKind, SetName, Tuning};
+use crate::origin::seam::{BoxFuture, Outgoing, SendFailure, Sent};
 use crate::origin::sizing::Concurrency;
 use crate::origin::supervisor::Core;
 
@@ -61,6 +61,7 @@ struct Idle {
     since: Instant,
 }
 
+#[derive(Default)]
 struct State {
     /// Oldest first; requests take from the end (most recently used).
     idle: Vec<Idle>,
@@ -111,54 +112,8 @@ impl Drop for Lease {
 }
 
 impl H1Upstream {
-    /// Create the pool; its maintenance task opens the first connections at once.
-    pub(crate) fn start(
-        dial: Arc<dyn Connect>,
-        labels: PoolLabels,
-        settings: UpstreamConfig,
-        connect_timeout: Duration,
-        metrics: Arc<Metrics>,
-    ) -> Arc<Self> {
-        let state = State {
-            idle: Vec::new(),
-            in_use: 0,
-            connects: Connects::default(),
-            demand: Concurrency::default(),
-            settings,
-            connect_timeout,
-        };
-        let m = &metrics.pool;
-        let hot = Hot {
-            ready: m.ready.get_or_create(&labels).clone(),
-            hits: m.hits.get_or_create(&labels).clone(),
-            misses: m.misses.get_or_create(&labels).clone(),
-        };
-        let kind = crate::origin::registry::kind_name::<Self>(&*dial);
-        let core = Core::new(dial, labels, kind, metrics);
-        let upstream = Arc::new(Self { core, state: Mutex::new(state), hot });
-        tokio::spawn(upstream.clone().maintain());
-        upstream
-    }
-
     fn state(&self) -> MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
-    /// Cancelled when the pool is retired: its clients are told to come back afresh.
-    pub(crate) fn retired(&self) -> &CancellationToken {
-        &self.core.retired
-    }
-
-    /// Every period (or when woken): fold demand, trim, and open what the estimate lacks.
-    async fn maintain(self: Arc<Self>) {
-        let schedule = || (PERIOD, self.state().connects.retry_at());
-        let turn = |ticked| {
-            if ticked {
-                self.tick();
-            }
-            self.top_up();
-        };
-        self.core.upkeep(schedule, turn).await;
     }
 
     fn tick(&self) {
@@ -304,14 +259,8 @@ impl H1Upstream {
 /// One HTTP/1.1 pool as `/origins` shows it.
 #[derive(Debug, Clone, serde::Serialize)]
 pub(crate) struct H1Status {
-    pub route: String,
-    pub origin: String,
-    /// `http/1.1`.
-    pub kind: &'static str,
-    /// `tls` or `cleartext`.
-    pub transport: crate::origin::connect::Transport,
-    pub sni: String,
-    pub verify: bool,
+    #[serde(flatten)]
+    pub set: SetName,
     /// Open and waiting for a request.
     pub idle: usize,
     /// Carrying a request now.
@@ -322,7 +271,7 @@ pub(crate) struct H1Status {
     pub consecutive_failures: u32,
 }
 
-impl crate::origin::registry::Standing for H1Upstream {
+impl Standing for H1Upstream {
     /// No route uses this pool any more: close the idle connections; leased ones close when
     /// their responses end.
     fn retire(&self) {
@@ -339,14 +288,8 @@ impl crate::origin::registry::Standing for H1Upstream {
 
     fn status(&self) -> serde_json::Value {
         let st = self.state();
-        let k = self.core.key();
         let status = H1Status {
-            route: self.core.labels.route.to_string(),
-            origin: k.origin.to_string(),
-            kind: crate::origin::registry::kind_name::<Self>(&*self.core.dial),
-            transport: self.core.dial.transport(),
-            sni: k.sni().to_owned(),
-            verify: k.verified(),
+            set: SetName::of(&self.core),
             idle: st.idle.len(),
             in_use: st.in_use,
             opening: st.connects.opening,
@@ -360,29 +303,40 @@ impl crate::origin::registry::Standing for H1Upstream {
         let st = self.state();
         st.connects.backoff.failures == 0 || st.idle.len() + st.in_use > 0
     }
-
-    fn origin(self: Arc<Self>) -> Option<Arc<dyn crate::origin::seam::Origin>> {
-        Some(Arc::new(Requests(self)))
-    }
 }
 
-impl crate::origin::registry::RequestKind for H1Upstream {
+impl RequestKind for H1Upstream {
     const NAMES: (&'static str, &'static str) = ("http/1.1", "http/1.1");
+    type Dial = Arc<dyn Connect>;
 
-    fn start(
-        spec: crate::origin::registry::UpstreamSpec<Self>,
-        labels: PoolLabels,
-        shared: &crate::origin::registry::Shared,
-    ) -> Arc<Self> {
-        H1Upstream::start(spec.connect, labels, spec.settings, spec.connect_timeout, shared.metrics.clone())
+    fn start(core: Core<Self::Dial>, Tuning { settings, connect_timeout }: Tuning, _: &Shared) -> Arc<Self> {
+        let state = State { settings, connect_timeout, ..State::default() };
+        let m = &core.metrics.pool;
+        let hot = Hot {
+            ready: m.ready.get_or_create(&core.labels).clone(),
+            hits: m.hits.get_or_create(&core.labels).clone(),
+            misses: m.misses.get_or_create(&core.labels).clone(),
+        };
+        Arc::new(Self { core, state: Mutex::new(state), hot })
     }
 
-    /// New settings from a reload; connections stay.
-    fn update(&self, settings: UpstreamConfig, connect_timeout: Duration) {
-        let mut st = self.state();
-        st.settings = settings;
-        st.connect_timeout = connect_timeout;
-        drop(st);
-        self.core.wake.notify_one();
+    /// Every period (or when woken): fold demand, trim, and open what the estimate lacks.
+    async fn upkeep(self: Arc<Self>) {
+        let schedule = || (PERIOD, self.state().connects.retry_at());
+        let turn = |ticked| {
+            if ticked {
+                self.tick();
+            }
+            self.top_up();
+        };
+        self.core.upkeep(schedule, turn).await;
+    }
+
+    fn update(&self, Tuning { settings, connect_timeout }: Tuning) {
+        self.core.update(&self.state, |st| (st.settings, st.connect_timeout) = (settings, connect_timeout));
+    }
+
+    fn send<'a>(self: &'a Arc<Self>, out: Outgoing<'a>) -> BoxFuture<'a, Result<Sent, SendFailure>> {
+        Box::pin(send::send(self, out))
     }
 }

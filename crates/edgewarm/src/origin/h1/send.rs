@@ -1,6 +1,7 @@
 //! The HTTP/1.1 kind at the seam ([`Origin`]): a request takes a pooled keep-alive connection
 //! (origin-form target, `Host` header), which goes back to the pool when its response body
-//! has ended; an upgrade gets a connection of its own from the set's connector. The origin's
+//! has ended (an upgrade goes over a connection of its own from the set's connector:
+//! [`crate::origin::request_kind::Requests`]). The origin's
 //! `103 Early Hints` go to the client as they arrive (hyper's `ext::on_informational`).
 
 use std::sync::atomic::Ordering;
@@ -12,33 +13,9 @@ use http_body_util::BodyExt;
 use super::{H1Error, H1Upstream};
 use crate::metrics::HintSource;
 use crate::origin::body::{OnEnd, OriginBody};
-use crate::origin::dial::Dial;
-use crate::origin::seam::{BoxFuture, Failure, Origin, OriginError, Outgoing, SendFailure, Sent, Upgrade, Upgraded};
-use crate::origin::upgrade;
+use crate::origin::seam::{Failure, OriginError, Outgoing, SendFailure, Sent};
 
-/// The route's handle on an HTTP/1.1 pool.
-pub(crate) struct Requests(pub(crate) Arc<H1Upstream>);
-
-impl Origin for Requests {
-    fn send<'a>(&'a self, out: Outgoing<'a>) -> BoxFuture<'a, Result<Sent, SendFailure>> {
-        Box::pin(send(&self.0, out))
-    }
-
-    fn upgrade<'a>(&'a self, up: Upgrade<'a>) -> BoxFuture<'a, Result<Upgraded, OriginError>> {
-        Box::pin(async move {
-            // Not a pooled connection: after a `101` it is the client's for as long as it lives.
-            let io = self.0.core.dial.dial(up.timeout).await;
-            let io = io.map_err(|e| OriginError::Upgrade(format!("origin connection for the upgrade: {e}")))?;
-            upgrade::over_h1(io, up).await
-        })
-    }
-
-    fn retired(&self) -> &tokio_util::sync::CancellationToken {
-        self.0.retired()
-    }
-}
-
-async fn send(upstream: &Arc<H1Upstream>, out: Outgoing<'_>) -> Result<Sent, SendFailure> {
+pub(super) async fn send(upstream: &Arc<H1Upstream>, out: Outgoing<'_>) -> Result<Sent, SendFailure> {
     let Outgoing { build, body, up, timeout, affinity: _, tried: _, interim, began: _, client: _ } = out;
     let (parts, ()) = build().into_parts();
     // Origin-form target and a Host header: what an HTTP/1.1 server expects.

@@ -22,7 +22,7 @@ use tokio_util::sync::CancellationToken;
 use super::{ConnStatus, H2Send, H2Upstream, Room};
 use crate::metrics::{PoolEvent, UpstreamEnd};
 use crate::origin::connect::OriginIo;
-use crate::origin::supervisor::Held;
+use crate::origin::multiplexed::{Held, Slot};
 
 /// Flow-control windows toward the origin, sized for a long link: a window caps one stream's
 /// throughput at window / RTT, and 4 MiB over 100 ms is ~335 Mbit/s per stream (h2's 64 KiB
@@ -55,23 +55,6 @@ pub(crate) struct Conn {
     idle: Mutex<(u64, Option<Instant>)>,
     /// Retired by the upstream's upkeep, which counted the reason ([`Conn::retire_counted`]).
     counted: AtomicBool,
-}
-
-/// One open stream's place on its connection; dropping it (when the response body has ended
-/// or the request failed) frees the place and wakes a request waiting for room.
-pub struct Slot {
-    active: Arc<AtomicUsize>,
-    room: Arc<Room>,
-    gauge: prometheus_client::metrics::gauge::Gauge,
-}
-
-impl Drop for Slot {
-    fn drop(&mut self) {
-        // SeqCst, paired with `Room::wait`: see there.
-        self.active.fetch_sub(1, Ordering::SeqCst);
-        self.gauge.dec();
-        self.room.freed();
-    }
 }
 
 impl Conn {
@@ -190,12 +173,6 @@ impl Conn {
         now.saturating_duration_since(*idle.1.get_or_insert(now))
     }
 
-    /// Stop using this connection; streams on it finish.
-    pub(crate) fn retire(&self) {
-        self.retiring.store(true, Ordering::Relaxed);
-        self.send.lock().unwrap_or_else(|p| p.into_inner()).take();
-    }
-
     fn with_send<T>(&self, f: impl FnOnce(&H2Send) -> T) -> Option<T> {
         self.send.lock().unwrap_or_else(|p| p.into_inner()).as_ref().map(f)
     }
@@ -221,9 +198,7 @@ impl Conn {
         if !self.has_room() {
             return None;
         }
-        self.active.fetch_add(1, Ordering::Relaxed);
-        self.streams_gauge.inc();
-        Some(Slot { active: self.active.clone(), room: self.room.clone(), gauge: self.streams_gauge.clone() })
+        Some(Slot::take(&self.active, self.room.clone(), &self.streams_gauge))
     }
 
     /// Open a stream. Fails if the connection is retiring, going away or broken; the request
@@ -275,7 +250,14 @@ impl Held for Conn {
         self.closed.is_cancelled()
     }
 
-    /// [`Conn::retire`], for a reason the caller counts (`max_age`, `idle`): the connection's
+    /// Stop using this connection (its handle dropped, so h2 closes it once the streams on it
+    /// have finished).
+    fn retire(&self) {
+        self.retiring.store(true, Ordering::Relaxed);
+        self.send.lock().unwrap_or_else(|p| p.into_inner()).take();
+    }
+
+    /// [`Held::retire`], for a reason the caller counts (`max_age`, `idle`): the connection's
     /// end is then not counted again as `closed`.
     fn retire_counted(&self) {
         self.counted.store(true, Ordering::Relaxed);

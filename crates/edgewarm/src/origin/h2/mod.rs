@@ -26,8 +26,6 @@ pub(crate) mod room;
 mod send;
 mod websocket;
 
-pub(crate) use send::Requests;
-
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
@@ -43,7 +41,11 @@ use crate::metrics::{ConnectFailure, Metrics, PoolLabels, UpstreamEnd};
 use crate::origin::backoff::Connects;
 use crate::origin::connect::Connect;
 use crate::origin::dial::WarmError;
-use crate::origin::supervisor::{self, Core, Held};
+use crate::origin::multiplexed::{self, Held, Landed, Refused, SetState, Slot};
+use crate::origin::registry::{Shared, Standing};
+use crate::origin::request_kind::{RequestKind, SetName, Tuning, Upgrading};
+use crate::origin::seam::{BoxFuture, Outgoing, SendFailure, Upgrade};
+use crate::origin::supervisor::Core;
 use crate::tls::origin::PoolKey;
 use crate::workers::Placement;
 use conn::Conn;
@@ -64,10 +66,19 @@ pub enum UpstreamError {
     Down(String),
 }
 
-impl UpstreamError {
-    /// How a connect failed, for `origin_connect_failures`: the connection's own failure, or
-    /// the HTTP/2 handshake's on a connection that was up (a reset there is the origin's "no").
-    pub(crate) fn failure(&self) -> ConnectFailure {
+impl Refused for UpstreamError {
+    /// Noted without a connect error's own "no origin connection: " (a refused request's
+    /// error adds it).
+    fn noted(&self) -> (String, bool) {
+        match self {
+            Self::Connect(w) => (w.to_string(), w.silent()),
+            e => (e.to_string(), false),
+        }
+    }
+
+    /// The connection's own failure, or the HTTP/2 handshake's on a connection that was up (a
+    /// reset there is the origin's "no").
+    fn failure(&self) -> ConnectFailure {
         match self {
             Self::Connect(e) => e.failure(),
             Self::H2(e) if e.get_io().is_some_and(crate::origin::dial::cut_short) => ConnectFailure::Reset,
@@ -82,7 +93,7 @@ pub struct Sent {
     pub response: ResponseFuture,
     pub body: SendStream<Bytes>,
     /// Hold until the response body has ended: it is the stream's place on the connection.
-    pub slot: conn::Slot,
+    pub slot: Slot,
     pub conn_id: u64,
     /// The connection had carried requests before this one.
     pub reused: bool,
@@ -105,14 +116,8 @@ pub struct ConnStatus {
 /// One upstream as `/origins` shows it.
 #[derive(Debug, Clone, Serialize)]
 pub struct UpstreamStatus {
-    pub route: String,
-    pub origin: String,
-    /// `h2`, or `h2c` (cleartext, prior knowledge).
-    pub kind: &'static str,
-    /// `tls` or `cleartext`.
-    pub transport: crate::origin::connect::Transport,
-    pub sni: String,
-    pub verify: bool,
+    #[serde(flatten)]
+    pub(crate) set: SetName,
     pub connections: Vec<ConnStatus>,
     pub opening: usize,
     pub consecutive_failures: u32,
@@ -120,6 +125,7 @@ pub struct UpstreamStatus {
     pub keepalive_ms: u64,
 }
 
+#[derive(Default)]
 struct State {
     conns: Vec<Arc<Conn>>,
     /// Connects under way (counted against `max_connections`).
@@ -130,6 +136,14 @@ struct State {
     calm: u32,
     /// The worker of each connect under way that was placed on one.
     opening_on: Vec<usize>,
+}
+
+impl SetState for State {
+    type Conn = Conn;
+
+    fn parts(&mut self) -> (&mut Vec<Arc<Conn>>, &mut Connects, &UpstreamConfig) {
+        (&mut self.conns, &mut self.connects, &self.settings)
+    }
 }
 
 pub struct H2Upstream {
@@ -151,34 +165,6 @@ impl std::fmt::Debug for H2Upstream {
 }
 
 impl H2Upstream {
-    /// Create the upstream and start opening its connections. Must run inside the runtime.
-    pub(crate) fn start(
-        dial: Arc<dyn Connect>,
-        labels: PoolLabels,
-        settings: UpstreamConfig,
-        connect_timeout: Duration,
-        metrics: Arc<Metrics>,
-        workers: Placement,
-    ) -> Arc<Self> {
-        let kind = crate::origin::registry::kind_name::<Self>(&*dial);
-        let upstream = Arc::new(Self {
-            core: Core::new(dial, labels, kind, metrics),
-            state: Mutex::new(State {
-                conns: Vec::new(),
-                connects: Connects::default(),
-                settings,
-                connect_timeout,
-                calm: 0,
-                opening_on: Vec::new(),
-            }),
-            room: Arc::default(),
-            next_id: AtomicU64::new(0),
-            workers,
-        });
-        tokio::spawn(upstream.clone().maintain());
-        upstream
-    }
-
     pub fn key(&self) -> &PoolKey {
         self.core.key()
     }
@@ -203,17 +189,9 @@ impl H2Upstream {
         self.state().conns.iter().filter(|c| !c.retiring()).count()
     }
 
-    /// Keep `connections` connections open; replace the ones that end or age out.
-    async fn maintain(self: Arc<Self>) {
-        let schedule = || (Duration::from_secs(1), self.state().connects.retry_at());
-        self.core.upkeep(schedule, |_| self.fill()).await;
-    }
-
-    /// Retire aged connections and start connects until `connections` are live or opening.
-    fn fill(self: &Arc<Self>) {
-        let mut st = self.state();
-        let max_age = st.settings.max_age;
-        self.core.age_out(&mut st.conns, max_age);
+    /// The upkeep's turn, once the aged connections are retired: retire idle demand
+    /// connections, and start connects until `connections` are live or opening.
+    fn fill(self: &Arc<Self>, mut st: MutexGuard<'_, State>) {
         // Connections opened for demand go once they have carried no stream for
         // `idle_timeout`, down to `connections`. Newest first: first fit uses them least.
         let (idle_timeout, now) = (st.settings.idle_timeout, Instant::now());
@@ -228,10 +206,7 @@ impl H2Upstream {
                 self.core.replaced(UpstreamEnd::Idle);
             }
         }
-        let start = {
-            let st = &mut *st;
-            supervisor::to_open(&st.conns, &mut st.connects, st.settings.connections)
-        };
+        let start = multiplexed::to_open(&mut *st);
         let places: Vec<_> = (0..start).map(|_| self.place(&mut st)).collect();
         drop(st);
         for worker in places {
@@ -263,37 +238,19 @@ impl H2Upstream {
         }
         .await;
         let mut st = self.state();
-        st.connects.opening -= 1;
         if let Some(i) = worker.and_then(|w| st.opening_on.iter().position(|&o| o == w)) {
             st.opening_on.swap_remove(i);
         }
-        match result {
-            Ok(conn) => {
-                st.connects.succeeded();
-                if self.core.retired.is_cancelled() {
-                    // Retired while this connect was under way: it must not outlive us.
-                    conn.retire();
-                    return Err(UpstreamError::Retired);
-                }
-                st.conns.push(conn.clone());
-                drop(st);
-                self.core.joined(started.elapsed());
-                self.room.changed();
-                Ok(conn)
+        let result = match self.core.landed(st, "HTTP/2", started, result) {
+            Landed::Joined(conn) => Ok(conn),
+            Landed::Late(conn) => {
+                conn.retire();
+                return Err(UpstreamError::Retired);
             }
-            Err(e) => {
-                // Noted without this error's own "no origin connection: " (a refused request's
-                // error adds it).
-                match &e {
-                    UpstreamError::Connect(w) => st.connects.failed_with(w, w.silent()),
-                    e => st.connects.failed_with(e, false),
-                };
-                drop(st);
-                self.core.connect_failed("HTTP/2", &e, e.failure());
-                self.room.changed();
-                Err(e)
-            }
-        }
+            Landed::Failed(e) => Err(e),
+        };
+        self.room.changed();
+        result
     }
 
     /// A connection ended (its driver returned): forget it and replace it.
@@ -311,14 +268,8 @@ impl H2Upstream {
     /// Numbers for `/origins`.
     pub fn status(&self) -> UpstreamStatus {
         let st = self.state();
-        let k = self.core.key();
         UpstreamStatus {
-            route: self.core.labels.route.to_string(),
-            origin: k.origin.to_string(),
-            kind: crate::origin::registry::kind_name::<Self>(&*self.core.dial),
-            transport: self.core.dial.transport(),
-            sni: k.sni().to_owned(),
-            verify: k.verified(),
+            set: SetName::of(&self.core),
             connections: st.conns.iter().map(|c| c.status()).collect(),
             opening: st.connects.opening,
             consecutive_failures: st.connects.backoff.failures,
@@ -350,15 +301,11 @@ impl H2Upstream {
 /// Used by [`conn`] so it need not know the send side's types.
 pub(crate) type H2Send = SendRequest<Bytes>;
 
-impl crate::origin::registry::Standing for H2Upstream {
+impl Standing for H2Upstream {
     /// A reload removed every route using this upstream: stop opening connections and let the
     /// existing ones finish their streams, then close.
     fn retire(&self) {
-        self.core.retired.cancel();
-        let conns = std::mem::take(&mut self.state().conns);
-        for c in conns {
-            c.retire();
-        }
+        self.core.retire_all(&self.state);
         self.room.changed();
     }
 
@@ -376,30 +323,41 @@ impl crate::origin::registry::Standing for H2Upstream {
         let st = self.state();
         st.connects.backoff.failures == 0 || st.conns.iter().any(|c| !c.retiring() && !c.is_closed())
     }
-
-    fn origin(self: Arc<Self>) -> Option<Arc<dyn crate::origin::seam::Origin>> {
-        Some(Arc::new(Requests(self)))
-    }
 }
 
-impl crate::origin::registry::RequestKind for H2Upstream {
+impl RequestKind for H2Upstream {
     const NAMES: (&'static str, &'static str) = ("h2", "h2c");
+    type Dial = Arc<dyn Connect>;
 
-    fn start(
-        spec: crate::origin::registry::UpstreamSpec<Self>,
-        labels: PoolLabels,
-        shared: &crate::origin::registry::Shared,
-    ) -> Arc<Self> {
-        let (metrics, workers) = (shared.metrics.clone(), shared.workers.clone());
-        H2Upstream::start(spec.connect, labels, spec.settings, spec.connect_timeout, metrics, workers)
+    fn start(core: Core<Self::Dial>, Tuning { settings, connect_timeout }: Tuning, shared: &Shared) -> Arc<Self> {
+        let state = Mutex::new(State { settings, connect_timeout, ..State::default() });
+        let workers = shared.workers.clone();
+        Arc::new(Self { core, state, room: Arc::default(), next_id: AtomicU64::default(), workers })
     }
 
-    /// New settings from a reload; connections stay.
-    fn update(&self, settings: UpstreamConfig, connect_timeout: Duration) {
-        let mut st = self.state();
-        st.settings = settings;
-        st.connect_timeout = connect_timeout;
-        drop(st);
-        self.core.wake.notify_one();
+    /// Keep `connections` connections open; replace the ones that end or age out.
+    async fn upkeep(self: Arc<Self>) {
+        self.core.keep(&self.state, |st| self.fill(st)).await;
+    }
+
+    fn update(&self, Tuning { settings, connect_timeout }: Tuning) {
+        self.core.update(&self.state, |st| (st.settings, st.connect_timeout) = (settings, connect_timeout));
+    }
+
+    fn send<'a>(
+        self: &'a Arc<Self>,
+        out: Outgoing<'a>,
+    ) -> BoxFuture<'a, Result<crate::origin::seam::Sent, SendFailure>> {
+        Box::pin(send::send(self, out))
+    }
+
+    /// A WebSocket rides the standing connections as an extended CONNECT stream where the
+    /// origin offers it.
+    fn upgrade_own<'a>(self: &'a Arc<Self>, up: Upgrade<'a>) -> Result<Upgrading<'a>, Upgrade<'a>> {
+        if websocket::is_websocket(&up.client) && self.extended_connect() {
+            Ok(Box::pin(websocket::websocket(self, up)))
+        } else {
+            Err(up)
+        }
     }
 }

@@ -8,8 +8,8 @@ use http::Request;
 use tokio::time::Instant;
 
 use super::{Conn, H2Upstream, Sent, State, UpstreamError};
+use crate::origin::multiplexed::Held;
 use crate::origin::seam::Affinity;
-use crate::origin::supervisor::Held;
 
 impl H2Upstream {
     /// Start a request: on the connection its client's requests rode before (`affinity`), else

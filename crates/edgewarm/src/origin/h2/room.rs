@@ -14,20 +14,24 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use tokio::sync::{futures::Notified, Notify};
 
+use crate::origin::multiplexed::Freed;
+
 #[derive(Default)]
 pub(crate) struct Room {
     notify: Notify,
     waiting: AtomicUsize,
 }
 
-impl Room {
-    /// A place was freed (its count already lowered, SeqCst): wake the waiters, if any.
-    pub(crate) fn freed(&self) {
+/// A place was freed (its count already lowered, SeqCst): wake the waiters, if any.
+impl Freed for Room {
+    fn freed(&self) {
         if self.waiting.load(Ordering::SeqCst) > 0 {
             self.notify.notify_waiters();
         }
     }
+}
 
+impl Room {
     /// Something else changed (a connection opened or closed, a setting moved): wake all.
     pub(crate) fn changed(&self) {
         self.notify.notify_waiters();

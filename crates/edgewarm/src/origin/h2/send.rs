@@ -1,52 +1,24 @@
 //! The HTTP/2 kind at the seam ([`Origin`]): a request becomes a stream on a standing
-//! connection, its body streamed up under flow control while the response is awaited; a
-//! WebSocket becomes an extended CONNECT stream where the origin offers it.
+//! connection, its body streamed up under flow control while the response is awaited. (A
+//! WebSocket becomes an extended CONNECT stream where the origin offers it: [`super::websocket`].)
 
 use std::sync::Arc;
 
 use http::Response;
 
-use super::{informational, websocket, H2Upstream};
+use super::{informational, H2Upstream};
 use crate::h2_stream::{self, Frames};
 use crate::origin::body::{OriginBody, Upload};
-use crate::origin::seam::{
-    BoxFuture, Failure, Origin, OriginError, OutBody, Outgoing, SendFailure, Sent, Upgrade, Upgraded,
-};
-use crate::origin::upgrade;
-
-/// The route's handle on an HTTP/2 set.
-pub(crate) struct Requests(pub(crate) Arc<H2Upstream>);
+use crate::origin::seam::{Failure, OriginError, OutBody, Outgoing, SendFailure, Sent};
 
 /// What a request holds until its response has ended: its stream's place on the connection
 /// and its upload, if still running.
 struct Held {
-    _slot: super::conn::Slot,
+    _slot: crate::origin::multiplexed::Slot,
     _upload: Option<Upload>,
 }
 
-impl Origin for Requests {
-    fn send<'a>(&'a self, out: Outgoing<'a>) -> BoxFuture<'a, Result<Sent, SendFailure>> {
-        Box::pin(send(&self.0, out))
-    }
-
-    fn upgrade<'a>(&'a self, up: Upgrade<'a>) -> BoxFuture<'a, Result<Upgraded, OriginError>> {
-        Box::pin(async move {
-            if websocket::is_websocket(&up.client) && self.0.extended_connect() {
-                return websocket::websocket(&self.0, up).await;
-            }
-            // Any other upgrade is HTTP/1.1's: a connection of its own to the same origin.
-            let io = self.0.core.dial.for_http1().connect(up.timeout, None).await;
-            let io = io.map_err(|e| OriginError::Upgrade(format!("origin connection for the upgrade: {e}")))?;
-            upgrade::over_h1(io, up).await
-        })
-    }
-
-    fn retired(&self) -> &tokio_util::sync::CancellationToken {
-        &self.0.core.retired
-    }
-}
-
-async fn send(upstream: &Arc<H2Upstream>, out: Outgoing<'_>) -> Result<Sent, SendFailure> {
+pub(super) async fn send(upstream: &Arc<H2Upstream>, out: Outgoing<'_>) -> Result<Sent, SendFailure> {
     let Outgoing { build, body, up, timeout, affinity, tried: _, interim, began: _, client: _ } = out;
     let end_of_stream = matches!(body, OutBody::Empty);
     let sent = upstream

@@ -22,7 +22,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::H3Upstream;
 use crate::metrics::{UpstreamEnd, ZeroRtt};
-use crate::origin::supervisor::Held;
+use crate::origin::multiplexed::{Held, Slot};
 
 /// A request handle on the connection.
 pub(crate) type H3Send = h3::client::SendRequest<h3_quinn::OpenStreams, Bytes>;
@@ -55,21 +55,6 @@ pub(crate) struct Conn {
     streams_gauge: prometheus_client::metrics::gauge::Gauge,
     /// Retired by the set's upkeep, which counted the reason.
     counted: AtomicBool,
-}
-
-/// One request's place on its connection; dropped when its response has ended or it failed.
-pub(crate) struct Slot {
-    active: Arc<AtomicUsize>,
-    ended: Arc<Notify>,
-    gauge: prometheus_client::metrics::gauge::Gauge,
-}
-
-impl Drop for Slot {
-    fn drop(&mut self) {
-        self.active.fetch_sub(1, Ordering::AcqRel);
-        self.gauge.dec();
-        self.ended.notify_one();
-    }
 }
 
 impl Conn {
@@ -111,10 +96,8 @@ impl Conn {
             return None;
         }
         let send = self.send.lock().unwrap_or_else(|p| p.into_inner()).clone()?;
-        self.active.fetch_add(1, Ordering::AcqRel);
+        let slot = Slot::take(&self.active, self.ended.clone(), &self.streams_gauge);
         let before = self.requests.fetch_add(1, Ordering::Relaxed);
-        self.streams_gauge.inc();
-        let slot = Slot { active: self.active.clone(), ended: self.ended.clone(), gauge: self.streams_gauge.clone() };
         Some((send, slot, before > 0))
     }
 
@@ -239,6 +222,10 @@ impl Held for Conn {
 
     fn age(&self) -> Duration {
         self.opened.elapsed()
+    }
+
+    fn retire(&self) {
+        let _ = Conn::retire(self);
     }
 
     /// [`Conn::retire`], for a reason the caller counts (`max_age`, `idle`): the connection's

@@ -17,7 +17,8 @@
 //!
 //! - [`quic`]: the QUIC dialer (endpoint, TLS, transport settings);
 //! - [`conn`]: one connection (h3 driver, 0-RTT, drain on retirement);
-//! - [`send`]: the seam ([`crate::origin::seam::Origin`]).
+//! - [`send`]: a request on a stream of its own (the seam, [`crate::origin::seam::Origin`], is
+//!   [`crate::origin::request_kind::Requests`], as for every request kind).
 //!
 //! Every connection of a set shares one UDP socket (quinn endpoint), driven on the runtime that
 //! started the set.
@@ -41,85 +42,17 @@ use tokio::sync::Notify;
 use tokio::time::Instant;
 
 use crate::config::UpstreamConfig;
-use crate::metrics::{ConnectFailure, Metrics, PoolLabels, UpstreamConn, UpstreamEnd, UpstreamZeroRttLabel, ZeroRtt};
+use crate::metrics::{ConnectFailure, Metrics, UpstreamConn, UpstreamEnd, UpstreamZeroRttLabel, ZeroRtt};
 use crate::origin::backoff::Connects;
-use crate::origin::connect::{Connect, Transport};
-use crate::origin::registry::{Shared, Spec, Standing};
-use crate::origin::seam::Origin;
-use crate::origin::supervisor::{self, Core};
-use crate::tls::origin::{OriginTls, PoolKey};
-use crate::transport::Resolver;
-use conn::{Conn, H3Send, Slot};
-use quic::QuicDial;
+use crate::origin::multiplexed::{self, Landed, Refused, SetState, Slot};
+use crate::origin::registry::{Shared, Standing};
+use crate::origin::request_kind::{RequestKind, SetName, Tuning};
+use crate::origin::seam::{BoxFuture, Outgoing, SendFailure, Sent};
+use crate::origin::supervisor::Core;
+use conn::{Conn, H3Send};
+pub(crate) use quic::QuicDial;
 
-/// The kind's name in `/origins` and the set's identity.
-const KIND: &str = "h3";
-
-/// What an `http` route with `upstream.protocol: h3` asks the registry for.
-pub(crate) struct H3Spec {
-    dial: QuicDial,
-    /// The same origin over TLS on TCP, without ALPN: protocol upgrades (WebSocket) ride
-    /// HTTP/1.1 there.
-    http1: Arc<dyn Connect>,
-    settings: UpstreamConfig,
-    connect_timeout: Duration,
-}
-
-impl H3Spec {
-    pub(crate) fn new(
-        origin: &OriginTls,
-        http1: Arc<dyn Connect>,
-        resolver: Arc<Resolver>,
-        settings: UpstreamConfig,
-        connect_timeout: Duration,
-    ) -> Self {
-        Self { dial: QuicDial::new(origin, resolver), http1, settings, connect_timeout }
-    }
-}
-
-impl Spec for H3Spec {
-    fn key(&self) -> &PoolKey {
-        self.dial.key()
-    }
-
-    fn kind(&self) -> &'static str {
-        KIND
-    }
-
-    fn transport(&self) -> Transport {
-        Transport::Quic
-    }
-
-    fn start(self: Box<Self>, mut labels: PoolLabels, shared: &Shared) -> Arc<dyn Standing> {
-        labels.alpn = KIND.into();
-        let set = Arc::new(H3Upstream {
-            core: Core::new(self.dial, labels, KIND, shared.metrics.clone()),
-            http1: self.http1,
-            state: Mutex::new(State {
-                conns: Vec::new(),
-                connects: Connects::default(),
-                suspect: false,
-                settings: self.settings,
-                connect_timeout: self.connect_timeout,
-            }),
-            room: Notify::new(),
-            next_id: AtomicU64::new(0),
-        });
-        tokio::spawn(set.clone().maintain());
-        set
-    }
-
-    fn update(self: Box<Self>, set: &dyn Standing) {
-        if let Some(set) = set.as_any().downcast_ref::<H3Upstream>() {
-            let mut st = set.state();
-            st.settings = self.settings;
-            st.connect_timeout = self.connect_timeout;
-            drop(st);
-            set.core.wake.notify_one();
-        }
-    }
-}
-
+#[derive(Default)]
 struct State {
     conns: Vec<Arc<Conn>>,
     connects: Connects,
@@ -132,14 +65,50 @@ struct State {
     connect_timeout: Duration,
 }
 
+impl SetState for State {
+    type Conn = Conn;
+
+    fn parts(&mut self) -> (&mut Vec<Arc<Conn>>, &mut Connects, &UpstreamConfig) {
+        (&mut self.conns, &mut self.connects, &self.settings)
+    }
+}
+
 /// One origin's standing HTTP/3 connections.
 pub(crate) struct H3Upstream {
     core: Core<QuicDial>,
-    http1: Arc<dyn Connect>,
     state: Mutex<State>,
     /// A connection opened, settled its 0-RTT, or closed: requests waiting for one look again.
     room: Notify,
     next_id: AtomicU64,
+}
+
+/// A failed connect: what it said, whether nothing came back, and how it failed.
+struct Failed(String, bool, ConnectFailure);
+
+impl std::fmt::Display for Failed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl Refused for Failed {
+    fn noted(&self) -> (String, bool) {
+        (self.0.clone(), self.1)
+    }
+
+    fn failure(&self) -> ConnectFailure {
+        self.2
+    }
+}
+
+/// One HTTP/3 set as `/origins` shows it.
+#[derive(Debug, Clone, Serialize)]
+struct H3Status {
+    #[serde(flatten)]
+    set: SetName,
+    connections: Vec<ConnStatus>,
+    opening: usize,
+    consecutive_failures: u32,
 }
 
 /// One connection as `/origins` shows it.
@@ -227,20 +196,10 @@ impl H3Upstream {
         }
     }
 
-    /// Keep `connections` connections open; replace the ones that end or age out.
-    async fn maintain(self: Arc<Self>) {
-        let schedule = || (Duration::from_secs(1), self.state().connects.retry_at());
-        self.core.upkeep(schedule, |_| self.fill()).await;
-    }
-
-    fn fill(self: &Arc<Self>) {
-        let mut st = self.state();
-        let max_age = st.settings.max_age;
-        self.core.age_out(&mut st.conns, max_age);
-        let start = {
-            let st = &mut *st;
-            supervisor::to_open(&st.conns, &mut st.connects, st.settings.connections)
-        };
+    /// The upkeep's turn, once the aged connections are retired: start connects until
+    /// `connections` are live or opening.
+    fn fill(self: &Arc<Self>, mut st: MutexGuard<'_, State>) {
+        let start = multiplexed::to_open(&mut *st);
         drop(st);
         for _ in 0..start {
             let me = self.clone();
@@ -257,37 +216,25 @@ impl H3Upstream {
         let started = Instant::now();
         let result = async {
             let dialed = self.core.dial.connect(timeout, congestion.as_deref(), keepalive, zero_rtt).await;
-            let dialed = dialed.map_err(|e| (e.to_string(), e.silent(), e.failure()))?;
+            let dialed = dialed.map_err(|e| Failed(e.to_string(), e.silent(), e.failure()))?;
             if dialed.early.is_none() {
                 self.state().suspect = false;
             }
             let id = self.next_id.fetch_add(1, Ordering::Relaxed);
             let conn = tokio::time::timeout(timeout, Conn::start(id, dialed.conn, dialed.early, self)).await;
             match conn {
-                Err(_) => Err(("HTTP/3 SETTINGS timed out".to_string(), true, ConnectFailure::Timeout)),
-                Ok(conn) => conn.map_err(|e| (format!("HTTP/3 handshake: {e}"), false, ConnectFailure::Protocol)),
+                Err(_) => Err(Failed("HTTP/3 SETTINGS timed out".to_string(), true, ConnectFailure::Timeout)),
+                Ok(conn) => conn.map_err(|e| Failed(format!("HTTP/3 handshake: {e}"), false, ConnectFailure::Protocol)),
             }
         }
         .await;
         let mut st = self.state();
-        st.connects.opening -= 1;
-        match result {
-            Ok(conn) => {
-                st.connects.succeeded();
-                if self.core.retired.is_cancelled() {
-                    conn.retire();
-                    return;
-                }
-                st.conns.push(conn);
-                drop(st);
-                self.core.joined(started.elapsed());
-            }
-            Err((e, silent, reason)) => {
-                st.connects.failed_with(&e, silent);
-                st.suspect = true;
-                drop(st);
-                self.core.connect_failed("HTTP/3", &e, reason);
-            }
+        if result.is_err() {
+            st.suspect = true;
+        }
+        if let Landed::Late(conn) = self.core.landed(st, "HTTP/3", started, result) {
+            conn.retire();
+            return;
         }
         self.room_changed();
     }
@@ -314,10 +261,7 @@ impl H3Upstream {
 
 impl Standing for H3Upstream {
     fn retire(&self) {
-        self.core.retired.cancel();
-        for c in std::mem::take(&mut self.state().conns) {
-            c.retire();
-        }
+        self.core.retire_all(&self.state);
         self.room_changed();
     }
 
@@ -328,26 +272,40 @@ impl Standing for H3Upstream {
 
     fn status(&self) -> serde_json::Value {
         let st = self.state();
-        let k = self.core.dial.key();
-        serde_json::json!({
-            "route": self.core.labels.route.to_string(),
-            "origin": k.origin.to_string(),
-            "kind": KIND,
-            "transport": Transport::Quic,
-            "sni": k.sni(),
-            "verify": k.verified(),
-            "connections": st.conns.iter().map(|c| c.status()).collect::<Vec<_>>(),
-            "opening": st.connects.opening,
-            "consecutive_failures": st.connects.backoff.failures,
-        })
+        let status = H3Status {
+            set: SetName::of(&self.core),
+            connections: st.conns.iter().map(|c| c.status()).collect(),
+            opening: st.connects.opening,
+            consecutive_failures: st.connects.backoff.failures,
+        };
+        serde_json::to_value(status).unwrap_or_default()
     }
 
     fn up(&self) -> bool {
         let st = self.state();
         st.connects.backoff.failures == 0 || st.conns.iter().any(|c| c.usable(false))
     }
+}
 
-    fn origin(self: Arc<Self>) -> Option<Arc<dyn Origin>> {
-        Some(Arc::new(send::Requests(self)))
+impl RequestKind for H3Upstream {
+    const NAMES: (&'static str, &'static str) = ("h3", "h3");
+    type Dial = QuicDial;
+
+    fn start(core: Core<Self::Dial>, Tuning { settings, connect_timeout }: Tuning, _: &Shared) -> Arc<Self> {
+        let state = Mutex::new(State { settings, connect_timeout, ..State::default() });
+        Arc::new(Self { core, state, room: Notify::new(), next_id: AtomicU64::default() })
+    }
+
+    /// Keep `connections` connections open; replace the ones that end or age out.
+    async fn upkeep(self: Arc<Self>) {
+        self.core.keep(&self.state, |st| self.fill(st)).await;
+    }
+
+    fn update(&self, Tuning { settings, connect_timeout }: Tuning) {
+        self.core.update(&self.state, |st| (st.settings, st.connect_timeout) = (settings, connect_timeout));
+    }
+
+    fn send<'a>(self: &'a Arc<Self>, out: Outgoing<'a>) -> BoxFuture<'a, Result<Sent, SendFailure>> {
+        Box::pin(send::send(self, out))
     }
 }

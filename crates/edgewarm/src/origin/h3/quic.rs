@@ -14,7 +14,9 @@ use std::time::Duration;
 use quinn::crypto::rustls::QuicClientConfig;
 use quinn::{Endpoint, TransportConfig, VarInt, ZeroRttAccepted};
 
+use crate::origin::connect::Transport;
 use crate::origin::dial::WarmError;
+use crate::origin::request_kind::Dialer;
 use crate::tls::origin::{OriginTls, PoolKey};
 use crate::transport::dial::ConnectError;
 use crate::transport::Resolver;
@@ -45,6 +47,17 @@ pub(crate) struct QuicDial {
     endpoints: Mutex<[Option<Endpoint>; 2]>,
 }
 
+/// Its sets' identity: the origin's key (offering `h3`), over QUIC.
+impl Dialer for QuicDial {
+    fn key(&self) -> &PoolKey {
+        &self.key
+    }
+
+    fn transport(&self) -> Transport {
+        Transport::Quic
+    }
+}
+
 impl QuicDial {
     pub(crate) fn new(origin: &OriginTls, resolver: Arc<Resolver>) -> Self {
         let mut tls = (*origin.config(Some(b"h3"))).clone();
@@ -54,10 +67,6 @@ impl QuicDial {
         let key = origin.key(Some(b"h3"));
         let server_name = key.tls.as_ref().map(|t| t.server_name.clone()).unwrap_or_default();
         Self { server_name, key, resolver, tls, endpoints: Mutex::default() }
-    }
-
-    pub(crate) fn key(&self) -> &PoolKey {
-        &self.key
     }
 
     /// Connect within `timeout`: with 0-RTT if a ticket allows (returned at once), else after

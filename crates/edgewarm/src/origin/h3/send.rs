@@ -1,6 +1,7 @@
 //! The HTTP/3 kind at the seam ([`Origin`]): a request becomes a QUIC stream of its own on a
-//! standing connection, its body streamed up while the response is awaited. A protocol upgrade
-//! (WebSocket) goes over HTTP/1.1 on a TCP connection of its own to the same origin.
+//! standing connection, its body streamed up while the response is awaited. (A protocol upgrade,
+//! WebSocket, goes over HTTP/1.1 on a TCP connection of its own to the same origin:
+//! [`crate::origin::request_kind::Requests`].)
 
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -14,17 +15,13 @@ use http::{Method, Response};
 use http_body::{Body, Frame};
 use http_body_util::BodyExt;
 
-use super::conn::{Conn, Slot};
+use super::conn::Conn;
 use super::H3Upstream;
 use crate::metrics::HintSource;
 use crate::origin::body::{OriginBody, Upload};
-use crate::origin::seam::{
-    BoxFuture, Failure, Origin, OriginError, OutBody, Outgoing, SendFailure, Sent, Upgrade, Upgraded,
-};
-use crate::origin::{upgrade, BoxedBody};
-
-/// The route's handle on an HTTP/3 set.
-pub(crate) struct Requests(pub(crate) Arc<H3Upstream>);
+use crate::origin::multiplexed::Slot;
+use crate::origin::seam::{Failure, OriginError, OutBody, Outgoing, SendFailure, Sent};
+use crate::origin::BoxedBody;
 
 /// What a request holds until its response has ended.
 struct Held {
@@ -32,25 +29,7 @@ struct Held {
     _upload: Option<Upload>,
 }
 
-impl Origin for Requests {
-    fn send<'a>(&'a self, out: Outgoing<'a>) -> BoxFuture<'a, Result<Sent, SendFailure>> {
-        Box::pin(send(&self.0, out))
-    }
-
-    fn upgrade<'a>(&'a self, up: Upgrade<'a>) -> BoxFuture<'a, Result<Upgraded, OriginError>> {
-        Box::pin(async move {
-            let io = self.0.http1.connect(up.timeout, None).await;
-            let io = io.map_err(|e| OriginError::Upgrade(format!("origin connection for the upgrade: {e}")))?;
-            upgrade::over_h1(io, up).await
-        })
-    }
-
-    fn retired(&self) -> &tokio_util::sync::CancellationToken {
-        &self.0.core.retired
-    }
-}
-
-async fn send(set: &Arc<H3Upstream>, out: Outgoing<'_>) -> Result<Sent, SendFailure> {
+pub(super) async fn send(set: &Arc<H3Upstream>, out: Outgoing<'_>) -> Result<Sent, SendFailure> {
     let Outgoing { build, body, up, timeout, affinity: _, tried: _, interim, began, client: _ } = out;
     let mut request = build();
     // Only what may be replayed rides a connection still in 0-RTT (RFC 8470 §4: a safe

@@ -135,9 +135,9 @@ impl<D: Dial> Pool<D> {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
+    /// New settings from a reload; the connections held stay.
     pub fn update(&self, settings: Settings) {
-        self.state().settings = settings;
-        self.core.wake.notify_one();
+        self.core.update(&self.state, |st| st.settings = settings);
     }
 
     /// Stop refilling and close every idle connection (reload removed this pool).
