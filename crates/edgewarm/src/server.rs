@@ -25,7 +25,7 @@ use tokio_util::task::TaskTracker;
 
 use crate::acme::Acme;
 use crate::admin::AdminState;
-use crate::config::{Config, ConfigError};
+use crate::config::{Config, ConfigError, ListenerConfig};
 use crate::listener::quic::relay::QuicProcess;
 use crate::listener::{self, Context};
 use crate::metrics::{Metrics, ResultLabel};
@@ -214,8 +214,15 @@ impl Server {
         if bound.admin != config.admin {
             return Err(ConfigError::invalid("admin", "cannot change on reload; restart edgewarm"));
         }
-        if bound.listeners != config.listeners {
-            return Err(ConfigError::invalid("listeners", "cannot change on reload; restart edgewarm"));
+        // Their header policies aside: those are read from the snapshot.
+        let same = |a: &[ListenerConfig], b: &[ListenerConfig]| {
+            a.len() == b.len() && a.iter().zip(b).all(|(a, b)| a.same_but_headers(b))
+        };
+        if !same(&bound.listeners, &config.listeners) {
+            return Err(ConfigError::invalid(
+                "listeners",
+                "cannot change on reload (but for their headers); restart edgewarm",
+            ));
         }
         if bound.fleet != config.fleet {
             return Err(ConfigError::invalid("fleet", "cannot change on reload; restart edgewarm"));

@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use crate::acme::Acme;
 use crate::cache::Caches;
-use crate::config::{Config, ConfigError, RelayMode, Timeouts, UpstreamProtocol};
+use crate::config::{Config, ConfigError, HeaderPolicy, RelayMode, Timeouts, UpstreamProtocol};
 use crate::hints::Hints;
 use crate::limits::layer::Limits;
 use crate::metrics::{Metrics, RouteName};
@@ -63,6 +63,8 @@ pub(crate) struct Snapshot {
     pub resolver: Arc<Resolver>,
     /// The server's ACME certificates and challenges (shared like the resolver).
     pub acme: Arc<Acme>,
+    /// Each listener's header policy, by its place in `listeners` ([`Self::listener_headers`]).
+    listener_headers: Vec<Arc<HeaderPolicy>>,
 }
 
 impl Snapshot {
@@ -82,7 +84,19 @@ impl Snapshot {
             },
             resolver,
             acme,
+            listener_headers: config
+                .listeners
+                .iter()
+                .enumerate()
+                .map(|(i, l)| l.headers.compile(&format!("listeners[{i}].headers")).map(Arc::new))
+                .collect::<Result<_, _>>()?,
         })
+    }
+
+    /// The header policy of the listener at `place` in `listeners` (none for a place this
+    /// snapshot's file does not have, which a reload that keeps the listeners cannot make).
+    pub(crate) fn listener_headers(&self, place: usize) -> Arc<HeaderPolicy> {
+        self.listener_headers.get(place).cloned().unwrap_or_default()
     }
 }
 

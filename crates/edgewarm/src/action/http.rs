@@ -121,6 +121,7 @@ fn service(
         early_seen: AtomicBool::new(false),
         affinity: Default::default(),
         activity,
+        headers: ctx.headers.clone(),
     });
     let Some(service) = Service::new(conn, ctx.route.name.clone(), route.clone()) else {
         log.detail = Some("no upstream for this route".into());

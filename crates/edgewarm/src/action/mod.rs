@@ -55,6 +55,8 @@ pub(crate) struct ConnCtx<'a> {
     pub idle: Option<(&'a Arc<crate::limits::reclaim::Idle>, u128)>,
     /// `Alt-Svc` when this listener serves HTTP/3 too (its drivers decide how often: [`crate::http::client::alt_svc`]).
     pub alt_svc: Option<::http::HeaderValue>,
+    /// The listener's header policy (`listeners[].headers`), as of `snapshot`.
+    pub headers: Arc<crate::config::HeaderPolicy>,
 }
 
 /// Hand the connection to its route's action.

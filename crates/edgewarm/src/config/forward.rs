@@ -1,4 +1,6 @@
-//! Which forwarding headers an `http` route adds to its requests (`routes[].forward_headers`).
+//! Which forwarding headers an `http` route adds to its requests (`routes[].forward_headers`), and
+//! the request headers a client may not set ([`CLIENT_CLAIMS`]: the edge owns them, so no header
+//! policy may write them either).
 
 use serde::Deserialize;
 
@@ -56,4 +58,51 @@ impl From<&[ForwardHeader]> for ForwardHeaders {
             x_forwarded_port: has(ForwardHeader::XForwardedPort),
         }
     }
+}
+
+/// Request headers a client has no business setting, removed unless the listener trusts its
+/// peers: each tells many applications where the request came from, or what it really was,
+/// and none is in the cache key (docs/config.md, "Headers a client cannot set"). The first
+/// three are replaced by ours where the route adds them.
+pub(crate) const CLIENT_CLAIMS: [&str; 25] = [
+    "x-forwarded-for",
+    "x-forwarded-proto",
+    "forwarded",
+    "x-forwarded-host",
+    "x-forwarded-port",
+    "x-forwarded-scheme",
+    "x-forwarded-server",
+    "x-forwarded-prefix",
+    "x-host",
+    "x-original-url",
+    "x-rewrite-url",
+    "x-original-host",
+    "x-http-method-override",
+    "x-http-method",
+    "x-method-override",
+    // The client's address as other proxies and CDNs name it (nginx's realip, Akamai,
+    // Cloudflare, Fastly): access rules and logs behind the edge read them.
+    "x-real-ip",
+    "true-client-ip",
+    "x-client-ip",
+    "x-cluster-client-ip",
+    "cf-connecting-ip",
+    "fastly-client-ip",
+    // "The client used TLS" (Rails, Django, IIS), and the path it "really" asked for.
+    "x-forwarded-ssl",
+    "front-end-https",
+    "x-original-uri",
+    "x-forwarded-uri",
+];
+
+/// Whether `name` is one of [`CLIENT_CLAIMS`], spelled with `-` or `_`.
+pub(crate) fn is_client_claim(name: &str) -> bool {
+    // Every claim starts with one of four letters: one byte test spares most names the
+    // comparison.
+    if !matches!(name.as_bytes().first(), Some(b'x' | b'f' | b't' | b'c')) {
+        return false;
+    }
+    CLIENT_CLAIMS.iter().any(|claim| {
+        claim.len() == name.len() && claim.bytes().zip(name.bytes()).all(|(c, n)| c == n || (c == b'-' && n == b'_'))
+    })
 }

@@ -11,7 +11,8 @@ mod addr;
 mod cache;
 mod duration;
 pub(crate) mod fleet;
-mod forward;
+pub(crate) mod forward;
+mod headers;
 mod hints;
 pub(crate) mod limits;
 pub(crate) mod origins;
@@ -31,6 +32,7 @@ pub use addr::OriginAddr;
 pub use cache::{CacheConfig, DiskConfig};
 pub use fleet::FleetConfig;
 pub use forward::{ForwardHeader, ForwardHeaders};
+pub use headers::{Edits, HeaderPolicy, HeadersConfig};
 pub use hints::EarlyHintsConfig;
 pub use origins::{Balance, HealthConfig, OriginServer};
 pub use route::{
@@ -229,6 +231,15 @@ pub struct ListenerConfig {
     pub allow: Vec<limits::Cidr>,
     #[serde(default)]
     pub deny: Vec<limits::Cidr>,
+    /// Header policy for this listener's `http` routes: the defaults each route's own
+    /// `headers` merges into, and the whole policy of an answer given before a request's route
+    /// is known (400, 421). Changes on reload, unlike the listener's other keys.
+    #[serde(default)]
+    pub headers: HeadersConfig,
+    /// Where the listener is in `listeners` (set by [`Config::parse`]): the place of its header
+    /// policy in a snapshot, which a reload may change while the listeners stay as they are.
+    #[serde(skip)]
+    pub(crate) place: usize,
 }
 
 fn default_ipv6_prefix() -> u8 {
@@ -261,6 +272,13 @@ impl ListenerConfig {
     /// The listener's `allow` and `deny`.
     pub fn access(&self) -> limits::AccessList {
         limits::AccessList { allow: self.allow.clone(), deny: self.deny.clone() }
+    }
+
+    /// Whether `other` binds and admits as this one does: everything but its header policy,
+    /// which a reload may change (new connections take it from the snapshot).
+    pub fn same_but_headers(&self, other: &Self) -> bool {
+        let bare = |l: &Self| Self { headers: HeadersConfig::default(), ..l.clone() };
+        bare(self) == bare(other)
     }
 }
 
@@ -410,7 +428,8 @@ impl Config {
         // serde_path_to_error names the full key (`timeouts.idle`) even for errors raised inside
         // a field's own deserializer, where the YAML parser alone only knows the parent.
         let de = serde_norway::Deserializer::from_str(text);
-        serde_path_to_error::deserialize(de).map_err(|e| {
+        let parsed: Result<Self, _> = serde_path_to_error::deserialize(de);
+        parsed.map(Self::placed).map_err(|e| {
             let path = e.path().to_string();
             let inner = e.into_inner().to_string();
             // The YAML error may already start with (part of) the path; say it once.
@@ -427,6 +446,14 @@ impl Config {
                 ConfigError::Syntax(format!("{path}: {message}"))
             }
         })
+    }
+
+    /// Each listener told its place in the list.
+    fn placed(mut self) -> Self {
+        for (i, l) in self.listeners.iter_mut().enumerate() {
+            l.place = i;
+        }
+        self
     }
 
     /// Read, parse and validate a file: what `check`, `run` and SIGHUP all use.

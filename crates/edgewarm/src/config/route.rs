@@ -12,7 +12,10 @@ use serde::Deserialize;
 use super::limits::{AccessList, Cidr, RateConfig};
 use super::origins::OriginServer;
 use super::upstream::UpstreamConfig;
-use super::{size, CacheConfig, EarlyHintsConfig, ForwardHeader, ForwardHeaders, OriginTls, PoolConfig, TlsVersion};
+use super::{
+    size, CacheConfig, EarlyHintsConfig, ForwardHeader, ForwardHeaders, HeadersConfig, OriginTls, PoolConfig,
+    TlsVersion,
+};
 
 #[derive(Debug, Clone, Deserialize)]
 #[serde(from = "RouteFile")]
@@ -163,6 +166,9 @@ pub struct HttpConfig {
     pub limits: Option<RateConfig>,
     /// The route's `allow` and `deny`, answered with 403 here.
     pub access: AccessList,
+    /// Header policy: requests to the origin, every response the edge sends on the route;
+    /// merged into its listener's (`listeners[].headers`).
+    pub headers: HeadersConfig,
 }
 
 impl HttpConfig {
@@ -233,6 +239,8 @@ struct RouteFile {
     #[serde(default)]
     limits: Option<RateConfig>,
     #[serde(default)]
+    headers: Option<HeadersConfig>,
+    #[serde(default)]
     allow: Vec<Cidr>,
     #[serde(default)]
     deny: Vec<Cidr>,
@@ -253,7 +261,7 @@ impl From<RouteFile> for RouteConfig {
         // and what an operator who set it on another action is told. A new route key is one
         // row here (and its field): the first row set that the action does not take is the
         // error.
-        let keys: [(&'static str, bool, &[Action], &'static str); 20] = [
+        let keys: [(&'static str, bool, &[Action], &'static str); 21] = [
             ("origin", r.origin.is_some(), &[Tunnel, Prewarm, Http], "action reject takes no origin"),
             (
                 "origins",
@@ -278,6 +286,7 @@ impl From<RouteFile> for RouteConfig {
             ("cache", r.cache.is_some(), &[Http], REQUESTS),
             ("early_hints", r.early_hints.is_some(), &[Http], REQUESTS),
             ("limits", r.limits.is_some(), &[Http], REQUESTS),
+            ("headers", r.headers.is_some(), &[Http], REQUESTS),
             (
                 "origin_proxy_protocol",
                 r.origin_proxy_protocol.is_some(),
@@ -336,6 +345,7 @@ impl From<RouteFile> for RouteConfig {
                     early_hints: r.early_hints.clone(),
                     limits: r.limits.clone(),
                     access: AccessList { allow: r.allow.clone(), deny: r.deny.clone() },
+                    headers: r.headers.clone().unwrap_or_default(),
                 };
                 ActionConfig::Http(Box::new(http))
             }

@@ -73,6 +73,7 @@ impl Config {
             if !(1..=128).contains(&l.ipv6_prefix) {
                 return Err(ConfigError::invalid(format!("listeners[{i}].ipv6_prefix"), "must be 1 to 128 bits"));
             }
+            l.headers.compile(&format!("listeners[{i}].headers"))?;
         }
         if self.workers == Some(0) {
             return Err(ConfigError::invalid("workers", "must be at least 1 (leave it out for one per core)"));
@@ -211,6 +212,7 @@ impl Config {
                     if let Some(e) = &h.early_hints {
                         e.validate(&key)?;
                     }
+                    h.headers.compile(&key("headers"))?;
                 }
                 _ => {}
             }

@@ -106,6 +106,13 @@ impl ProxyError {
 }
 
 impl ProxyError {
+    /// Refused before the request's route was known: its target could not be read, names a
+    /// host this route does not serve, or was never looked at (CONNECT, a handshake that failed
+    /// under an early request). Such an answer gets its listener's header policy alone.
+    pub(crate) fn unrouted(&self) -> bool {
+        matches!(self, Self::BadRequest(_) | Self::Misdirected { .. } | Self::Connect | Self::Handshake)
+    }
+
     /// Whose fault it was.
     pub(crate) fn fault(&self) -> Fault {
         fault(self.reason())

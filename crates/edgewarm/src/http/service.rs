@@ -29,6 +29,7 @@ use super::respond::ProxyError;
 use super::retry::{Next, Policy};
 use super::{Body, BoxError, ClientBody};
 use crate::accesslog::RequestLog;
+use crate::config::HeaderPolicy;
 use crate::limits::reclaim::Activity;
 use crate::metrics::{
     CacheResult, ClientProtocol, EarlyOutcome, HttpError, HttpMetrics, RouteEarly, RouteHttpMetrics, RouteName,
@@ -72,6 +73,9 @@ pub(crate) struct Conn {
     /// Its requests in flight and last activity, for a full listener choosing idle connections
     /// to reclaim (TCP connections only).
     pub(crate) activity: Option<Arc<Activity>>,
+    /// The listener's header policy: merged into each route's, and alone on an answer given
+    /// before a request's route is known.
+    pub(crate) headers: Arc<HeaderPolicy>,
 }
 
 impl Conn {
@@ -94,6 +98,8 @@ pub(crate) struct Service {
     pub(crate) facts: ClientFacts,
     /// Other routes' requests on this connection ([`super::coalesce`]); none in a sibling.
     coalesce: Option<Coalesce<Service>>,
+    /// The listener's header policy with the route's merged into it, once per connection.
+    headers: Arc<HeaderPolicy>,
 }
 
 impl Service {
@@ -103,6 +109,7 @@ impl Service {
         Some(Self {
             route_metrics: Arc::new(conn.metrics.for_route(&route, conn.protocol)),
             facts: ClientFacts::with_trust(conn.client, conn.port, conn.trust_forwarded, http.config.forward_headers),
+            headers: HeaderPolicy::merged(&conn.headers, &http.headers),
             conn,
             route,
             http,
@@ -263,6 +270,7 @@ impl Service {
         let marked = AtomicBool::new(early);
         let mut build = || {
             let mut head = forward::head(&client_head, target.clone(), &self.facts);
+            self.request_headers(head.headers_mut());
             if marked.load(Ordering::Relaxed) {
                 head.headers_mut().insert(EARLY_DATA, http::HeaderValue::from_static("1"));
             }
@@ -329,6 +337,9 @@ impl Service {
         let (mut parts, body) = sent.response.into_parts();
         rlog.status = parts.status.as_u16();
         forward::response_headers(&mut parts.headers, self.facts.via());
+        // On delivery, so a cached response gets the policy as it is now (the cache, in the
+        // seam, stores what the origin sent).
+        self.headers.response.apply(&mut parts.headers);
         // How long the body is, where the head says: a body let go once that much has gone is
         // whole (hyper's HTTP/1.1 writer stops reading at the length, and never reads the empty
         // body of a HEAD, a 204 or a 304).
@@ -369,18 +380,40 @@ impl Service {
         }
     }
 
-    /// An error answered by the edge: counted by reason, logged with its detail.
+    /// An error answered by the edge: counted by reason, logged with its detail, with the
+    /// route's header policy, or the listener's alone for a request refused before its route
+    /// was known (a name this route does not serve: the route's headers are not its).
     pub(crate) fn fail(&self, mut rlog: RequestLog, started: Instant, e: &ProxyError) -> Response<Body> {
         rlog.detail = Some(e.to_string());
         self.conn.metrics.error(&self.route, e.reason(), e.fault());
-        self.answered(rlog, started, e.response())
+        let mut response = e.response();
+        let policy = if e.unrouted() { &self.conn.headers } else { &self.headers };
+        policy.response.apply(response.headers_mut());
+        self.logged(rlog, started, response)
     }
 
-    /// A response edgewarm gives itself (an error, or an upgrade's answer): counted and logged
-    /// now.
-    pub(crate) fn answered(&self, mut rlog: RequestLog, started: Instant, response: Response<Body>) -> Response<Body> {
+    /// A response edgewarm gives itself on the route (an upgrade's answer), with the route's
+    /// header policy: counted and logged now.
+    pub(crate) fn answered(&self, rlog: RequestLog, started: Instant, mut response: Response<Body>) -> Response<Body> {
+        self.headers.response.apply(response.headers_mut());
+        self.logged(rlog, started, response)
+    }
+
+    fn logged(&self, mut rlog: RequestLog, started: Instant, response: Response<Body>) -> Response<Body> {
         rlog.status = response.status().as_u16();
         rlog.finish(started, 0, &self.route_metrics);
         response
+    }
+
+    /// The request policy, on a request built for the origin: after the forwarding headers,
+    /// which no policy may name (refused at load), so none overrides them.
+    pub(crate) fn request_headers(&self, headers: &mut http::HeaderMap) {
+        self.headers.request.apply(headers);
+    }
+
+    /// The listener's response policy, on an answer a driver gives before the request reached
+    /// the service (an HTTP/3 head over the size limit: 431).
+    pub(crate) fn unrouted_headers(&self, headers: &mut http::HeaderMap) {
+        self.conn.headers.response.apply(headers);
     }
 }

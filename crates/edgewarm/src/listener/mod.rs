@@ -206,6 +206,7 @@ impl Context {
             accepted,
             idle: None,
             alt_svc: alt_svc(config, port),
+            headers: snapshot.listener_headers(config.place),
         }
     }
 

@@ -10,8 +10,8 @@ use std::sync::{Arc, OnceLock};
 
 use crate::acme::Acme;
 use crate::config::{
-    self, sni_pattern, ActionConfig, Config, ConfigError, HttpConfig, OriginAddr, OriginServer, PrewarmConfig,
-    TerminateConfig, TunnelConfig,
+    self, sni_pattern, ActionConfig, Config, ConfigError, HeaderPolicy, HttpConfig, OriginAddr, OriginServer,
+    PrewarmConfig, TerminateConfig, TunnelConfig,
 };
 use crate::metrics::{Metrics, RouteMetrics, RouteName};
 use crate::origin::prewarm::TlsPool;
@@ -38,6 +38,8 @@ pub struct HttpRoute {
     /// The route's section as configured: a new route key is read where it is used, not copied
     /// here.
     pub config: HttpConfig,
+    /// Its `headers`, compiled (each connection merges it into its listener's).
+    pub headers: Arc<HeaderPolicy>,
     /// The route's origin seam, whatever kind answers: attached by the server before the
     /// snapshot is published, like a prewarm route's pools.
     seam: OnceLock<Arc<dyn Origin>>,
@@ -208,6 +210,7 @@ impl RouteTable {
                         client,
                         servers,
                         config: (**h).clone(),
+                        headers: Arc::new(h.headers.compile(&key("headers"))?),
                         seam: OnceLock::new(),
                     }))
                 }

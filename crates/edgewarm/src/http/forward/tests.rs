@@ -141,7 +141,7 @@ fn ipv6_clients_are_quoted_in_forwarded() {
 #[test]
 fn a_client_s_forwarding_claims_never_pass() {
     let mut req = Request::builder().uri("/").header("host", "b.test").header("accept", "*/*");
-    for claim in super::super::claims::CLIENT_CLAIMS {
+    for claim in crate::config::forward::CLIENT_CLAIMS {
         req = req.header(claim, "evil.test").header(claim.replace('-', "_"), "evil.test");
     }
     let req = req.header("x-forwarded-hostx", "kept").body(()).unwrap();

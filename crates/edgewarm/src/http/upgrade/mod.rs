@@ -50,7 +50,8 @@ impl Service {
         self.early_gate(&req, true).await?;
         // The route's lists and rate are the origin seam's (limits' layer): an upgrade counts
         // as one request there, refused with 403 or 429 like any other.
-        let head = forward::head(&req, self.target(&req)?, &self.facts);
+        let mut head = forward::head(&req, self.target(&req)?, &self.facts);
+        self.request_headers(head.headers_mut());
         let up = Upgrade {
             client: req,
             head,

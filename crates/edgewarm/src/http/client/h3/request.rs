@@ -187,6 +187,8 @@ pub(super) async fn request(shared: Arc<Service>, alt_svc: AltSvc, quic: QuicCon
             reader.recv.stop_sending(code::NO_ERROR);
             let tell = plain(StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE, "request header fields too large\n");
             let (mut head, body) = tell.into_parts();
+            // Before its route is known: the listener's header policy.
+            shared.unrouted_headers(&mut head.headers);
             finish_head(&mut head, &body);
             return respond(&mut writer, head, body).await;
         }
