@@ -1,7 +1,8 @@
 //! A cleartext HTTP/1.1 origin whose answers the request chooses, for cache tests. The query
 //! string says what to send (`%`-encoded values):
 //! `cc=` Cache-Control, `cdn=` CDN-Cache-Control, `etag=`, `lm=` Last-Modified, `vary=`,
-//! `cookie=` Set-Cookie, `tag=` Cache-Tag, `size=` body bytes, `delay=` milliseconds before
+//! `cookie=` Set-Cookie, `tag=` Cache-Tag, `server=` Server, `status=` the status (200 by
+//! default), `size=` body bytes, `delay=` milliseconds before
 //! the head, `drip=` milliseconds between the body's 4 chunks, `fail_after=N` (500 from the
 //! N+1th request for this URL on). The body is `<path?query> #<n>`, n counting this URL's
 //! requests, so a test sees whether an answer is a new one. A request whose `If-None-Match`
@@ -116,6 +117,7 @@ async fn answer(req: Request<hyper::body::Incoming>, log: Arc<OriginLog>) -> Res
         ("vary", "vary"),
         ("cookie", "set-cookie"),
         ("tag", "cache-tag"),
+        ("server", "server"),
     ] {
         if let Some(v) = get(param) {
             head.insert(name, HeaderValue::from_str(&v).unwrap());
@@ -136,7 +138,10 @@ async fn answer(req: Request<hyper::body::Incoming>, log: Arc<OriginLog>) -> Res
         None if get("reflect").is_some() => Bytes::from(format!("{url} #{n}{}", reflected.concat())),
         None => Bytes::from(format!("{url} #{n}")),
     };
-    head.insert(http::header::CONTENT_LENGTH, HeaderValue::from(text.len()));
+    response.headers_mut().insert(http::header::CONTENT_LENGTH, HeaderValue::from(text.len()));
+    if let Some(status) = get("status").and_then(|s| StatusCode::from_bytes(s.as_bytes()).ok()) {
+        *response.status_mut() = status;
+    }
     let drip = ms("drip");
     let quarter = text.len().div_ceil(4).max(1);
     let chunks: Vec<Bytes> = text.chunks(quarter).map(Bytes::copy_from_slice).collect();

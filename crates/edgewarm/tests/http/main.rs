@@ -79,6 +79,7 @@ mod h1_origins;
 mod h3;
 mod h3_aioquic;
 mod h3_origin;
+mod headers;
 mod hints;
 mod poisoning;
 mod requests;
