@@ -27,35 +27,25 @@ use super::ConfigError;
 #[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct HeadersConfig {
-    /// What goes to the origin.
+    /// What goes to the origin (no `default`: a request has no origin's value to keep).
     #[serde(default)]
-    pub request: RequestHeaders,
+    pub request: FieldEdits,
     /// What the client gets, whoever answered.
     #[serde(default)]
-    pub response: ResponseHeaders,
+    pub response: FieldEdits,
 }
 
+/// One side's keys.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct RequestHeaders {
-    /// Replace whatever the request carries under the name.
+pub struct FieldEdits {
+    /// Replace whatever the message carries under the name.
     #[serde(default)]
     pub set: BTreeMap<String, Values>,
     /// Append a field line (or several) under the name.
     #[serde(default)]
     pub add: BTreeMap<String, Values>,
     /// Remove every line under the name.
-    #[serde(default)]
-    pub remove: Vec<String>,
-}
-
-#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct ResponseHeaders {
-    #[serde(default)]
-    pub set: BTreeMap<String, Values>,
-    #[serde(default)]
-    pub add: BTreeMap<String, Values>,
     #[serde(default)]
     pub remove: Vec<String>,
     /// Set only where the response lacks the name (an origin's own value is kept).
@@ -161,15 +151,14 @@ impl HeadersConfig {
 
     /// The ready form, or the first problem, naming its key under `key` (`routes[2].headers`).
     pub fn compile(&self, key: &str) -> Result<HeaderPolicy, ConfigError> {
-        let (q, r) = (&self.request, &self.response);
-        let request = Side { key: format!("{key}.request"), refused: refused_on_request }.compile(
-            &q.set,
-            &q.add,
-            &q.remove,
-            &BTreeMap::new(),
-        )?;
-        let response = Side { key: format!("{key}.response"), refused: refused_on_response }
-            .compile(&r.set, &r.add, &r.remove, &r.default)?;
+        if let Some(name) = self.request.default.keys().next() {
+            return Err(ConfigError::invalid(
+                format!("{key}.request.default.{name}"),
+                "only for responses (an origin's value to keep): a request's is the client's; use set or add",
+            ));
+        }
+        let request = Side { key: format!("{key}.request"), refused: refused_on_request }.compile(&self.request)?;
+        let response = Side { key: format!("{key}.response"), refused: refused_on_response }.compile(&self.response)?;
         Ok(HeaderPolicy { request, response })
     }
 }
@@ -181,13 +170,8 @@ struct Side {
 }
 
 impl Side {
-    fn compile(
-        &self,
-        set: &BTreeMap<String, Values>,
-        add: &BTreeMap<String, Values>,
-        remove: &[String],
-        default: &BTreeMap<String, Values>,
-    ) -> Result<Edits, ConfigError> {
+    fn compile(&self, fields: &FieldEdits) -> Result<Edits, ConfigError> {
+        let FieldEdits { set, add, remove, default } = fields;
         let mut edits = Edits::default();
         // Set, remove and default each decide what becomes of the name at this level: two of
         // them for one name would contradict each other.

@@ -58,6 +58,21 @@ async fn response_head(tls: &mut (impl tokio::io::AsyncRead + Unpin)) -> String 
     String::from_utf8_lossy(&head).to_ascii_lowercase()
 }
 
+/// A WebSocket upgrade for `/chat` on b.test, sent on an HTTP/1.1 connection (`extra`: more
+/// header lines, each ending in CRLF); its response head, lower-cased.
+async fn websocket_upgrade(
+    tls: &mut (impl tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin),
+    extra: &str,
+) -> String {
+    use tokio::io::AsyncWriteExt;
+    let request = format!(
+        "GET /chat HTTP/1.1\r\nhost: b.test\r\nconnection: Upgrade\r\nupgrade: websocket\r\n\
+         sec-websocket-key: dGhlIHNhbXBsZSBub25jZQ==\r\nsec-websocket-version: 13\r\n{extra}\r\n"
+    );
+    tls.write_all(request.as_bytes()).await.unwrap();
+    response_head(tls).await
+}
+
 /// Text, a WebSocket-framed message and 100 KB, each echoed back intact.
 async fn echo_round_trips(tls: &mut (impl tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin)) {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};

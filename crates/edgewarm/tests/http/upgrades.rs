@@ -11,13 +11,7 @@ async fn upgrades_are_relayed_on_their_own_origin_connection() {
     let origin = upgrade_echo_origin(&fx.origin).await;
     let edge = edge(&fx.route(origin, ""), "", "").await;
     let (mut tls, _) = tls_client(&fx.edge, edge.addr, "b.test", &["http/1.1"]).await.unwrap();
-    tls.write_all(
-        b"GET /chat HTTP/1.1\r\nhost: b.test\r\nconnection: Upgrade\r\nupgrade: websocket\r\n\
-          sec-websocket-key: dGhlIHNhbXBsZSBub25jZQ==\r\nsec-websocket-version: 13\r\n\r\n",
-    )
-    .await
-    .unwrap();
-    let head = response_head(&mut tls).await;
+    let head = websocket_upgrade(&mut tls, "").await;
     assert!(head.starts_with("http/1.1 101"), "{head}");
     assert!(head.contains("upgrade: websocket") && head.contains("x-seen-for: 127.0.0.1"), "{head}");
     echo_round_trips(&mut tls).await;
@@ -82,14 +76,7 @@ async fn websockets_ride_the_standing_connections_when_the_origin_offers_rfc_844
     let edge = edge(&fx.route(origin, "    upstream: {connections: 1}\n"), "", "").await;
     wait_for(&edge, OPENED, &[("route", "b.test")], 1.0).await;
     let (mut tls, _) = tls_client(&fx.edge, edge.addr, "b.test", &["http/1.1"]).await.unwrap();
-    tls.write_all(
-        b"GET /chat HTTP/1.1\r\nhost: b.test\r\nconnection: Upgrade\r\nupgrade: websocket\r\n\
-          sec-websocket-key: dGhlIHNhbXBsZSBub25jZQ==\r\nsec-websocket-version: 13\r\n\
-          sec-websocket-protocol: chat, superchat\r\n\r\n",
-    )
-    .await
-    .unwrap();
-    let head = response_head(&mut tls).await;
+    let head = websocket_upgrade(&mut tls, "sec-websocket-protocol: chat, superchat\r\n").await;
     assert!(head.starts_with("http/1.1 101"), "{head}");
     for want in [
         "upgrade: websocket",

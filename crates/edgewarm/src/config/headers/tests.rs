@@ -174,6 +174,8 @@ fn bad_names_values_and_contradictions_are_refused_naming_the_key() {
     assert!(e.starts_with("routes[0].headers.response.remove[0]: ") && e.contains("response.set"), "{e}");
     let e = refused("response: {set: {X-A: one, x-a: two}}");
     assert!(e.starts_with("routes[0].headers.response.set.x-a: "), "{e}");
+    let e = refused("request: {default: {x-a: one}}");
+    assert!(e.starts_with("routes[0].headers.request.default.x-a: only for responses"), "{e}");
     let e = refused("response: {default: {x-a: one}, set: {x-a: two}}");
     assert!(e.starts_with("routes[0].headers.response.default.x-a: "), "{e}");
 }
