@@ -16,6 +16,7 @@ mod hints;
 pub(crate) mod limits;
 pub(crate) mod origins;
 mod route;
+pub(crate) mod rules;
 mod size;
 mod upstream;
 mod validate;
@@ -36,6 +37,7 @@ pub use origins::{Balance, HealthConfig, OriginServer};
 pub use route::{
     ActionConfig, EarlyData, HttpConfig, Ktls, PrewarmConfig, ProxyVersion, RouteConfig, TerminateConfig, TunnelConfig,
 };
+pub use rules::{EncodedSlash, RuleConfig, ValueCondition};
 pub use upstream::{UpstreamConfig, UpstreamProtocol};
 pub(crate) use validate::sni_pattern;
 

@@ -4,6 +4,10 @@
 //! (`*.b.example.com` before `*.example.com`); the `""` route when the hello carries no SNI;
 //! the `"*"` default. No match means reject: edgewarm is never an open proxy, so there is no
 //! way to reach an origin that the config does not name.
+//!
+//! Inside an `http` route, a request's path is read by [`path`] (normalized once, or refused).
+
+pub mod path;
 
 use std::collections::HashMap;
 use std::sync::{Arc, OnceLock};
