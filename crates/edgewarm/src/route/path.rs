@@ -101,7 +101,7 @@ pub fn normalize(target: &[u8], encoded_slash: EncodedSlash) -> Result<Normalize
     let path = origin_form(path)?;
     let mut out = String::with_capacity(path.len());
     let mut segment = String::new();
-    let mut unit = Unit::default();
+    let mut unit = OverlongCheck::default();
     // The root's own slash: every kept segment is written as `/name`.
     let mut raw = path[1..].split(|&b| b == b'/').peekable();
     let mut trailing = false;
@@ -155,13 +155,14 @@ fn origin_form(path: &[u8]) -> Result<&[u8], PathError> {
     }
 }
 
-/// The byte each `%XX` or raw byte stands for, the one before it, for the overlong check.
+/// The byte read last (a raw byte, or the one a `%XX` stands for), for the overlong check of
+/// the next one.
 #[derive(Default)]
-struct Unit {
+struct OverlongCheck {
     previous: u8,
 }
 
-impl Unit {
+impl OverlongCheck {
     /// Refuses `value` when, after the byte before it, the pair can only begin an overlong
     /// encoding (a character written in more bytes than UTF-8 allows, which a lax decoder
     /// reads as `.` or `/`). Checking pairs refuses every overlong form and leaves a lone
@@ -186,7 +187,7 @@ fn read_segment(
     bytes: &[u8],
     encoded_slash: EncodedSlash,
     out: &mut String,
-    unit: &mut Unit,
+    unit: &mut OverlongCheck,
 ) -> Result<Option<usize>, PathError> {
     let mut parameters = None;
     let mut i = 0;
