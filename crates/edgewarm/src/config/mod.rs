@@ -17,6 +17,7 @@ mod hints;
 pub(crate) mod limits;
 pub(crate) mod origins;
 mod route;
+pub(crate) mod rules;
 mod size;
 mod upstream;
 mod validate;
@@ -38,6 +39,7 @@ pub use origins::{Balance, HealthConfig, OriginServer};
 pub use route::{
     ActionConfig, EarlyData, HttpConfig, Ktls, PrewarmConfig, ProxyVersion, RouteConfig, TerminateConfig, TunnelConfig,
 };
+pub use rules::{EncodedSlash, RuleConfig, ValueCondition};
 pub use upstream::{UpstreamConfig, UpstreamProtocol};
 pub(crate) use validate::sni_pattern;
 

@@ -4,6 +4,12 @@
 //! (`*.b.example.com` before `*.example.com`); the `""` route when the hello carries no SNI;
 //! the `"*"` default. No match means reject: edgewarm is never an open proxy, so there is no
 //! way to reach an origin that the config does not name.
+//!
+//! Inside an `http` route, a request's path is read by [`path`] (normalized once, or refused)
+//! and matched by [`rules`] (exact, longest prefix, then regexes; compiled at load).
+
+pub mod path;
+pub mod rules;
 
 use std::collections::HashMap;
 use std::sync::{Arc, OnceLock};
