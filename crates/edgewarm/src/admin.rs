@@ -1,6 +1,6 @@
 //! The admin listener: `/metrics` (OpenMetrics text), `/pools` (JSON, per warm pool),
 //! `/origins` (JSON, every standing set of every kind: an `http` route's HTTP/2 connections with age, streams and PING RTT, its HTTP/1.1 pool, a `prewarm` route's pools;
-//! and each server group's servers and their states), `/certificates` (JSON, each terminating route's certificate: names, issuer,
+//! each server group's servers and their states, and each named upstream with the routes naming it), `/certificates` (JSON, each terminating route's certificate: names, issuer,
 //! validity, days left), `/cache` (JSON, each cache's occupancy), `POST /cache/purge?url=…|prefix=…|tag=…`, `/ready` (200 while accepting, 503 while
 //! starting or draining, so a load balancer stops sending first), `/live` (200 while the
 //! process runs). Plain HTTP/1.1 on loopback by default; hyper does the HTTP.
@@ -169,7 +169,11 @@ async fn respond(req: &Request<Incoming>, state: &AdminState) -> Response<Full<B
             r
         }
         "/origins" => {
-            let body = serde_json::json!({ "origins": state.origins.statuses(), "groups": state.groups.statuses() });
+            let body = serde_json::json!({
+                "origins": state.origins.statuses(),
+                "groups": state.groups.statuses(),
+                "upstreams": state.origins.upstreams(),
+            });
             let mut r = Response::new(Full::new(Bytes::from(body.to_string())));
             r.headers_mut()
                 .insert(hyper::header::CONTENT_TYPE, hyper::header::HeaderValue::from_static("application/json"));

@@ -4,7 +4,7 @@
 //! when it is accepted and keeps it to its end, so a reload changes where *new* connections go
 //! and never touches open ones.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 
 use crate::acme::Acme;
@@ -26,7 +26,7 @@ use crate::origin::registry::{self, Origins, Spec, Wanted};
 use crate::origin::request_kind::UpstreamSpec;
 use crate::origin::seam::Origin;
 use crate::relay;
-use crate::route::{HttpRoute, RouteTable, ServerRoute};
+use crate::route::{Backend, RouteTable, ServerRoute};
 use crate::tls::client::Resumption;
 use crate::transport::Resolver;
 
@@ -158,42 +158,59 @@ impl Snapshot {
             }
             prewarm.push((route, ids));
         }
-        // Each route's servers: the id of each one's set, to attach once they run.
-        let mut http = Vec::new();
+        // Each backend's servers: the id of each one's set, to attach once they run. A named
+        // upstream is one backend however many routes name it: one set per server, its series
+        // under the upstream's name.
+        let mut backends: Vec<(&Backend, Vec<registry::Id>)> = Vec::new();
+        let mut users: BTreeMap<String, Vec<String>> = BTreeMap::new();
         for (name, route) in self.routes.http_routes() {
-            let mut ids = Vec::new();
-            for server in &route.servers {
-                let spec = self.request_kind(name, route, server);
-                ids.push(registry::id(&*spec));
-                wanted.push(Wanted { route: name.clone(), spec });
+            let backend = &*route.backend;
+            if backend.named {
+                users.entry(backend.name.to_string()).or_default().push(name.to_string());
             }
-            http.push((name, route, ids));
+            if backends.iter().any(|(b, _)| b.name == backend.name) {
+                continue;
+            }
+            let mut ids = Vec::new();
+            for server in &backend.servers {
+                let spec = self.request_kind(backend, server);
+                ids.push(registry::id(&*spec));
+                wanted.push(Wanted { route: backend.name.clone(), spec });
+            }
+            backends.push((backend, ids));
         }
         let started = origins.sync(wanted);
+        origins.name_upstreams(users);
         for (route, ids) in prewarm {
             let pool = |id: &registry::Id| started.get(id)?.clone().into_any().downcast::<TlsPool>().ok();
             route.attach_pools(ids.into_iter().filter_map(|(alpn, id)| Some((alpn, pool(&id)?))).collect());
         }
-        // The routes each layer wrapped, to forget the state of the others.
-        let (mut wrapped, mut grouped) = (vec![HashSet::new(); layers.wrap.len()], HashMap::new());
-        for (name, route, ids) in http {
+        // Each backend's seam: its one server's, as it always was, or the group of its several.
+        let (mut seams, mut grouped) = (HashMap::new(), HashMap::new());
+        for (backend, ids) in backends {
             let sets: Option<Vec<_>> = ids.iter().map(|id| started.get(id).cloned()).collect();
             let Some(sets) = sets else { continue };
-            let seams: Option<Vec<_>> = sets.iter().map(|set| set.clone().origin()).collect();
-            let Some(mut seams) = seams else { continue };
-            // One server is its own seam, as it always was; several are a group of them.
-            let mut origin: Arc<dyn Origin> = if route.config.origins.is_none() {
-                seams.remove(0)
+            let each: Option<Vec<_>> = sets.iter().map(|set| set.clone().origin()).collect();
+            let Some(mut each) = each else { continue };
+            let origin: Arc<dyn Origin> = if !backend.grouped {
+                each.remove(0)
             } else {
-                grouped.insert(name.clone(), route.servers.iter().map(|s| s.config.address.clone()).collect());
-                let members = route.servers.iter().zip(seams).zip(sets).map(|((s, seam), set)| Serving {
+                grouped
+                    .insert(backend.name.clone(), backend.servers.iter().map(|s| s.config.address.clone()).collect());
+                let members = backend.servers.iter().zip(each).zip(sets).map(|((s, seam), set)| Serving {
                     config: &s.config,
                     name: s.tls.key(None).sni().to_owned(),
                     seam,
                     set,
                 });
-                groups.group(name, &route.config.upstream, members.collect(), metrics)
+                groups.group(&backend.name, &backend.settings, members.collect(), metrics)
             };
+            seams.insert(backend.name.clone(), origin);
+        }
+        // Each route's layers around its backend's seam: what a route adds stays its own.
+        let mut wrapped = vec![HashSet::new(); layers.wrap.len()];
+        for (name, route) in self.routes.http_routes() {
+            let Some(mut origin) = seams.get(&route.backend.name).cloned() else { continue };
             for (layer, names) in layers.wrap.iter().zip(&mut wrapped) {
                 if let Some(wrapped) = layer.wrap(name, &route.config, &origin) {
                     names.insert(name.clone());
@@ -208,17 +225,17 @@ impl Snapshot {
         }
     }
 
-    /// The registration of the request kinds: which set an `http` route's `upstream` section
-    /// asks for. The one place that maps the configured protocol and transport to a kind.
-    fn request_kind(&self, name: &RouteName, route: &HttpRoute, server: &ServerRoute) -> Box<dyn Spec> {
-        let u = &route.config.upstream;
+    /// The registration of the request kinds: which set a backend's `upstream` settings ask
+    /// for. The one place that maps the configured protocol and transport to a kind.
+    fn request_kind(&self, backend: &Backend, server: &ServerRoute) -> Box<dyn Spec> {
+        let u = &backend.settings;
         let origin = &server.tls;
         let connect = |alpn: Option<&[u8]>| -> Arc<dyn Connect> {
             if u.tls {
                 Arc::new(TlsConnect::new(origin.clone(), alpn, self.resolver.clone()))
             } else {
                 let origin = origin.key(None).origin;
-                cleartext::warn_if_public(name, &origin);
+                cleartext::warn_if_public(&backend.name, &origin);
                 Arc::new(Cleartext::new(origin, self.resolver.clone()))
             }
         };

@@ -125,6 +125,43 @@ fn check_refuses_a_cleartext_upstream_with_origin_tls() {
     assert!(err.contains("routes[0].upstream.tls") && err.contains("origin_tls"), "{err}");
 }
 
+/// `upstream: NAME` naming no block, a block no route names, and a name beside the route's
+/// own `origin`: `check` and `run` name the key and exit 64, before any port is bound.
+#[test]
+fn check_refuses_unknown_unused_and_shadowed_upstreams() {
+    let dir = tempfile::tempdir().unwrap();
+    common::certs(&["a.test"]).write(dir.path());
+    let (config, d) = (dir.path().join("edge.yaml"), dir.path().display());
+    let yaml = |upstreams: &str, route: &str| {
+        format!(
+            "listeners: [{{listen: \"127.0.0.1:0\"}}]\nupstreams:\n{upstreams}routes:\n  - {{sni: a.test, action: http, \
+             cert: {d}/cert.pem, key: {d}/key.pem, {route}}}\n"
+        )
+    };
+    let app = "  app: {origin: \"127.0.0.1:9\", tls: false}\n";
+    let cases = [
+        (yaml(app, "upstream: apps"), "routes[0].upstream: no upstream named \"apps\""),
+        (
+            yaml(&format!("{app}  spare: {{origin: \"127.0.0.1:10\", tls: false}}\n"), "upstream: app"),
+            "upstreams.spare: no route names it",
+        ),
+        (yaml(app, "upstream: app, origin: \"127.0.0.1:8\""), "routes[0].origin: not beside upstream: NAME"),
+    ];
+    for (text, key) in cases {
+        std::fs::write(&config, text).unwrap();
+        let out = check(&config);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(64), "{key}: {err}");
+        assert!(err.contains(key), "{key}: {err}");
+        let out = Command::new(BIN).args(["run", "--config"]).arg(&config).output().unwrap();
+        assert_eq!(out.status.code(), Some(64), "run: {key}");
+        assert!(String::from_utf8_lossy(&out.stderr).contains(key));
+    }
+    std::fs::write(&config, yaml(app, "upstream: app")).unwrap();
+    let out = check(&config);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+}
+
 /// The package's man pages and completions come from the CLI itself.
 #[test]
 fn generate_writes_man_pages_and_completions() {

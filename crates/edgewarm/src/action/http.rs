@@ -128,7 +128,7 @@ fn service(
         return None;
     };
     // The server, or a group's servers (its requests' lines name the one each went to).
-    let servers: Vec<&str> = route.servers.iter().map(|s| s.config.address.as_str()).collect();
+    let servers: Vec<&str> = route.backend.servers.iter().map(|s| s.config.address.as_str()).collect();
     log.origin = Some(servers.join(","));
     let retired = service.origin.retired().clone();
     // A connection without SNI was routed by that and serves any name on its own route.

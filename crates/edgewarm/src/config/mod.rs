@@ -20,6 +20,7 @@ mod route;
 pub(crate) mod rules;
 mod size;
 mod upstream;
+mod upstreams;
 mod validate;
 
 use std::net::SocketAddr;
@@ -69,6 +70,10 @@ pub struct Config {
     #[serde(default)]
     pub timeouts: Timeouts,
     pub routes: Vec<RouteConfig>,
+    /// Named upstreams: each a name holding its servers and how to reach them, for routes to
+    /// name with `upstream: NAME` ([`upstreams`]). Ordered, so validation reports in order.
+    #[serde(default)]
+    pub upstreams: std::collections::BTreeMap<String, UpstreamConfig>,
     /// How tunnels move bytes: `splice` (kernel pipe, no copy to user space) or `copy`.
     #[serde(default)]
     pub relay: RelayMode,
@@ -431,7 +436,7 @@ impl Config {
         // a field's own deserializer, where the YAML parser alone only knows the parent.
         let de = serde_norway::Deserializer::from_str(text);
         let parsed: Result<Self, _> = serde_path_to_error::deserialize(de);
-        parsed.map(Self::placed).map_err(|e| {
+        let mut config = parsed.map(Self::placed).map_err(|e| {
             let path = e.path().to_string();
             let inner = e.into_inner().to_string();
             // The YAML error may already start with (part of) the path; say it once.
@@ -447,7 +452,9 @@ impl Config {
             } else {
                 ConfigError::Syntax(format!("{path}: {message}"))
             }
-        })
+        })?;
+        config.resolve_upstreams();
+        Ok(config)
     }
 
     /// Each listener told its place in the list.

@@ -120,11 +120,13 @@ fn default_max_eject() -> Duration {
 /// A group holds at most this many servers (a request's tried servers are a 64-bit mask).
 pub(crate) const MAX_SERVERS: usize = 64;
 
-/// `origins` as written: every entry's key named on error.
+/// `origins` as written: every entry's key named on error (`key`: beside `origins`; `settings`:
+/// in the upstream's settings, where `health` is).
 pub(crate) fn validate(
     servers: &[OriginServer],
     health: &HealthConfig,
     key: &dyn Fn(&str) -> String,
+    settings: &dyn Fn(&str) -> String,
 ) -> Result<(), ConfigError> {
     if servers.is_empty() {
         return Err(ConfigError::invalid(key("origins"), "needs at least one server"));
@@ -156,24 +158,21 @@ pub(crate) fn validate(
         }
     }
     if health.fails == 0 {
-        return Err(ConfigError::invalid(key("upstream.health.fails"), "must be at least 1"));
+        return Err(ConfigError::invalid(settings("health.fails"), "must be at least 1"));
     }
     if health.eject.is_zero() || health.max_eject < health.eject {
-        return Err(ConfigError::invalid(key("upstream.health.eject"), "need 0 < eject <= max_eject"));
+        return Err(ConfigError::invalid(settings("health.eject"), "need 0 < eject <= max_eject"));
     }
     if let Some(path) = &health.path {
         if !path.starts_with('/') || path.parse::<http::uri::PathAndQuery>().is_err() {
-            return Err(ConfigError::invalid(
-                key("upstream.health.path"),
-                format!("{path:?} is not a path (/healthz)"),
-            ));
+            return Err(ConfigError::invalid(settings("health.path"), format!("{path:?} is not a path (/healthz)")));
         }
     }
     if !(100..=599).contains(&health.status) {
-        return Err(ConfigError::invalid(key("upstream.health.status"), "must be an HTTP status, 100 to 599"));
+        return Err(ConfigError::invalid(settings("health.status"), "must be an HTTP status, 100 to 599"));
     }
     if health.interval < Duration::from_millis(100) {
-        return Err(ConfigError::invalid(key("upstream.health.interval"), "must be at least 100ms"));
+        return Err(ConfigError::invalid(settings("health.interval"), "must be at least 100ms"));
     }
     Ok(())
 }

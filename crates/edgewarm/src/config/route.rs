@@ -12,6 +12,7 @@ use serde::Deserialize;
 use super::limits::{AccessList, Cidr, RateConfig};
 use super::origins::OriginServer;
 use super::upstream::UpstreamConfig;
+use super::upstreams::{UpstreamChoice, BESIDE_NAMED};
 use super::{
     size, CacheConfig, EarlyHintsConfig, ForwardHeader, ForwardHeaders, HeadersConfig, OriginTls, PoolConfig,
     TlsVersion,
@@ -152,6 +153,10 @@ pub struct HttpConfig {
     /// `origin_tls` was written in the file (refused beside `upstream.tls: false`).
     pub(crate) origin_tls_set: bool,
     pub upstream: UpstreamConfig,
+    /// `upstream: NAME`: the named upstream (`upstreams:`) whose servers, TLS and settings the
+    /// fields above are (copied at load); the routes naming one share its standing
+    /// connections and its servers' health. `None`: the route's own upstream.
+    pub upstream_name: Option<String>,
     /// Request bodies larger than this are refused with 413 (none by default, like HAProxy;
     /// nginx's default is 1 MiB).
     pub max_request_body: Option<u64>,
@@ -217,7 +222,7 @@ struct RouteFile {
     #[serde(default)]
     pool: Option<PoolConfig>,
     #[serde(default)]
-    upstream: Option<UpstreamConfig>,
+    upstream: Option<UpstreamChoice>,
     #[serde(default)]
     origin_proxy_protocol: Option<ProxyVersion>,
     #[serde(default, deserialize_with = "size::deserialize_opt")]
@@ -295,8 +300,22 @@ impl From<RouteFile> for RouteConfig {
                  (http routes tell the origin in X-Forwarded-For and Forwarded)",
             ),
         ];
-        let misplaced =
-            keys.iter().find(|(_, set, takes, _)| *set && !takes.contains(&r.action)).map(|&(k, _, _, why)| (k, why));
+        let (upstream_name, upstream) = match r.upstream.clone() {
+            Some(UpstreamChoice::Named(name)) => (Some(name), None),
+            Some(UpstreamChoice::Own(own)) => (None, Some(*own)),
+            None => (None, None),
+        };
+        // A named upstream holds the servers: the route's own beside it would be ignored.
+        let beside_named =
+            [("origin", r.origin.is_some()), ("origins", r.origins.is_some()), ("origin_tls", r.origin_tls.is_some())]
+                .into_iter()
+                .find(|&(_, set)| set && upstream_name.is_some())
+                .map(|(k, _)| (k, BESIDE_NAMED));
+        let misplaced = keys
+            .iter()
+            .find(|(_, set, takes, _)| *set && !takes.contains(&r.action))
+            .map(|&(k, _, _, why)| (k, why))
+            .or(beside_named);
         let tls = || TerminateConfig {
             cert: r.cert.clone(),
             key: r.key.clone(),
@@ -338,7 +357,8 @@ impl From<RouteFile> for RouteConfig {
                     tls,
                     origin_tls: r.origin_tls.clone().unwrap_or_default(),
                     origin_tls_set: r.origin_tls.is_some(),
-                    upstream: r.upstream.clone().unwrap_or_default(),
+                    upstream: upstream.unwrap_or_default(),
+                    upstream_name,
                     max_request_body: r.max_request_body,
                     forward_headers: r.forward_headers.as_deref().map(ForwardHeaders::from).unwrap_or_default(),
                     cache: r.cache.clone(),

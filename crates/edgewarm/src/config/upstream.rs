@@ -1,13 +1,15 @@
-//! `routes[].upstream`: an `http` route's standing origin connections (how many, kept how
-//! long, which protocol, TLS or cleartext, the congestion control) and how its servers are
-//! chosen and checked.
+//! `routes[].upstream` and the blocks of `upstreams:`: an `http` route's standing origin
+//! connections (how many, kept how long, which protocol, TLS or cleartext, the congestion
+//! control) and how its servers are chosen and checked. A named block holds its servers too
+//! (`origin`, `origins`, `origin_tls`: [`super::upstreams`]).
 
 use std::time::Duration;
 
 use serde::Deserialize;
 
 use super::duration;
-use super::origins::{Balance, HealthConfig};
+use super::origins::{Balance, HealthConfig, OriginServer};
+use super::OriginTls;
 
 /// The standing origin connections of an `http` route.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
@@ -54,6 +56,17 @@ pub struct UpstreamConfig {
     /// When a server of several is ejected (passive health).
     #[serde(default)]
     pub health: HealthConfig,
+    /// The servers and their TLS, written only in an `upstreams:` block (a route's own are the
+    /// route's keys; validation refuses them in a route's `upstream:` map). One struct for both
+    /// forms, because serde's `flatten` cannot go with `deny_unknown_fields`: a misspelt key
+    /// in either is refused by name and line. Moved to the route's [`super::HttpConfig`] at
+    /// load, so the settings the sets are given never hold them.
+    #[serde(default)]
+    pub origin: Option<String>,
+    #[serde(default)]
+    pub origins: Option<Vec<OriginServer>>,
+    #[serde(default)]
+    pub origin_tls: Option<OriginTls>,
 }
 
 fn yes() -> bool {
@@ -88,6 +101,9 @@ impl Default for UpstreamConfig {
             balance: Balance::default(),
             slow_start: Duration::ZERO,
             health: HealthConfig::default(),
+            origin: None,
+            origins: None,
+            origin_tls: None,
         }
     }
 }

@@ -101,6 +101,7 @@ impl Config {
         if self.routes.is_empty() {
             return Err(ConfigError::invalid("routes", "at least one route is required"));
         }
+        upstreams::blocks(self)?;
         if let Some(acme) = &self.acme {
             acme.validate()?;
         }
@@ -125,20 +126,16 @@ impl Config {
                 ActionConfig::Reject => continue,
                 ActionConfig::Tunnel(t) => Some(&t.origin),
                 ActionConfig::Prewarm(p) => Some(&p.origin),
-                ActionConfig::Http(h) => match &h.origins {
-                    Some(_) if h.origin.is_some() => {
-                        return Err(ConfigError::invalid(
-                            key("origins"),
-                            "not beside origin: origin is one server, origins a list (write the one server as \
-                             its only entry)",
-                        ))
-                    }
-                    Some(list) => {
-                        super::origins::validate(list, &h.upstream.health, &key)?;
-                        None
-                    }
-                    None => Some(&h.origin),
-                },
+                // Its servers are the named upstream's, checked under upstreams.NAME.
+                ActionConfig::Http(h) if h.upstream_name.is_some() => {
+                    upstreams::route_names(self, h, &key)?;
+                    None
+                }
+                ActionConfig::Http(h) => {
+                    upstreams::own_servers_only(&h.upstream, &key)?;
+                    let settings = |f: &str| key(&format!("upstream.{f}"));
+                    servers(&h.origin, &h.origins, &h.upstream.health, &key, &settings)?
+                }
             };
             if let Some(origin) = origin {
                 let Some(origin) = origin else {
@@ -190,13 +187,9 @@ impl Config {
                              parsed there), so the kernel would take over the cipher but save no copy",
                         ));
                     }
-                    validate_upstream(&h.upstream, &key)?;
-                    if !h.upstream.tls && h.origin_tls_set {
-                        return Err(ConfigError::invalid(
-                            key("upstream.tls"),
-                            "false means a cleartext origin, which has no TLS for origin_tls to configure: \
-                             remove one of them",
-                        ));
+                    if h.upstream_name.is_none() {
+                        let settings = |f: &str| key(&format!("upstream.{f}"));
+                        validate_upstream(&h.upstream, h.origin_tls_set, &settings)?;
                     }
                     if let Some(c) = &h.cache {
                         c.validate(&key)?;
@@ -217,7 +210,7 @@ impl Config {
                 _ => {}
             }
         }
-        Ok(())
+        upstreams::all_used(self)
     }
 }
 
@@ -280,16 +273,7 @@ fn validate_terminating(
             ));
         }
     }
-    if t.client_cert.is_some() != t.client_key.is_some() {
-        return Err(ConfigError::invalid(key("origin_tls.client_key"), "client_cert and client_key go together"));
-    }
-    if !t.verify && t.ca.is_some() {
-        return Err(ConfigError::invalid(key("origin_tls.ca"), "a CA with verify: false would be ignored"));
-    }
-    if let Some(sni) = &t.sni {
-        rustls::pki_types::ServerName::try_from(sni.as_str())
-            .map_err(|_| ConfigError::invalid(key("origin_tls.sni"), format!("invalid server name {sni:?}")))?;
-    }
+    validate_origin_tls(t, key)?;
     // One pool per route, never one per client-chosen name: otherwise anyone could make
     // edgewarm open pools (and origin connections) by sending made-up names under a wildcard.
     if (sni.starts_with('*') || sni.is_empty()) && t.sni.is_none() && !cleartext {
@@ -299,6 +283,21 @@ fn validate_terminating(
                 "required on wildcard, default and no-SNI {action} routes (their origin connections need one name)"
             ),
         ));
+    }
+    Ok(())
+}
+
+/// `origin_tls` on its own (`key` names the keys beside it).
+fn validate_origin_tls(t: &OriginTls, key: &dyn Fn(&str) -> String) -> Result<(), ConfigError> {
+    if t.client_cert.is_some() != t.client_key.is_some() {
+        return Err(ConfigError::invalid(key("origin_tls.client_key"), "client_cert and client_key go together"));
+    }
+    if !t.verify && t.ca.is_some() {
+        return Err(ConfigError::invalid(key("origin_tls.ca"), "a CA with verify: false would be ignored"));
+    }
+    if let Some(sni) = &t.sni {
+        rustls::pki_types::ServerName::try_from(sni.as_str())
+            .map_err(|_| ConfigError::invalid(key("origin_tls.sni"), format!("invalid server name {sni:?}")))?;
     }
     Ok(())
 }
@@ -346,10 +345,41 @@ fn quic_congestion(name: &str, key: &str) -> Result<(), ConfigError> {
     ))
 }
 
-fn validate_upstream(u: &UpstreamConfig, key: &dyn Fn(&str) -> String) -> Result<(), ConfigError> {
+/// The servers of an `http` route or a named upstream: the one `origin` (returned, to be
+/// checked with the other actions' one origin) or the list of `origins`.
+fn servers<'a>(
+    origin: &'a Option<String>,
+    origins: &Option<Vec<super::OriginServer>>,
+    health: &super::HealthConfig,
+    key: &dyn Fn(&str) -> String,
+    settings: &dyn Fn(&str) -> String,
+) -> Result<Option<&'a Option<String>>, ConfigError> {
+    match origins {
+        Some(_) if origin.is_some() => Err(ConfigError::invalid(
+            key("origins"),
+            "not beside origin: origin is one server, origins a list (write the one server as its only entry)",
+        )),
+        Some(list) => super::origins::validate(list, health, key, settings).map(|()| None),
+        None => Ok(Some(origin)),
+    }
+}
+
+/// An upstream's settings (`settings` names a key of them: `routes[N].upstream.x`, or
+/// `upstreams.NAME.x`); `origin_tls_set`: its `origin_tls` was written.
+fn validate_upstream(
+    u: &UpstreamConfig,
+    origin_tls_set: bool,
+    key: &dyn Fn(&str) -> String,
+) -> Result<(), ConfigError> {
+    if !u.tls && origin_tls_set {
+        return Err(ConfigError::invalid(
+            key("tls"),
+            "false means a cleartext origin, which has no TLS for origin_tls to configure: remove one of them",
+        ));
+    }
     if u.connections == 0 || u.max_connections < u.connections {
         return Err(ConfigError::invalid(
-            key("upstream.max_connections"),
+            key("max_connections"),
             format!(
                 "need 1 <= connections <= max_connections (connections {}, max_connections {})",
                 u.connections, u.max_connections
@@ -358,24 +388,25 @@ fn validate_upstream(u: &UpstreamConfig, key: &dyn Fn(&str) -> String) -> Result
     }
     for (name, d) in [("keepalive", u.keepalive), ("max_age", u.max_age), ("idle_timeout", u.idle_timeout)] {
         if d == Duration::ZERO {
-            return Err(ConfigError::invalid(key(&format!("upstream.{name}")), "must be greater than zero"));
+            return Err(ConfigError::invalid(key(name), "must be greater than zero"));
         }
     }
     if u.protocol == UpstreamProtocol::H3 {
         if !u.tls {
             return Err(ConfigError::invalid(
-                key("upstream.tls"),
+                key("tls"),
                 "false cannot go with protocol h3: QUIC is always encrypted (use h2 for a cleartext origin)",
             ));
         }
         if let Some(name) = u.congestion.as_deref() {
-            quic_congestion(name, &key("upstream.congestion"))?;
+            quic_congestion(name, &key("congestion"))?;
         }
     } else if let Some(name) = &u.congestion {
-        super::upstream::congestion_available(name).map_err(|e| ConfigError::invalid(key("upstream.congestion"), e))?;
+        super::upstream::congestion_available(name).map_err(|e| ConfigError::invalid(key("congestion"), e))?;
     }
     Ok(())
 }
 
 #[cfg(test)]
 mod tests;
+mod upstreams;

@@ -11,7 +11,7 @@
 //! serves reloads, shutdown and the admin listener only.
 
 use std::any::Any;
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use super::connect::Transport;
@@ -97,11 +97,14 @@ type Map = HashMap<Id, Arc<dyn Standing>>;
 pub struct Origins {
     map: Mutex<Map>,
     shared: Shared,
+    /// The named upstreams of the running configuration and the routes naming each (their
+    /// sets are labelled with the upstream's name), for `/origins`.
+    upstreams: Mutex<BTreeMap<String, Vec<String>>>,
 }
 
 impl Origins {
     pub fn new(metrics: Arc<Metrics>, workers: Placement) -> Self {
-        Self { map: Mutex::default(), shared: Shared { metrics, workers } }
+        Self { map: Mutex::default(), shared: Shared { metrics, workers }, upstreams: Mutex::default() }
     }
 
     fn map(&self) -> MutexGuard<'_, Map> {
@@ -161,9 +164,34 @@ impl Origins {
         self.map().values().filter_map(|s| s.clone().into_any().downcast::<T>().ok()).collect()
     }
 
-    /// Every set's numbers for `/origins`, in a stable order (route, origin, kind).
+    /// The named upstreams a load or reload configured, each with the routes naming it.
+    pub(crate) fn name_upstreams(&self, users: BTreeMap<String, Vec<String>>) {
+        *self.upstreams.lock().unwrap_or_else(|p| p.into_inner()) = users;
+    }
+
+    /// The named upstreams for `/origins`: each one's name and the routes that name it.
+    pub fn upstreams(&self) -> Vec<serde_json::Value> {
+        let users = self.upstreams.lock().unwrap_or_else(|p| p.into_inner());
+        let mut all = Vec::new();
+        for (name, routes) in users.iter() {
+            let mut routes = routes.clone();
+            routes.sort();
+            all.push(serde_json::json!({ "upstream": name, "routes": routes }));
+        }
+        all
+    }
+
+    /// Every set's numbers for `/origins`, in a stable order (route, origin, kind); a named
+    /// upstream's sets (their `route` its name) say so in `upstream`.
     pub fn statuses(&self) -> Vec<serde_json::Value> {
         let mut all: Vec<_> = self.map().values().map(|s| s.status()).collect();
+        let users = self.upstreams.lock().unwrap_or_else(|p| p.into_inner());
+        for status in &mut all {
+            let named = status.get("route").and_then(|r| r.as_str()).filter(|r| users.contains_key(*r));
+            if let Some(name) = named.map(str::to_owned) {
+                status["upstream"] = name.into();
+            }
+        }
         let order = |v: &serde_json::Value| {
             ["route", "origin", "kind"].map(|k| v.get(k).and_then(|s| s.as_str()).unwrap_or_default().to_string())
         };

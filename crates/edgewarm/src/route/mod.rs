@@ -6,8 +6,11 @@
 //! way to reach an origin that the config does not name.
 //!
 //! Inside an `http` route, a request's path is read by [`path`] (normalized once, or refused)
-//! and matched by [`rules`] (exact, longest prefix, then regexes; compiled at load).
+//! and matched by [`rules`] (exact, longest prefix, then regexes; compiled at load). Its
+//! requests go to its [`Backend`] ([`backend`]): the upstream it names, shared with the other
+//! routes naming it, or its own.
 
+mod backend;
 pub mod path;
 pub mod rules;
 
@@ -16,8 +19,8 @@ use std::sync::{Arc, OnceLock};
 
 use crate::acme::Acme;
 use crate::config::{
-    self, sni_pattern, ActionConfig, Config, ConfigError, HeaderPolicy, HttpConfig, OriginAddr, OriginServer,
-    PrewarmConfig, TerminateConfig, TunnelConfig,
+    self, sni_pattern, ActionConfig, Config, ConfigError, HeaderPolicy, HttpConfig, OriginAddr, PrewarmConfig,
+    TerminateConfig, TunnelConfig,
 };
 use crate::metrics::{Metrics, RouteMetrics, RouteName};
 use crate::origin::prewarm::TlsPool;
@@ -25,6 +28,7 @@ use crate::origin::seam::Origin;
 use crate::tls::client::{ClientTls, Resumption};
 use crate::tls::origin::OriginTls;
 use crate::tls::ticket_keys::TicketKeys;
+pub use backend::{Backend, ServerRoute};
 
 /// What to do with a connection whose hello matched a route.
 #[derive(Debug)]
@@ -39,8 +43,9 @@ pub enum RouteAction {
 /// An `http` route: client TLS, and where its requests go.
 pub struct HttpRoute {
     pub client: ClientTls,
-    /// Its origin servers: one (`origin:`), or the group of `origins:`.
-    pub servers: Vec<ServerRoute>,
+    /// Where its requests go: the upstream it names (shared with the other routes naming it)
+    /// or its own.
+    pub backend: Arc<Backend>,
     /// The route's section as configured: a new route key is read where it is used, not copied
     /// here.
     pub config: HttpConfig,
@@ -66,14 +71,6 @@ impl HttpRoute {
     pub(crate) fn attach(&self, origin: Arc<dyn Origin>) {
         let _ = self.seam.set(origin);
     }
-}
-
-/// One origin server of an `http` route.
-pub struct ServerRoute {
-    /// How to reach and verify it (unused with `upstream.tls: false`).
-    pub tls: Arc<OriginTls>,
-    /// Its entry as configured (`weight`, `backup`, `host`…).
-    pub config: OriginServer,
 }
 
 /// A `tunnel` route: where to, and whether the replayed hello rides in the SYN.
@@ -152,6 +149,8 @@ impl RouteTable {
     pub fn new(config: &Config, resumption: &Resumption, acme: &Acme) -> Result<Self, ConfigError> {
         config.validate()?;
         let mut table = Self::default();
+        // A named upstream is built once, for every route naming it.
+        let mut named: HashMap<&str, Arc<Backend>> = HashMap::new();
         // Read at every load, so a SIGHUP picks up rotated keys.
         let ticket_keys = match &config.tls.ticket_keys {
             Some(path) => Some(TicketKeys::read(path).map_err(|m| ConfigError::invalid("tls.ticket_keys", m))?),
@@ -197,24 +196,21 @@ impl RouteTable {
                 ActionConfig::Http(h) => {
                     let client = ClientTls::new(&h.tls, &label, resumption, ticket_keys.as_ref(), acme)
                         .map_err(|(field, m)| ConfigError::invalid(key(field), m))?;
-                    let mut servers = Vec::new();
-                    for (j, server) in h.servers().into_iter().enumerate() {
-                        // A server's own name, where it has one, stands for the route's.
-                        let mut origin_tls = h.origin_tls.clone();
-                        origin_tls.sni = server.sni.clone().or(origin_tls.sni);
-                        let field = |f: &str| match &h.origins {
-                            Some(_) => key(&format!("origins[{j}].{f}")),
-                            None => key("origin"),
-                        };
-                        let addr = OriginAddr::parse(&server.address)
-                            .map_err(|m| ConfigError::invalid(field("address"), m))?;
-                        let tls = OriginTls::new(&origin_tls, &name, addr)
-                            .map_err(|(f, m)| ConfigError::invalid(key(f), m))?;
-                        servers.push(ServerRoute { tls: Arc::new(tls), config: server });
-                    }
+                    let backend = match h.upstream_name.as_deref() {
+                        Some(upstream) => match named.get(upstream) {
+                            Some(shared) => shared.clone(),
+                            None => {
+                                let block = |f: &str| format!("upstreams.{upstream}.{f}");
+                                let made = Arc::new(Backend::new(RouteName::new(upstream), h, &name, &block)?);
+                                named.insert(upstream, made.clone());
+                                made
+                            }
+                        },
+                        None => Arc::new(Backend::new(label.clone(), h, &name, &key)?),
+                    };
                     RouteAction::Http(Arc::new(HttpRoute {
                         client,
-                        servers,
+                        backend,
                         config: (**h).clone(),
                         headers: Arc::new(h.headers.compile(&key("headers"))?),
                         seam: OnceLock::new(),

@@ -94,18 +94,19 @@ impl std::fmt::Debug for Group {
     }
 }
 
-/// The servers' states of every route, kept across reloads while a route lists the server.
+/// The servers' states of every backend (a named upstream, shared by the routes naming it, or
+/// a route's own, known by the route's name), kept across reloads while it lists the server.
 #[derive(Default)]
 pub struct Groups {
-    /// By route and server address; no settings to compare (`()`): a server's health and
+    /// By backend and server address; no settings to compare (`()`): a server's health and
     /// averages are its own, whatever its weight or role in the group.
     states: PerRoute<(), ServerState, (RouteName, String)>,
-    /// Each route's group of the running configuration (for `/origins`).
+    /// Each backend's group of the running configuration (for `/origins`).
     current: Mutex<HashMap<RouteName, Arc<Group>>>,
 }
 
 impl Groups {
-    /// The group of `route`: `servers` with their seams and sets, in the order configured.
+    /// The group of backend `route` (its name labels the group's series): `servers` with their seams and sets, in the order configured.
     /// Must run inside the runtime.
     pub(crate) fn group(
         &self,
