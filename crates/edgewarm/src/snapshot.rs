@@ -163,12 +163,13 @@ impl Snapshot {
         // under the upstream's name.
         let mut backends: Vec<(&Backend, Vec<registry::Id>)> = Vec::new();
         let mut users: BTreeMap<String, Vec<String>> = BTreeMap::new();
+        let mut seen = HashSet::new();
         for (name, route) in self.routes.http_routes() {
             let backend = &*route.backend;
             if backend.named {
                 users.entry(backend.name.to_string()).or_default().push(name.to_string());
             }
-            if backends.iter().any(|(b, _)| b.name == backend.name) {
+            if !seen.insert(&backend.name) {
                 continue;
             }
             let mut ids = Vec::new();
