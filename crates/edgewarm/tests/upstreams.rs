@@ -112,6 +112,42 @@ async fn two_routes_naming_one_upstream_share_its_connections_and_its_group() {
     edge.stop().await;
 }
 
+/// A server one route's request found failing is out for the other route too: the health
+/// state is the upstream's group's, not each route's.
+#[tokio::test]
+async fn a_server_ejected_through_one_route_is_out_for_the_other() {
+    let s = setup();
+    let (one, one_stats) = h2_origin(&s.origin, H2Opts::default()).await;
+    let (two, two_stats) = h2_origin(&s.origin, H2Opts::default()).await;
+    let app = format!(
+        "  app: {{origins: [{{address: \"{one}\"}}, {{address: \"{two}\"}}], {}, connections: 1, \
+         balance: round_robin, health: {{fails: 1, eject: 1m}}}}\n",
+        s.origin_tls()
+    );
+    let yaml = s
+        .config(&app, &[("b.test", "app"), ("c.test", "app")])
+        .replace("listeners:", "timeouts: {origin_response: 1s}\nlisteners:");
+    let edge = edge_from(&yaml).await;
+    wait_for(&edge, CONNECTIONS, &[("route", "app")], 2.0).await;
+    // b.test's request times out at whichever server took it: that server is ejected.
+    assert_eq!(s.get(&edge, "b.test", "/slow").await.0, 504);
+    let o = origins(&edge).await;
+    let servers = o["groups"][0]["servers"].as_array().unwrap().clone();
+    let ejected: Vec<_> = servers.iter().filter(|v| v["state"] == "ejected").map(|v| v["server"].clone()).collect();
+    assert_eq!(ejected.len(), 1, "{o}");
+    let (out, serving) =
+        if ejected[0] == one.to_string() { (&one_stats, &two_stats) } else { (&two_stats, &one_stats) };
+    let (out_before, serving_before) = (out.requests.load(Ordering::Relaxed), serving.requests.load(Ordering::Relaxed));
+    // Round robin would give the ejected server half of c.test's requests if c.test had a group
+    // of its own; it gets none.
+    for i in 0..4 {
+        assert_eq!(s.get(&edge, "c.test", &format!("/c{i}")).await, (200, format!("hello /c{i}")));
+    }
+    assert_eq!(out.requests.load(Ordering::Relaxed), out_before, "the ejected server took none of c.test's");
+    assert_eq!(serving.requests.load(Ordering::Relaxed), serving_before + 4);
+    edge.stop().await;
+}
+
 /// Reloads: a changed `connections` keeps the upstream's connections (and serves both routes
 /// throughout); a route pointed to another upstream sends its next request there; an upstream
 /// no route names any more is retired.
