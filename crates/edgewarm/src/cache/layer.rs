@@ -151,9 +151,11 @@ impl Cached {
                 };
                 let attempt =
                     Outgoing { build: &mut whole, body, up, timeout, affinity, tried, interim, began, client };
-                let response = self.inner.send(attempt).await?;
-                let (response, status) = keep::keep(&self.cache, response.response, &head, url, lead, "uri-miss", now);
-                Ok(self.cache.answer(serve::conditional(response, &head), CacheResult::Miss, &status))
+                let sent = self.inner.send(attempt).await?;
+                Ok(self.cache.relay(sent, CacheResult::Miss, |response| {
+                    let (response, status) = keep::keep(&self.cache, response, &head, url, lead, "uri-miss", now);
+                    (serve::conditional(response, &head), status)
+                }))
             }
             Turn::Join(fill) => {
                 let shared = fill.head().await.filter(|h| {
@@ -165,11 +167,11 @@ impl Cached {
                     return Ok(self.cache.collapsed(&shared, fill, &head, "uri-miss"));
                 }
                 // Released (not storable, or the fetch failed) or another variant: on our own.
-                let response = self.inner.send(out).await?;
+                let sent = self.inner.send(out).await?;
                 let lead = super::fill::Leading::alone();
-                let (response, status) =
-                    keep::keep(&self.cache, response.response, &head, url, lead, "uri-miss", SystemTime::now());
-                Ok(self.cache.answer(response, CacheResult::Miss, &status))
+                Ok(self.cache.relay(sent, CacheResult::Miss, |response| {
+                    keep::keep(&self.cache, response, &head, url, lead, "uri-miss", SystemTime::now())
+                }))
             }
         }
     }
@@ -188,22 +190,23 @@ impl Cached {
         fwd: &'static str,
         detail: Option<&'static str>,
     ) -> Result<Sent, SendFailure> {
-        let response = self.inner.send(out).await?;
-        let code = response.response.status().as_u16();
-        let status = Status { fwd: Some(fwd), fwd_status: Some(code), detail, ..Status::default() };
-        Ok(self.cache.answer(response.response, CacheResult::Bypass, &status))
+        let sent = self.inner.send(out).await?;
+        Ok(self.cache.relay(sent, CacheResult::Bypass, |response| {
+            let code = response.status().as_u16();
+            (response, Status { fwd: Some(fwd), fwd_status: Some(code), detail, ..Status::default() })
+        }))
     }
 
     /// Not GET or HEAD: passed on; a successful unsafe method invalidates what is stored for
     /// its URL (RFC 9111 §4.4).
     async fn other_method<'a>(&'a self, out: Outgoing<'a>, head: &Request<()>) -> Result<Sent, SendFailure> {
-        let response = self.inner.send(out).await?;
-        let code = response.response.status();
+        let sent = self.inner.send(out).await?;
+        let code = sent.response.status();
         if !head.method().is_safe() && (code.is_success() || code.is_redirection()) {
             let url = key::url(head);
             self.cache.store.purge(|u| u == &*url, |_| false);
         }
         let status = Status { fwd: Some("method"), fwd_status: Some(code.as_u16()), ..Status::default() };
-        Ok(self.cache.answer(response.response, CacheResult::Bypass, &status))
+        Ok(self.cache.relay(sent, CacheResult::Bypass, |response| (response, status)))
     }
 }

@@ -45,6 +45,22 @@ impl RouteCache {
         Sent::local(response).noted(result)
     }
 
+    /// The origin's answer `from`, as the cache passes it on (`make`: its response as sent, and
+    /// the `Cache-Status` to mark it with), counted like [`RouteCache::answer`]'s. What the
+    /// origin side noted stays on it (the connection, a group's server): the access log names
+    /// them for a miss as for an uncached route.
+    pub(crate) fn relay(
+        &self,
+        from: Sent,
+        result: CacheResult,
+        make: impl FnOnce(Response<OriginBody>) -> (Response<OriginBody>, Status),
+    ) -> Sent {
+        let (mut response, status) = make(from.response);
+        status.append_to(response.headers_mut());
+        self.count(result);
+        Sent { response, ..from }.noted(result)
+    }
+
     /// A request that joined another's fetch: its head, and its body as it arrives (`fwd`:
     /// why that fetch went to the origin).
     pub(crate) fn collapsed(&self, shared: &FillHead, fill: Arc<Fill>, head: &Request<()>, fwd: &'static str) -> Sent {

@@ -90,29 +90,30 @@ impl Stale<'_> {
         let body = OutBody::Empty;
         let attempt =
             Outgoing { build: &mut build, body, up, timeout, affinity, tried, interim: None, began, client: None };
-        let response = match self.inner.send(attempt).await {
-            Ok(sent) => sent.response,
+        let sent = match self.inner.send(attempt).await {
+            Ok(sent) => sent,
             Err(_) if staleness <= grace.if_error => {
                 publish(lead, &self.entry, self.head);
                 return Ok(self.stored(&self.entry, CacheResult::Stale, None, Some("stale-if-error")));
             }
             Err(failure) => return Err(failure),
         };
-        let code = response.status();
+        let code = sent.response.status();
         if code.is_server_error() && staleness <= grace.if_error {
             publish(lead, &self.entry, self.head);
             return Ok(self.stored(&self.entry, CacheResult::Stale, Some(code), Some("stale-if-error")));
         }
         if code == StatusCode::NOT_MODIFIED {
-            if let Some(fresh) = refreshed(self.cache, &self.entry, &reval, self.head, response.headers(), now) {
+            if let Some(fresh) = refreshed(self.cache, &self.entry, &reval, self.head, sent.response.headers(), now) {
                 publish(lead, &fresh, self.head);
                 return Ok(self.stored(&fresh, CacheResult::Revalidated, Some(code), None));
             }
         }
         // A new response (or a 304 for the client's own validator): like a miss's.
         let url = self.key.url.clone();
-        let (response, status) = keep::keep(self.cache, response, self.head, url, lead, "stale", now);
-        Ok(self.cache.answer(response, CacheResult::Miss, &status))
+        Ok(self.cache.relay(sent, CacheResult::Miss, |response| {
+            keep::keep(self.cache, response, self.head, url, lead, "stale", now)
+        }))
     }
 
     /// The stored response, marked: forwarded (`fwd=stale`) when the origin was asked.

@@ -84,6 +84,7 @@ async fn echo_round_trips(tls: &mut (impl tokio::io::AsyncRead + tokio::io::Asyn
     }
 }
 
+mod access_log;
 mod cache;
 mod cache_disk;
 mod certificates;
