@@ -1,4 +1,4 @@
-//! The HTTP/1.1 kind at the seam ([`Origin`]): a request takes a pooled keep-alive connection
+//! The HTTP/1.1 kind at the seam ([`Origin`](crate::origin::seam::Origin)): a request takes a pooled keep-alive connection
 //! (origin-form target, `Host` header), which goes back to the pool when its response body
 //! has ended (an upgrade goes over a connection of its own from the set's connector:
 //! [`crate::origin::request_kind::Requests`]). The origin's

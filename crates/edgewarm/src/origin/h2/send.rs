@@ -1,4 +1,4 @@
-//! The HTTP/2 kind at the seam ([`Origin`]): a request becomes a stream on a standing
+//! The HTTP/2 kind at the seam ([`Origin`](crate::origin::seam::Origin)): a request becomes a stream on a standing
 //! connection, its body streamed up under flow control while the response is awaited. (A
 //! WebSocket becomes an extended CONNECT stream where the origin offers it: [`super::websocket`].)
 

@@ -1,4 +1,4 @@
-//! The HTTP/3 kind at the seam ([`Origin`]): a request becomes a QUIC stream of its own on a
+//! The HTTP/3 kind at the seam ([`Origin`](crate::origin::seam::Origin)): a request becomes a QUIC stream of its own on a
 //! standing connection, its body streamed up while the response is awaited. (A protocol upgrade,
 //! WebSocket, goes over HTTP/1.1 on a TCP connection of its own to the same origin:
 //! [`crate::origin::request_kind::Requests`].)
