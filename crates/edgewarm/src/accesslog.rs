@@ -161,6 +161,9 @@ pub(crate) struct RequestLog {
     /// The server of the route's group that answered (routes with several).
     pub(crate) server: Option<std::sync::Arc<str>>,
     pub(crate) detail: Option<String>,
+    /// The request is gRPC: the edge's own answers to it are gRPC's ([`crate::http::grpc`]);
+    /// `status` stays the HTTP status the edge meant.
+    pub(crate) grpc: bool,
 }
 
 impl RequestLog {
@@ -183,6 +186,7 @@ impl RequestLog {
             server: None,
             retries: 0,
             detail: None,
+            grpc: crate::http::grpc::requested(req.headers()),
         }
     }
 

@@ -16,7 +16,7 @@
 //!   an HTTP/2 or HTTP/3 client while its final response is awaited.
 //! - [`retry`]: when a request is sent again.
 //! - [`respond`]: every error the edge answers itself, the origin's included: status, metric
-//!   label, whose fault.
+//!   label, whose fault; [`grpc`]: the same answers as a gRPC client reads them.
 
 pub(crate) mod body;
 pub(crate) mod claims;
@@ -24,6 +24,7 @@ pub(crate) mod client;
 pub(crate) mod coalesce;
 pub(crate) mod early;
 pub(crate) mod forward;
+pub(crate) mod grpc;
 pub(crate) mod interim;
 pub(crate) mod respond;
 pub(crate) mod retry;

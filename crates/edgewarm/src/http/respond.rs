@@ -103,6 +103,11 @@ impl ProxyError {
         let row = self.row();
         plain(row.status, row.text)
     }
+
+    /// Its one-line text, as a gRPC client is told it (`grpc-message`).
+    pub(crate) fn text(&self) -> &'static str {
+        self.row().text.trim_end()
+    }
 }
 
 impl ProxyError {

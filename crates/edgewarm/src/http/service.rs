@@ -24,6 +24,7 @@ use super::body::{BodyFault, Capped, Prepended};
 use super::coalesce::Coalesce;
 use super::early::{self, EarlyData, Gate, EARLY_DATA};
 use super::forward::{self, ClientFacts};
+use super::grpc;
 use super::interim::ToClient;
 use super::respond::ProxyError;
 use super::retry::{Next, Policy};
@@ -35,7 +36,7 @@ use crate::metrics::{
     CacheResult, ClientProtocol, EarlyOutcome, HttpError, HttpMetrics, RouteEarly, RouteHttpMetrics, RouteName,
 };
 use crate::origin::body::{BodyEnd, OnEnd};
-use crate::origin::seam::{Affinity, Asked, Origin, OutBody, Outgoing, Sent, ServedBy};
+use crate::origin::seam::{Affinity, Asked, EdgeAnswer, Origin, OutBody, Outgoing, Sent, ServedBy};
 use crate::route::HttpRoute;
 use crate::snapshot::Snapshot;
 
@@ -336,6 +337,12 @@ impl Service {
     fn respond(&self, sent: Sent, mut rlog: RequestLog, started: Instant) -> Response<Body> {
         let (mut parts, body) = sent.response.into_parts();
         rlog.status = parts.status.as_u16();
+        // A layer's own answer (403, 429) to a gRPC client is a gRPC status; the line keeps the
+        // status meant.
+        let body = match sent.notes.get::<EdgeAnswer>() {
+            Some(EdgeAnswer(text)) if rlog.grpc => grpc::local(&mut parts, body, text),
+            _ => body,
+        };
         forward::response_headers(&mut parts.headers, self.facts.via());
         // On delivery, so a cached response gets the policy as it is now (the cache, in the
         // seam, stores what the origin sent).
@@ -389,14 +396,17 @@ impl Service {
         let mut response = e.response();
         let policy = if e.unrouted() { &self.conn.headers } else { &self.headers };
         policy.response.apply(response.headers_mut());
-        self.logged(rlog, started, response)
+        // To a gRPC client, as a gRPC status (logged with the status meant).
+        let to_grpc = rlog.grpc;
+        grpc::answer(to_grpc, self.logged(rlog, started, response), e.text())
     }
 
     /// A response edgewarm gives itself on the route (an upgrade's answer), with the route's
     /// header policy: counted and logged now.
     pub(crate) fn answered(&self, rlog: RequestLog, started: Instant, mut response: Response<Body>) -> Response<Body> {
         self.headers.response.apply(response.headers_mut());
-        self.logged(rlog, started, response)
+        let (to_grpc, status) = (rlog.grpc, response.status());
+        grpc::answer(to_grpc, self.logged(rlog, started, response), grpc::reason(status))
     }
 
     fn logged(&self, mut rlog: RequestLog, started: Instant, response: Response<Body>) -> Response<Body> {

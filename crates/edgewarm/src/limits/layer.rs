@@ -22,7 +22,7 @@ use crate::metrics::{LimitReason, LimitedLabel, RouteName};
 use crate::origin::body::OriginBody;
 use crate::origin::layer::Layer;
 use crate::origin::per_route::PerRoute;
-use crate::origin::seam::{BoxFuture, Origin, OriginError, Outgoing, SendFailure, Sent, Upgrade, Upgraded};
+use crate::origin::seam::{BoxFuture, EdgeAnswer, Origin, OriginError, Outgoing, SendFailure, Sent, Upgrade, Upgraded};
 
 /// IPv6 clients share a rate by their /64 (one host owns a /64).
 const RATE_PREFIX: u8 = 64;
@@ -132,8 +132,10 @@ impl Origin for Limited {
         // The edge's own requests (probes, revalidations) have no client and are not limited.
         let Some(client) = out.client else { return self.inner.send(out) };
         if let Err(refused) = self.check(client.address, client.head.headers()) {
+            // Marked as the edge's own, so a gRPC client gets it as a gRPC status.
+            let note = EdgeAnswer(refused.1.trim_end());
             let response = refusal(refused).map(|body| OriginBody::new(body, Box::new(())));
-            let sent = Sent::local(response);
+            let sent = Sent::local(response).noted(note);
             return Box::pin(async { Ok(sent) });
         }
         self.inner.send(out)

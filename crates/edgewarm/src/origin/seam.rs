@@ -195,6 +195,12 @@ impl Sent {
 #[derive(Clone, Debug)]
 pub(crate) struct ServedBy(pub(crate) Arc<str>);
 
+/// The note a layer leaves on an answer it gave itself, no origin asked (a route's 403 or 429),
+/// with its one-line text: what a gRPC client is told instead ([`crate::http::grpc`]). A cache's
+/// answer is the origin's, stored, and carries none.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct EdgeAnswer(pub(crate) &'static str);
+
 /// How a send failed, as far as retrying is concerned.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Failure {

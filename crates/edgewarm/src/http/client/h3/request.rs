@@ -24,6 +24,7 @@ use super::body::H3Body;
 use super::{protocol_error, qpack, write_all, MAX_HEADER_BYTES};
 use crate::http::client::alt_svc::{self, AltSvc};
 use crate::http::client::{content_length, finish_head};
+use crate::http::grpc;
 use crate::http::interim::Interims;
 use crate::http::respond::plain;
 use crate::http::service::Service;
@@ -186,6 +187,8 @@ pub(super) async fn request(shared: Arc<Service>, alt_svc: AltSvc, quic: QuicCon
             // Answered without reading the rest: the client is asked to stop sending it (§4.1).
             reader.recv.stop_sending(code::NO_ERROR);
             let tell = plain(StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE, "request header fields too large\n");
+            let to_grpc = block.as_ref().is_ok_and(grpc::in_qpack_block);
+            let tell = grpc::answer(to_grpc, tell, "request header fields too large");
             let (mut head, body) = tell.into_parts();
             // Before its route is known: the listener's header policy.
             shared.unrouted_headers(&mut head.headers);
