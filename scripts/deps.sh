@@ -4,9 +4,10 @@
 # util-linux give `ip` and `unshare` for the network-namespace tests; Chromium is the browser the
 # HTTP/3 tests and the browser lab (`--scenario pages`) load pages with; systemd-analyze and adduser for the package test;
 # pebble (with pebble-challtestsrv) is the ACME server the certificate tests order from;
-# nats-server (with JetStream) is what a fleet's nodes share purges through.
+# nats-server (with JetStream) is what a fleet's nodes share purges through; python3-grpcio is the
+# real gRPC server and client of tests/http/grpc.rs (for Debian's /usr/bin/python3).
 set -euo pipefail
-packages=(curl openssl iproute2 util-linux procps ca-certificates nginx libnginx-mod-stream nghttp2-client python3 python3-websockets haproxy trafficserver chromium systemd adduser pebble nats-server)
+packages=(curl openssl iproute2 util-linux procps ca-certificates nginx libnginx-mod-stream nghttp2-client python3 python3-websockets python3-grpcio haproxy trafficserver chromium systemd adduser pebble nats-server)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

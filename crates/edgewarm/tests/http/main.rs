@@ -91,6 +91,7 @@ mod certificates;
 mod cleartext;
 mod clients;
 mod connect_failures;
+mod grpc;
 mod h1_origins;
 mod h3;
 mod h3_aioquic;
