@@ -79,6 +79,19 @@ fn grpc_route(fx: &Pki, origin: SocketAddr, extra: &str) -> String {
     )
 }
 
+/// A gRPC server and an edge in front of it: `extra` for the route, `top` for the top level
+/// of the configuration, `listener` for the listener.
+async fn grpc_edge(
+    p: &Peer,
+    fx: &Pki,
+    extra: &str,
+    top: &str,
+    listener: &str,
+) -> (Edge, SocketAddr, tokio::process::Child) {
+    let (origin, server) = grpc_server(p).await;
+    (edge(&grpc_route(fx, origin, extra), top, listener).await, origin, server)
+}
+
 /// A call the edge answered itself: a gRPC status, not an HTTP one (grpcio reports an HTTP
 /// status other than 200 as UNKNOWN or UNAVAILABLE with "Received http2 header with status").
 fn assert_edge_status(out: &serde_json::Value, code: &str, message: &str) {
@@ -90,8 +103,7 @@ fn assert_edge_status(out: &serde_json::Value, code: &str, message: &str) {
 #[cfg_attr(not(feature = "system-tests"), ignore = "system test (grpcio): scripts/test.sh runs it")]
 async fn grpc_calls_pass_and_are_never_cached() {
     let (fx, p) = (fixture(), peer());
-    let (origin, _server) = grpc_server(&p).await;
-    let edge = edge(&grpc_route(&fx, origin, "    cache: {}\n"), "", "").await;
+    let (edge, origin, _server) = grpc_edge(&p, &fx, "    cache: {}\n", "", "").await;
     for _ in 0..2 {
         let out = call(&p, edge.addr, Some(&fx), "Say", "hi", &[]).await;
         assert_eq!(out["code"], "OK", "{out}");
@@ -112,8 +124,7 @@ async fn grpc_calls_pass_and_are_never_cached() {
 #[cfg_attr(not(feature = "system-tests"), ignore = "system test (grpcio): scripts/test.sh runs it")]
 async fn an_origin_gone_or_too_slow_is_a_grpc_status() {
     let (fx, p) = (fixture(), peer());
-    let (origin, mut server) = grpc_server(&p).await;
-    let edge = edge(&grpc_route(&fx, origin, ""), "timeouts:\n  origin_response: 1s\n", "").await;
+    let (edge, _, mut server) = grpc_edge(&p, &fx, "", "timeouts:\n  origin_response: 1s\n", "").await;
     // The origin answers after 5 s, the edge waits 1 s; the client would wait 20 s: the
     // deadline is the edge's.
     let out = call(&p, edge.addr, Some(&fx), "Slow", "x", &[]).await;
@@ -134,9 +145,8 @@ async fn an_origin_gone_or_too_slow_is_a_grpc_status() {
 #[cfg_attr(not(feature = "system-tests"), ignore = "system test (grpcio): scripts/test.sh runs it")]
 async fn a_route_s_limits_are_grpc_statuses() {
     let (fx, p) = (fixture(), peer());
-    let (origin, _server) = grpc_server(&p).await;
     let limited = "    limits: {requests_per_second: 0.001, burst: 1}\n";
-    let edge = edge(&grpc_route(&fx, origin, limited), "", "").await;
+    let (edge, origin, _server) = grpc_edge(&p, &fx, limited, "", "").await;
     let out = call(&p, edge.addr, Some(&fx), "Say", "hi", &[]).await;
     assert_eq!(out["code"], "OK", "the burst's one call: {out}");
     let out = call(&p, edge.addr, Some(&fx), "Say", "hi", &[]).await;
@@ -197,38 +207,36 @@ async fn a_refusal_is_one_headers_frame_that_ends_the_stream() {
     edge.stop().await;
 }
 
-/// aioquic's requests on b.test over HTTP/3, each a gRPC POST of `/Say`; `extra` goes first.
-async fn h3_grpc(edge: &Edge, fx: &Pki, extra: &[&str], requests: usize) -> serde_json::Value {
+/// aioquic's gRPC POST of `/Say` on b.test over HTTP/3; `extra` goes first.
+async fn h3_grpc(edge: &Edge, fx: &Pki, extra: &[&str]) -> serde_json::Value {
     let path = format!("POST:{SERVICE}/Say:5");
     let mut args = vec!["--header", "content-type=application/grpc", "--header", "te=trailers"];
     args.extend(extra);
-    args.extend(std::iter::repeat_n(path.as_str(), requests));
+    args.push(&path);
     h3_client(edge.addr, "b.test", &fx.path.join("edge/ca.pem"), &args).await
+}
+
+/// An HTTP/3 answer in Trailers-Only form: 200, `code` and `message` in its head, no body.
+fn assert_h3_status(out: &serde_json::Value, code: &str, message: &str) {
+    let r = &out["responses"][0];
+    assert_eq!(r["status"], 200, "{out}");
+    assert_eq!(r["headers"]["grpc-status"], code, "{out}");
+    assert_eq!(r["headers"]["grpc-message"], message, "{out}");
+    assert_eq!(r["length"], 0, "no body: {out}");
 }
 
 #[tokio::test(flavor = "multi_thread")]
 #[cfg_attr(not(feature = "system-tests"), ignore = "system test (aioquic, grpcio): scripts/test.sh runs it")]
 async fn over_http3_refusals_are_grpc_statuses_too() {
     let (fx, p) = (fixture(), peer());
-    let (origin, _server) = grpc_server(&p).await;
     let denied = "    deny: [\"127.0.0.1\"]\n";
-    let edge = edge(&grpc_route(&fx, origin, denied), "", "http3: true").await;
-    let out = h3_grpc(&edge, &fx, &[], 1).await;
-    let r = &out["responses"][0];
-    assert_eq!(r["status"], 200, "{out}");
-    assert_eq!(r["headers"]["grpc-status"], "7", "PERMISSION_DENIED: {out}");
-    assert_eq!(r["headers"]["grpc-message"], "forbidden", "{out}");
-    assert_eq!(r["length"], 0, "no body: {out}");
+    let (edge, _, _server) = grpc_edge(&p, &fx, denied, "", "http3: true").await;
+    assert_h3_status(&h3_grpc(&edge, &fx, &[]).await, "7", "forbidden");
 
     // A head over the edge's 64 KiB: refused before the route is known, still as gRPC.
     // In fields of 4 KiB (aioquic's encoder refuses a longer value).
     let big: Vec<String> = (0..18).map(|i| format!("x-big-{i}={}", "a".repeat(4096))).collect();
     let big: Vec<&str> = big.iter().flat_map(|h| ["--header", h.as_str()]).collect();
-    let out = h3_grpc(&edge, &fx, &big, 1).await;
-    let r = &out["responses"][0];
-    assert_eq!(r["status"], 200, "{out}");
-    assert_eq!(r["headers"]["grpc-status"], "8", "RESOURCE_EXHAUSTED: {out}");
-    assert_eq!(r["headers"]["grpc-message"], "request header fields too large", "{out}");
-    assert_eq!(r["length"], 0, "no body: {out}");
+    assert_h3_status(&h3_grpc(&edge, &fx, &big).await, "8", "request header fields too large");
     edge.stop().await;
 }
