@@ -402,7 +402,7 @@ impl Service {
     }
 
     /// A response edgewarm gives itself on the route (an upgrade's answer), with the route's
-    /// header policy: counted and logged now.
+    /// header policy: counted and logged now; a gRPC client's as a gRPC status ([`grpc`]).
     pub(crate) fn answered(&self, rlog: RequestLog, started: Instant, mut response: Response<Body>) -> Response<Body> {
         self.headers.response.apply(response.headers_mut());
         let (to_grpc, status) = (rlog.grpc, response.status());

@@ -1,8 +1,8 @@
 //! gRPC through an `http` route with a real gRPC server and client (grpcio: `grpc_peer.py`):
 //! unary and server-streaming calls pass and are never stored by the cache; what the edge
 //! answers itself (the origin gone, too slow, over the route's rate, refused by its lists, a
-//! head too large) reaches a gRPC client as a gRPC status, in one HEADERS frame that ends the
-//! stream (Trailers-Only), over HTTP/2 (grpcio, nghttp) and HTTP/3 (aioquic).
+//! body or a head too large) reaches a gRPC client as a gRPC status, in one HEADERS frame that
+//! ends the stream (Trailers-Only), over HTTP/2 (grpcio, nghttp) and HTTP/3 (aioquic).
 
 use std::path::{Path, PathBuf};
 
@@ -156,6 +156,21 @@ async fn a_route_s_limits_are_grpc_statuses() {
     assert_eq!(over, 1.0);
     let calls = call(&p, origin, None, "Calls", "", &[]).await;
     assert_eq!(calls["replies"], serde_json::json!(["1"]), "the refused call never reached the origin");
+    edge.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+#[cfg_attr(not(feature = "system-tests"), ignore = "system test (grpcio): scripts/test.sh runs it")]
+async fn a_message_over_max_request_body_is_resource_exhausted() {
+    let (fx, p) = (fixture(), peer());
+    let (edge, _, _server) = grpc_edge(&p, &fx, "    max_request_body: 100\n", "", "").await;
+    let out = call(&p, edge.addr, Some(&fx), "Say", &"x".repeat(50), &[]).await;
+    assert_eq!(out["replies"], serde_json::json!([format!("echo:{}", "x".repeat(50))]), "within the limit: {out}");
+    // grpcio sends no content-length: the body is cut where it passes the limit.
+    let out = call(&p, edge.addr, Some(&fx), "Say", &"x".repeat(1000), &[]).await;
+    assert_edge_status(&out, "RESOURCE_EXHAUSTED", "request body too large");
+    let reason = [("route", "b.test"), ("reason", "body_too_large")];
+    assert_eq!(edge.metric("edgewarm_http_errors_total", &reason), 1.0);
     edge.stop().await;
 }
 
