@@ -160,6 +160,10 @@ pub(crate) struct RequestLog {
     pub(crate) cache: Option<crate::metrics::CacheResult>,
     /// The server of the route's group that answered (routes with several).
     pub(crate) server: Option<std::sync::Arc<str>>,
+    /// The route's rule it met (`rules[3]`), on a route with rules.
+    pub(crate) rule: Option<std::sync::Arc<str>>,
+    /// The upstream it was sent to (or would have been): a name from the file.
+    pub(crate) upstream: Option<RouteName>,
     pub(crate) detail: Option<String>,
     /// The request is gRPC: the edge's own answers to it are gRPC's ([`crate::http::grpc`]);
     /// `status` stays the HTTP status the edge meant.
@@ -184,6 +188,8 @@ impl RequestLog {
             reused: false,
             cache: None,
             server: None,
+            rule: None,
+            upstream: None,
             retries: 0,
             detail: None,
             grpc: crate::http::grpc::requested(req.headers()),
@@ -235,6 +241,8 @@ impl RequestLog {
                     retries = self.retries,
                     cache = %Opt(&self.cache.map(|c| c.label())),
                     server = %Opt(&self.server.as_deref()),
+                    rule = %Opt(&self.rule.as_deref()),
+                    upstream = %Opt(&self.upstream),
                     detail = %Opt(&self.detail),
                     "request"
                 )

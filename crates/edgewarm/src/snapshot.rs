@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use crate::acme::Acme;
 use crate::cache::Caches;
-use crate::config::{Config, ConfigError, HeaderPolicy, RelayMode, Timeouts, UpstreamProtocol};
+use crate::config::{Config, ConfigError, HeaderPolicy, HttpConfig, RelayMode, Timeouts, UpstreamProtocol};
 use crate::hints::Hints;
 use crate::limits::layer::Limits;
 use crate::metrics::{Metrics, RouteName};
@@ -165,20 +165,25 @@ impl Snapshot {
         let mut users: BTreeMap<String, Vec<String>> = BTreeMap::new();
         let mut seen = HashSet::new();
         for (name, route) in self.routes.http_routes() {
-            let backend = &*route.backend;
-            if backend.named {
-                users.entry(backend.name.to_string()).or_default().push(name.to_string());
+            let rules = route.site.iter().flat_map(|s| s.forwards()).filter_map(|f| f.own());
+            for backend in std::iter::once(&*route.backend).chain(rules.map(|own| &*own.backend)) {
+                if backend.named {
+                    let names = users.entry(backend.name.to_string()).or_default();
+                    if !names.iter().any(|n| n == name.as_str()) {
+                        names.push(name.to_string());
+                    }
+                }
+                if !seen.insert(&backend.name) {
+                    continue;
+                }
+                let mut ids = Vec::new();
+                for server in &backend.servers {
+                    let spec = self.request_kind(backend, server);
+                    ids.push(registry::id(&*spec));
+                    wanted.push(Wanted { route: backend.name.clone(), spec });
+                }
+                backends.push((backend, ids));
             }
-            if !seen.insert(&backend.name) {
-                continue;
-            }
-            let mut ids = Vec::new();
-            for server in &backend.servers {
-                let spec = self.request_kind(backend, server);
-                ids.push(registry::id(&*spec));
-                wanted.push(Wanted { route: backend.name.clone(), spec });
-            }
-            backends.push((backend, ids));
         }
         let started = origins.sync(wanted);
         origins.name_upstreams(users);
@@ -210,15 +215,26 @@ impl Snapshot {
         }
         // Each route's layers around its backend's seam: what a route adds stays its own.
         let mut wrapped = vec![HashSet::new(); layers.wrap.len()];
-        for (name, route) in self.routes.http_routes() {
-            let Some(mut origin) = seams.get(&route.backend.name).cloned() else { continue };
+        // A rule with a seam of its own gets the layers too, under its own name
+        // (`ROUTE#rules[i]`) and with its own settings.
+        let mut wrap = |name: &RouteName, config: &HttpConfig, backend: &Backend| {
+            let mut origin = seams.get(&backend.name).cloned()?;
             for (layer, names) in layers.wrap.iter().zip(&mut wrapped) {
-                if let Some(wrapped) = layer.wrap(name, &route.config, &origin) {
+                if let Some(wrapped) = layer.wrap(name, config, &origin) {
                     names.insert(name.clone());
                     origin = wrapped;
                 }
             }
+            Some(origin)
+        };
+        for (name, route) in self.routes.http_routes() {
+            let Some(origin) = wrap(name, &route.config, &route.backend) else { continue };
             route.attach(origin);
+            for own in route.site.iter().flat_map(|s| s.forwards()).filter_map(|f| f.own()) {
+                if let Some(origin) = wrap(&own.name, &own.config, &own.backend) {
+                    own.attach(origin);
+                }
+            }
         }
         groups.retain(&grouped, metrics);
         for (layer, names) in layers.wrap.iter().zip(&wrapped) {

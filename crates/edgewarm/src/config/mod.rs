@@ -40,7 +40,7 @@ pub use origins::{Balance, HealthConfig, OriginServer};
 pub use route::{
     ActionConfig, EarlyData, HttpConfig, Ktls, PrewarmConfig, ProxyVersion, RouteConfig, TerminateConfig, TunnelConfig,
 };
-pub use rules::{EncodedSlash, RuleConfig, ValueCondition};
+pub use rules::{EncodedSlash, RedirectConfig, RespondConfig, RuleConfig, RuleTimeouts, ValueCondition};
 pub use upstream::{UpstreamConfig, UpstreamProtocol};
 pub(crate) use validate::sni_pattern;
 

@@ -11,6 +11,7 @@ use serde::Deserialize;
 
 use super::limits::{AccessList, Cidr, RateConfig};
 use super::origins::OriginServer;
+use super::rules::{EncodedSlash, RuleConfig};
 use super::upstream::UpstreamConfig;
 use super::upstreams::{UpstreamChoice, BESIDE_NAMED};
 use super::{
@@ -174,6 +175,11 @@ pub struct HttpConfig {
     /// Header policy: requests to the origin, every response the edge sends on the route;
     /// merged into its listener's (`listeners[].headers`).
     pub headers: HeadersConfig,
+    /// Its requests by path, method, headers and query ([`super::rules`]): a route with rules
+    /// normalizes every request's path before matching and sends on the path it matched.
+    pub rules: Vec<RuleConfig>,
+    /// What a route with rules does with `%2F` in a path.
+    pub encoded_slash: EncodedSlash,
 }
 
 impl HttpConfig {
@@ -246,6 +252,10 @@ struct RouteFile {
     #[serde(default)]
     headers: Option<HeadersConfig>,
     #[serde(default)]
+    rules: Option<Vec<RuleConfig>>,
+    #[serde(default)]
+    encoded_slash: Option<EncodedSlash>,
+    #[serde(default)]
     allow: Vec<Cidr>,
     #[serde(default)]
     deny: Vec<Cidr>,
@@ -266,7 +276,7 @@ impl From<RouteFile> for RouteConfig {
         // and what an operator who set it on another action is told. A new route key is one
         // row here (and its field): the first row set that the action does not take is the
         // error.
-        let keys: [(&'static str, bool, &[Action], &'static str); 21] = [
+        let keys: [(&'static str, bool, &[Action], &'static str); 23] = [
             ("origin", r.origin.is_some(), &[Tunnel, Prewarm, Http], "action reject takes no origin"),
             (
                 "origins",
@@ -292,6 +302,8 @@ impl From<RouteFile> for RouteConfig {
             ("early_hints", r.early_hints.is_some(), &[Http], REQUESTS),
             ("limits", r.limits.is_some(), &[Http], REQUESTS),
             ("headers", r.headers.is_some(), &[Http], REQUESTS),
+            ("rules", r.rules.is_some(), &[Http], REQUESTS),
+            ("encoded_slash", r.encoded_slash.is_some(), &[Http], REQUESTS),
             (
                 "origin_proxy_protocol",
                 r.origin_proxy_protocol.is_some(),
@@ -366,6 +378,8 @@ impl From<RouteFile> for RouteConfig {
                     limits: r.limits.clone(),
                     access: AccessList { allow: r.allow.clone(), deny: r.deny.clone() },
                     headers: r.headers.clone().unwrap_or_default(),
+                    rules: r.rules.clone().unwrap_or_default(),
+                    encoded_slash: r.encoded_slash.unwrap_or_default(),
                 };
                 ActionConfig::Http(Box::new(http))
             }

@@ -19,8 +19,12 @@
 //! matched whole: anchor it with `^` and `$` when the whole value is meant. `true` and `false`
 //! are the conditions "present" and "absent"; to compare with the text `true`, quote it.
 //!
-//! The keys saying what a matched rule does (`upstream`, `redirect`, `respond`, …) join this
-//! struct in the step that wires rules into a route.
+//! What a matched rule does is the rest of its keys ([`answer`]): at most one of `upstream`,
+//! `redirect` and `respond`, a rewrite of the path sent on (`strip_prefix`, `replace_prefix`),
+//! and overrides of the route's settings for its requests. A rule with none of the three goes
+//! to the route's default upstream, with its overrides.
+
+mod answer;
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -28,8 +32,12 @@ use std::fmt;
 use serde::de::{self, Deserializer, MapAccess, Visitor};
 use serde::Deserialize;
 
+use super::{CacheConfig, EarlyHintsConfig, HeadersConfig};
+use crate::config::limits::RateConfig;
+pub use answer::{RedirectConfig, RespondConfig, RuleTimeouts};
+
 /// One entry of a route's `rules`: exactly one of `exact`, `prefix` and `regex`, and conditions.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RuleConfig {
     /// The whole normalized path.
@@ -51,6 +59,52 @@ pub struct RuleConfig {
     /// Query parameters, by name (after percent-decoding).
     #[serde(default)]
     pub query: BTreeMap<String, ValueCondition>,
+
+    /// Its requests go to this upstream (a key of `upstreams:`), not the route's.
+    #[serde(default)]
+    pub upstream: Option<String>,
+    /// Answered with a redirect.
+    #[serde(default)]
+    pub redirect: Option<RedirectConfig>,
+    /// Answered by the edge itself.
+    #[serde(default)]
+    pub respond: Option<RespondConfig>,
+    /// A `prefix` rule: the origin is sent the path without the prefix (`/api/x` → `/x`).
+    #[serde(default)]
+    pub strip_prefix: bool,
+    /// A `prefix` rule: the origin is sent the path with this in place of the prefix.
+    #[serde(default)]
+    pub replace_prefix: Option<String>,
+    /// Overrides of the route's settings for the rule's requests: each, where written, stands
+    /// for the route's whole key.
+    #[serde(default)]
+    pub cache: Option<CacheConfig>,
+    #[serde(default)]
+    pub limits: Option<RateConfig>,
+    #[serde(default)]
+    pub early_hints: Option<EarlyHintsConfig>,
+    #[serde(default, deserialize_with = "super::size::deserialize_opt")]
+    pub max_request_body: Option<u64>,
+    #[serde(default)]
+    pub timeouts: Option<RuleTimeouts>,
+    /// The rule's header policy, the shape of a route's `headers:` (which, on a rule, are the
+    /// request headers it matches): merged into the route's, a `set` here of a name winning
+    /// over the route's.
+    #[serde(default)]
+    pub header_policy: Option<HeadersConfig>,
+}
+
+impl RuleConfig {
+    /// Whether the rule answers requests itself (no origin is asked).
+    pub fn answers(&self) -> bool {
+        self.redirect.is_some() || self.respond.is_some()
+    }
+
+    /// Whether its requests need a seam of their own (another upstream, or a layer's settings
+    /// of their own), rather than the route's.
+    pub fn own_seam(&self) -> bool {
+        self.upstream.is_some() || self.cache.is_some() || self.limits.is_some() || self.early_hints.is_some()
+    }
 }
 
 /// What a header or a query parameter must be: `true` (present), `false` (absent), a string

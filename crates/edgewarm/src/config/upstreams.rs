@@ -64,6 +64,17 @@ impl Config {
     }
 }
 
+impl Config {
+    /// `h` as if it named the upstream `name` (a rule's `upstream:`): that block's servers,
+    /// their TLS and its settings in place of the route's own.
+    pub fn naming(&self, h: &HttpConfig, name: &str) -> Option<HttpConfig> {
+        let block = self.upstreams.get(name)?;
+        let mut h = HttpConfig { upstream_name: Some(name.to_string()), ..h.clone() };
+        resolve(&mut h, block.clone());
+        Some(h)
+    }
+}
+
 fn resolve(h: &mut HttpConfig, mut block: UpstreamConfig) {
     h.origin = block.origin.take();
     h.origins = block.origins.take();

@@ -192,20 +192,13 @@ impl Config {
                         validate_upstream(&h.upstream, h.origin_tls_set, &settings)?;
                     }
                     if let Some(c) = &h.cache {
-                        c.validate(&key)?;
-                        if let Some(d) = &c.disk {
-                            if !disk_paths.insert(d.path.clone()) {
-                                return Err(ConfigError::invalid(
-                                    key("cache.disk.path"),
-                                    format!("{} is another route's disk tier", d.path.display()),
-                                ));
-                            }
-                        }
+                        cache(c, &mut disk_paths, &key)?;
                     }
                     if let Some(e) = &h.early_hints {
                         e.validate(&key)?;
                     }
                     h.headers.compile(&key("headers"))?;
+                    rules::each(self, h, &mut disk_paths, &key)?;
                 }
                 _ => {}
             }
@@ -315,6 +308,22 @@ fn validate_pool(p: &PoolConfig, key: &dyn Fn(&str) -> String) -> Result<(), Con
     Ok(())
 }
 
+/// A route's or a rule's `cache`: its settings, and a disk tier of its own.
+fn cache(
+    c: &super::CacheConfig,
+    disk_paths: &mut HashSet<std::path::PathBuf>,
+    key: &dyn Fn(&str) -> String,
+) -> Result<(), ConfigError> {
+    c.validate(key)?;
+    match &c.disk {
+        Some(d) if !disk_paths.insert(d.path.clone()) => Err(ConfigError::invalid(
+            key("cache.disk.path"),
+            format!("{} is another route's disk tier", d.path.display()),
+        )),
+        _ => Ok(()),
+    }
+}
+
 /// `routes[].limits`: a rate that can be kept, a burst of at least one, a budget that holds a
 /// few thousand keys at least.
 fn validate_rate(rate: &super::limits::RateConfig, key: &dyn Fn(&str) -> String) -> Result<(), ConfigError> {
@@ -407,6 +416,7 @@ fn validate_upstream(
     Ok(())
 }
 
+mod rules;
 #[cfg(test)]
 mod tests;
 mod upstreams;

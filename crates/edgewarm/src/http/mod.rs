@@ -29,6 +29,7 @@ pub(crate) mod interim;
 pub(crate) mod respond;
 pub(crate) mod retry;
 pub(crate) mod service;
+pub(crate) mod site;
 pub(crate) mod upgrade;
 
 use bytes::Bytes;

@@ -25,6 +25,10 @@ pub(crate) enum ProxyError {
     /// name the certificate covers): 421 makes the client open a connection for that name.
     #[error("{host} is not served by route {route}")]
     Misdirected { host: String, route: String },
+    /// On a route with rules, a path origins would read differently (or that climbs above the
+    /// root): refused rather than guessed at ([`crate::route::path`]).
+    #[error("path refused: {0}")]
+    Path(crate::route::path::PathError),
     /// CONNECT: the edge is not a tunnel for clients.
     #[error("CONNECT is not proxied")]
     Connect,
@@ -76,6 +80,7 @@ impl ProxyError {
     fn row(&self) -> Row {
         let (status, text, reason) = match self {
             Self::BadRequest(_) => (StatusCode::BAD_REQUEST, "bad request\n", HttpError::BadRequest),
+            Self::Path(_) => (StatusCode::BAD_REQUEST, "bad request: path refused\n", HttpError::BadRequest),
             Self::Misdirected { .. } => {
                 (StatusCode::MISDIRECTED_REQUEST, "misdirected request\n", HttpError::Misdirected)
             }
@@ -157,6 +162,7 @@ mod tests {
             ProxyError::BadRequest(BadRequest::DuplicateHost),
             ProxyError::Misdirected { host: "a".into(), route: "b".into() },
             ProxyError::Connect,
+            ProxyError::Path(crate::route::path::PathError::Backslash),
             ProxyError::BodyTooLarge(1),
             ProxyError::ClientBody("x".into()),
             ProxyError::Handshake,

@@ -28,6 +28,7 @@ use super::grpc;
 use super::interim::ToClient;
 use super::respond::ProxyError;
 use super::retry::{Next, Policy};
+use super::site::Way;
 use super::{Body, BoxError, ClientBody};
 use crate::accesslog::RequestLog;
 use crate::config::HeaderPolicy;
@@ -125,11 +126,6 @@ impl Service {
         self
     }
 
-    /// `max_request_body` (u64::MAX when unset).
-    fn max_body(&self) -> u64 {
-        self.http.config.max_request_body.unwrap_or(u64::MAX)
-    }
-
     /// One request, start to end. Its log line and metrics are written when its response
     /// body ends (or at once for an error answered here), so they carry real sizes and times.
     /// `interim`: where informational heads go while the response is awaited, from a driver
@@ -159,15 +155,25 @@ impl Service {
     {
         let started = Instant::now();
         let mut rlog = RequestLog::new(&req, self.conn.client, &self.route);
-        match self.proxy(req, interim, &mut rlog, started).await {
-            Ok(sent) => self.respond(sent, rlog, started),
-            Err(e) => self.fail(rlog, started, &e),
+        let mut way = match self.way(&req) {
+            Ok(way) => way,
+            Err(e) => return self.fail(rlog, started, &e, None),
+        };
+        rlog.rule = way.rule.map(|r| r.name.clone());
+        rlog.upstream = Some(way.upstream.clone());
+        if let Some(answer) = way.answer.take() {
+            return self.answered(rlog, started, answer, way.policy());
+        }
+        match self.proxy(req, &way, interim, &mut rlog, started).await {
+            Ok(sent) => self.respond(sent, rlog, started, way.policy()),
+            Err(e) => self.fail(rlog, started, &e, way.policy()),
         }
     }
 
     async fn proxy<B>(
         &self,
         req: Request<B>,
+        way: &Way<'_>,
         interim: Option<&ToClient>,
         rlog: &mut RequestLog,
         started: Instant,
@@ -176,20 +182,16 @@ impl Service {
         B: ClientBody,
         B::Error: Into<BoxError>,
     {
-        if req.method() == http::Method::CONNECT {
-            // Not a tunnel for clients, whatever the origin speaks.
-            return Err(ProxyError::Connect);
-        }
         let gate = self.early_gate(&req, false).await?;
         // A body declared larger than allowed is refused before any of it is read; one that
         // grows past the limit (chunked, or HTTP/2 without content-length) is cut off there.
-        let max_body = self.max_body();
+        let max_body = way.max_body;
         if req.body().size_hint().exact().is_some_and(|n| n > max_body) {
             return Err(ProxyError::BodyTooLarge(max_body));
         }
         let req = req.map(|b| Capped::new(b, max_body));
         let fault = req.body().fault();
-        let result = self.forward(req, gate == Gate::Forward, interim, rlog, started).await;
+        let result = self.forward(req, way, gate == Gate::Forward, interim, rlog, started).await;
         // A failure caused by the client's own body is the client's, not the origin's.
         result.map_err(|e| match fault.get() {
             Some(BodyFault::TooLarge) => ProxyError::BodyTooLarge(max_body),
@@ -232,6 +234,7 @@ impl Service {
     async fn forward<B>(
         &self,
         req: Request<Capped<B>>,
+        way: &Way<'_>,
         early: bool,
         interim: Option<&ToClient>,
         rlog: &mut RequestLog,
@@ -241,7 +244,7 @@ impl Service {
         B: ClientBody,
         B::Error: Into<BoxError>,
     {
-        let target = self.target(&req)?;
+        let target = &way.target;
         let (parts, body) = req.into_parts();
         let client_head = Request::from_parts(parts, ());
         // A small body of known length is read first and kept, so the request can be sent
@@ -272,6 +275,9 @@ impl Service {
         let mut build = || {
             let mut head = forward::head(&client_head, target.clone(), &self.facts);
             self.request_headers(head.headers_mut());
+            if let Some(rule) = way.policy() {
+                rule.request.apply(head.headers_mut());
+            }
             if marked.load(Ordering::Relaxed) {
                 head.headers_mut().insert(EARLY_DATA, http::HeaderValue::from_static("1"));
             }
@@ -286,14 +292,14 @@ impl Service {
         let mut client = Some(Asked { address: self.conn.client.ip(), head: &client_head });
         loop {
             policy.attempt();
-            let timeout = self.conn.snapshot.timeouts.origin_response;
+            let timeout = way.timeout;
             let (affinity, tried) = (&self.conn.affinity, &tried);
             let body = out.for_attempt();
             let interim = interim.as_ref();
             let client = client.take();
             let attempt =
                 Outgoing { build: &mut build, body, up: &up, timeout, affinity, tried, interim, began, client };
-            match self.origin.send(attempt).await {
+            match way.origin.send(attempt).await {
                 Ok(sent) => match policy.after_response(sent.response.status()) {
                     Next::AfterHandshake => {
                         // The origin answered 425 Too Early: after the handshake the same
@@ -334,7 +340,13 @@ impl Service {
 
     /// The origin's response for the client: hop-by-hop headers gone, ours added; counted and
     /// logged when its body has ended.
-    fn respond(&self, sent: Sent, mut rlog: RequestLog, started: Instant) -> Response<Body> {
+    fn respond(
+        &self,
+        sent: Sent,
+        mut rlog: RequestLog,
+        started: Instant,
+        rule: Option<&HeaderPolicy>,
+    ) -> Response<Body> {
         let (mut parts, body) = sent.response.into_parts();
         rlog.status = parts.status.as_u16();
         // A layer's own answer (403, 429) to a gRPC client is a gRPC status; the line keeps the
@@ -347,6 +359,9 @@ impl Service {
         // On delivery, so a cached response gets the policy as it is now (the cache, in the
         // seam, stores what the origin sent).
         self.headers.response.apply(&mut parts.headers);
+        if let Some(rule) = rule {
+            rule.response.apply(&mut parts.headers);
+        }
         // How long the body is, where the head says: a body let go once that much has gone is
         // whole (hyper's HTTP/1.1 writer stops reading at the length, and never reads the empty
         // body of a HEAD, a 204 or a 304).
@@ -390,12 +405,21 @@ impl Service {
     /// An error answered by the edge: counted by reason, logged with its detail, with the
     /// route's header policy, or the listener's alone for a request refused before its route
     /// was known (a name this route does not serve: the route's headers are not its).
-    pub(crate) fn fail(&self, mut rlog: RequestLog, started: Instant, e: &ProxyError) -> Response<Body> {
+    pub(crate) fn fail(
+        &self,
+        mut rlog: RequestLog,
+        started: Instant,
+        e: &ProxyError,
+        rule: Option<&HeaderPolicy>,
+    ) -> Response<Body> {
         rlog.detail = Some(e.to_string());
         self.conn.metrics.error(&self.route, e.reason(), e.fault());
         let mut response = e.response();
         let policy = if e.unrouted() { &self.conn.headers } else { &self.headers };
         policy.response.apply(response.headers_mut());
+        if let Some(rule) = rule.filter(|_| !e.unrouted()) {
+            rule.response.apply(response.headers_mut());
+        }
         // To a gRPC client, as a gRPC status (logged with the status meant).
         let to_grpc = rlog.grpc;
         grpc::answer(to_grpc, self.logged(rlog, started, response), e.text())
@@ -403,8 +427,17 @@ impl Service {
 
     /// A response edgewarm gives itself on the route (an upgrade's answer), with the route's
     /// header policy: counted and logged now; a gRPC client's as a gRPC status ([`grpc`]).
-    pub(crate) fn answered(&self, rlog: RequestLog, started: Instant, mut response: Response<Body>) -> Response<Body> {
+    pub(crate) fn answered(
+        &self,
+        rlog: RequestLog,
+        started: Instant,
+        mut response: Response<Body>,
+        rule: Option<&HeaderPolicy>,
+    ) -> Response<Body> {
         self.headers.response.apply(response.headers_mut());
+        if let Some(rule) = rule {
+            rule.response.apply(response.headers_mut());
+        }
         let (to_grpc, status) = (rlog.grpc, response.status());
         grpc::answer(to_grpc, self.logged(rlog, started, response), grpc::reason(status))
     }

@@ -4,6 +4,7 @@
 //! is a backend of its own, known by the route's name as it always was. What a route adds on
 //! the way (its cache, hints, limits) stays the route's, wrapped around the backend's seam.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use crate::config::{ConfigError, HttpConfig, OriginAddr, OriginServer, UpstreamConfig};
@@ -34,6 +35,23 @@ pub struct ServerRoute {
 }
 
 impl Backend {
+    /// The named upstream `upstream` (`h`: a section naming it), built the first time a
+    /// route or a rule names it and shared after.
+    pub(crate) fn named(
+        named: &mut HashMap<String, Arc<Backend>>,
+        upstream: &str,
+        h: &HttpConfig,
+        default_sni: &str,
+    ) -> Result<Arc<Self>, ConfigError> {
+        if let Some(shared) = named.get(upstream) {
+            return Ok(shared.clone());
+        }
+        let block = |f: &str| format!("upstreams.{upstream}.{f}");
+        let made = Arc::new(Backend::new(RouteName::new(upstream), h, default_sni, &block)?);
+        named.insert(upstream.to_string(), made.clone());
+        Ok(made)
+    }
+
     /// The backend of `h` (a route's resolved section), known as `name`. `default_sni`: the
     /// server name where none is configured (the route's; a named upstream over TLS always
     /// has its own). `key` names a key of the upstream in errors (the block's for a named one).

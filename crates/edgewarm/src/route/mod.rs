@@ -6,13 +6,15 @@
 //! way to reach an origin that the config does not name.
 //!
 //! Inside an `http` route, a request's path is read by [`path`] (normalized once, or refused)
-//! and matched by [`rules`] (exact, longest prefix, then regexes; compiled at load). Its
+//! and matched by [`rules`] (exact, longest prefix, then regexes; compiled at load), each rule
+//! doing what [`site`] says. Its
 //! requests go to its [`Backend`] ([`backend`]): the upstream it names, shared with the other
 //! routes naming it, or its own.
 
 mod backend;
 pub mod path;
 pub mod rules;
+pub mod site;
 
 use std::collections::HashMap;
 use std::sync::{Arc, OnceLock};
@@ -29,6 +31,7 @@ use crate::tls::client::{ClientTls, Resumption};
 use crate::tls::origin::OriginTls;
 use crate::tls::ticket_keys::TicketKeys;
 pub use backend::{Backend, ServerRoute};
+pub use site::Site;
 
 /// What to do with a connection whose hello matched a route.
 #[derive(Debug)]
@@ -51,6 +54,8 @@ pub struct HttpRoute {
     pub config: HttpConfig,
     /// Its `headers`, compiled (each connection merges it into its listener's).
     pub headers: Arc<HeaderPolicy>,
+    /// Its `rules`, compiled (none: every request goes to `backend`, its path as sent).
+    pub site: Option<Site>,
     /// The route's origin seam, whatever kind answers: attached by the server before the
     /// snapshot is published, like a prewarm route's pools.
     seam: OnceLock<Arc<dyn Origin>>,
@@ -150,7 +155,7 @@ impl RouteTable {
         config.validate()?;
         let mut table = Self::default();
         // A named upstream is built once, for every route naming it.
-        let mut named: HashMap<&str, Arc<Backend>> = HashMap::new();
+        let mut named: HashMap<String, Arc<Backend>> = HashMap::new();
         // Read at every load, so a SIGHUP picks up rotated keys.
         let ticket_keys = match &config.tls.ticket_keys {
             Some(path) => Some(TicketKeys::read(path).map_err(|m| ConfigError::invalid("tls.ticket_keys", m))?),
@@ -197,19 +202,21 @@ impl RouteTable {
                     let client = ClientTls::new(&h.tls, &label, resumption, ticket_keys.as_ref(), acme)
                         .map_err(|(field, m)| ConfigError::invalid(key(field), m))?;
                     let backend = match h.upstream_name.as_deref() {
-                        Some(upstream) => match named.get(upstream) {
-                            Some(shared) => shared.clone(),
-                            None => {
-                                let block = |f: &str| format!("upstreams.{upstream}.{f}");
-                                let made = Arc::new(Backend::new(RouteName::new(upstream), h, &name, &block)?);
-                                named.insert(upstream, made.clone());
-                                made
-                            }
-                        },
+                        Some(upstream) => Backend::named(&mut named, upstream, h, &name)?,
                         None => Arc::new(Backend::new(label.clone(), h, &name, &key)?),
+                    };
+                    let site = if h.rules.is_empty() {
+                        None
+                    } else {
+                        let mut backend_of = |settings: &HttpConfig| match settings.upstream_name.as_deref() {
+                            Some(upstream) => Backend::named(&mut named, upstream, settings, &name),
+                            None => Ok(backend.clone()),
+                        };
+                        Some(Site::compile(config, &label, h, &key, &mut backend_of)?)
                     };
                     RouteAction::Http(Arc::new(HttpRoute {
                         client,
+                        site,
                         backend,
                         config: (**h).clone(),
                         headers: Arc::new(h.headers.compile(&key("headers"))?),

@@ -72,14 +72,20 @@ pub(super) fn own_servers_only(u: &UpstreamConfig, key: &dyn Fn(&str) -> String)
     }
 }
 
-/// Every block is named by a route: one that is not would open standing connections for no
+/// Every block is named by a route or a rule: one that is not would open standing connections for no
 /// request (a typo in a route's name for it, most likely).
 pub(super) fn all_used(config: &Config) -> Result<(), ConfigError> {
     let used = |name: &str| {
         config
             .routes
             .iter()
-            .any(|r| matches!(&r.action, ActionConfig::Http(h) if h.upstream_name.as_deref() == Some(name)))
+            .filter_map(|r| match &r.action {
+                ActionConfig::Http(h) => Some(h),
+                _ => None,
+            })
+            .any(|h| {
+                h.upstream_name.as_deref() == Some(name) || h.rules.iter().any(|r| r.upstream.as_deref() == Some(name))
+            })
     };
     match config.upstreams.keys().find(|name| !used(name)) {
         Some(name) => Err(ConfigError::invalid(format!("upstreams.{name}"), "no route names it")),

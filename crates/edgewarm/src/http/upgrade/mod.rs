@@ -13,6 +13,7 @@ use hyper::body::Incoming;
 
 use super::respond::ProxyError;
 use super::service::Service;
+use super::site::Way;
 use super::{forward, Body};
 use crate::accesslog::RequestLog;
 use crate::origin::seam::Upgrade;
@@ -40,18 +41,35 @@ impl Service {
         // Busy until answered; after a 101 the relay (in `conn.upgrades`) keeps it in use.
         let _busy = self.conn.activity.as_ref().map(crate::limits::reclaim::Activity::begin);
         let mut rlog = RequestLog::new(&req, self.conn.client, &self.route);
-        match self.upgrade(req, &mut rlog).await {
-            Ok(response) => self.answered(rlog, started, response),
-            Err(e) => self.fail(rlog, started, &e),
+        let mut way = match self.way(&req) {
+            Ok(way) => way,
+            Err(e) => return self.fail(rlog, started, &e, None),
+        };
+        rlog.rule = way.rule.map(|r| r.name.clone());
+        rlog.upstream = Some(way.upstream.clone());
+        if let Some(answer) = way.answer.take() {
+            return self.answered(rlog, started, answer, way.policy());
+        }
+        match self.upgrade(req, &way, &mut rlog).await {
+            Ok(response) => self.answered(rlog, started, response, way.policy()),
+            Err(e) => self.fail(rlog, started, &e, way.policy()),
         }
     }
 
-    async fn upgrade(&self, req: Request<Incoming>, rlog: &mut RequestLog) -> Result<Response<Body>, ProxyError> {
+    async fn upgrade(
+        &self,
+        req: Request<Incoming>,
+        way: &Way<'_>,
+        rlog: &mut RequestLog,
+    ) -> Result<Response<Body>, ProxyError> {
         self.early_gate(&req, true).await?;
         // The route's lists and rate are the origin seam's (limits' layer): an upgrade counts
         // as one request there, refused with 403 or 429 like any other.
-        let mut head = forward::head(&req, self.target(&req)?, &self.facts);
+        let mut head = forward::head(&req, way.target.clone(), &self.facts);
         self.request_headers(head.headers_mut());
+        if let Some(rule) = way.policy() {
+            rule.request.apply(head.headers_mut());
+        }
         let up = Upgrade {
             client: req,
             head,
@@ -60,7 +78,7 @@ impl Service {
             tasks: &self.conn.upgrades,
             cut: self.conn.cut.clone(),
         };
-        let upgraded = self.origin.upgrade(up).await?;
+        let upgraded = way.origin.upgrade(up).await?;
         rlog.origin_conn = upgraded.conn;
         rlog.reused = upgraded.conn.is_some();
         let mut response = upgraded.response;

@@ -107,13 +107,18 @@ fn path_of(rule: &RuleConfig) -> Result<PathMatch, (&'static str, String)> {
         (Some(path), None, None) => Ok(PathMatch::Exact(normal_form(path).map_err(|m| ("exact", m))?)),
         (None, Some(path), None) => {
             let path = normal_form(path).map_err(|m| ("prefix", m))?;
-            let segments: Vec<&str> = prefix::segments(&path).collect();
-            Ok(PathMatch::Prefix(format!("/{}", segments.join("/"))))
+            Ok(PathMatch::Prefix(prefix_form(&path)))
         }
         (None, None, Some(pattern)) => Ok(PathMatch::Regex(conditions::regex(pattern).map_err(|m| ("regex", m))?)),
         (None, None, None) => Err(("", "needs one of exact, prefix or regex".into())),
         _ => Err(("", "has more than one of exact, prefix and regex: a rule is for one path".into())),
     }
+}
+
+/// A prefix by its segments, as `/a/b` (`/` for the root): `/api` and `/api/` are one prefix.
+pub fn prefix_form(path: &str) -> String {
+    let segments: Vec<&str> = prefix::segments(path).collect();
+    format!("/{}", segments.join("/"))
 }
 
 /// `path` if it is in the form a request's path is normalized to. `%2F` is allowed: it can

@@ -27,7 +27,7 @@ use std::collections::HashMap;
 use http::{HeaderMap, Method};
 use regex::bytes::Regex;
 
-pub use compile::RuleError;
+pub use compile::{prefix_form, RuleError};
 use conditions::Conditions;
 
 /// What a rule sees of a request.
@@ -89,6 +89,30 @@ impl<T> Rules<T> {
                 },
             )?;
         Some(Hit { index: index as usize, payload: &self.rule(index).payload })
+    }
+
+    /// The rules in the order written.
+    pub fn iter(&self) -> impl Iterator<Item = &T> {
+        self.rules.iter().map(|r| &r.payload)
+    }
+
+    /// Every rule's index in the order a request would be offered them, with its match as
+    /// text: exact paths, then prefixes from the longest, then regexes as written (`/routes`).
+    pub fn precedence(&self) -> Vec<(usize, String)> {
+        let mut exact: Vec<_> = self.exact.iter().collect();
+        exact.sort();
+        let mut out: Vec<(usize, String)> = Vec::with_capacity(self.rules.len());
+        for (path, ids) in exact {
+            out.extend(ids.iter().map(|&i| (i as usize, format!("exact {path}"))));
+        }
+        let mut prefixes = Vec::new();
+        self.prefixes.each(&mut String::new(), &mut prefixes);
+        prefixes.sort_by(|a, b| b.0.matches('/').count().cmp(&a.0.matches('/').count()).then(a.0.cmp(&b.0)));
+        for (path, ids) in prefixes {
+            out.extend(ids.iter().map(|&i| (i as usize, format!("prefix {path}"))));
+        }
+        out.extend(self.regexes.iter().map(|(re, i)| (*i as usize, format!("regex {}", re.as_str()))));
+        out
     }
 
     /// How many rules (in every kind).

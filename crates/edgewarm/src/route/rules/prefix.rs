@@ -32,6 +32,11 @@ impl Tree {
         &mut node.rules
     }
 
+    /// Every prefix that has rules, as `/a/b` (`/` for the root), with them.
+    pub(super) fn each(&self, at: &mut String, out: &mut Vec<(String, Vec<u32>)>) {
+        each_in(&self.root, at, out);
+    }
+
     /// The first rule `accept` takes, trying the longest prefix of `path` that has rules first,
     /// then each shorter one.
     pub(super) fn find<R>(&self, path: &str, accept: &mut impl FnMut(&[u32]) -> Option<R>) -> Option<R> {
@@ -48,4 +53,17 @@ fn find_in<'p, R>(
 ) -> Option<R> {
     let deeper = rest.next().and_then(|s| node.children.get(s)).and_then(|child| find_in(child, rest, accept));
     deeper.or_else(|| if node.rules.is_empty() { None } else { accept(&node.rules) })
+}
+
+fn each_in(node: &Node, at: &mut String, out: &mut Vec<(String, Vec<u32>)>) {
+    if !node.rules.is_empty() {
+        out.push((if at.is_empty() { "/".into() } else { at.clone() }, node.rules.clone()));
+    }
+    for (segment, child) in &node.children {
+        let len = at.len();
+        at.push('/');
+        at.push_str(segment);
+        each_in(child, at, out);
+        at.truncate(len);
+    }
 }
