@@ -543,3 +543,51 @@ fn a_relay_without_a_pipe_falls_back_to_copy_loses_nothing_and_is_counted() {
     assert!(no_pipe >= 1.0, "the fallback was counted ({no_pipe})");
     drop(tunnels);
 }
+
+/// A route's `rules`: `check` names the key and exits 64 for an upstream no block defines, a
+/// header policy writing `Transfer-Encoding` (on the route or a rule), two actions on one
+/// rule, a rewrite on an exact rule, and two rules no precedence can order (both named).
+/// Before any port is bound: `check` binds none.
+#[test]
+fn check_refuses_bad_rules_naming_the_key() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("edge.yaml");
+    let base = "listeners: [{listen: \"127.0.0.1:0\"}]\nupstreams:\n  assets: {origin: \"127.0.0.1:9\", \
+                protocol: http/1.1, tls: false}\nroutes:\n  - {sni: a.test, action: http, origin: \"127.0.0.1:9\", \
+                cert: c.pem, key: k.pem, upstream: {tls: false}, ";
+    let cases = [
+        ("rules: [{prefix: /static/, upstream: asets}]", "routes[0].rules[0].upstream", "no upstream named \"asets\""),
+        (
+            "rules: [{prefix: /s/, upstream: assets}], headers: {response: {set: {transfer-encoding: chunked}}}",
+            "routes[0].headers",
+            "transfer-encoding",
+        ),
+        (
+            "rules: [{prefix: /s/, upstream: assets, header_policy: {response: {add: {Transfer-Encoding: gzip}}}}]",
+            "routes[0].rules[0].header_policy",
+            "transfer-encoding",
+        ),
+        (
+            "rules: [{prefix: /s/, upstream: assets, respond: {status: 200}}]",
+            "routes[0].rules[0].respond",
+            "a rule does one thing",
+        ),
+        (
+            "rules: [{exact: /s, upstream: assets, strip_prefix: true}]",
+            "routes[0].rules[0].strip_prefix",
+            "prefix rule",
+        ),
+        (
+            "rules: [{prefix: /s/, upstream: assets}, {prefix: /s, respond: {status: 404}}]",
+            "routes[0].rules[1]",
+            "rules[0]",
+        ),
+    ];
+    for (rules, key, says) in cases {
+        std::fs::write(&config, format!("{base}{rules}}}\n")).unwrap();
+        let out = check(&config);
+        let err = String::from_utf8_lossy(&out.stderr).to_ascii_lowercase();
+        assert_eq!(out.status.code(), Some(64), "{key}: {err}");
+        assert!(err.contains(key) && err.contains(&says.to_ascii_lowercase()), "{key} / {says}: {err}");
+    }
+}

@@ -199,8 +199,6 @@ impl RouteTable {
                     }))
                 }
                 ActionConfig::Http(h) => {
-                    let client = ClientTls::new(&h.tls, &label, resumption, ticket_keys.as_ref(), acme)
-                        .map_err(|(field, m)| ConfigError::invalid(key(field), m))?;
                     let backend = match h.upstream_name.as_deref() {
                         Some(upstream) => Backend::named(&mut named, upstream, h, &name)?,
                         None => Arc::new(Backend::new(label.clone(), h, &name, &key)?),
@@ -214,6 +212,9 @@ impl RouteTable {
                         };
                         Some(Site::compile(config, &label, h, &key, &mut backend_of)?)
                     };
+                    // After the rules, so that `check` reports a rule before a missing file.
+                    let client = ClientTls::new(&h.tls, &label, resumption, ticket_keys.as_ref(), acme)
+                        .map_err(|(field, m)| ConfigError::invalid(key(field), m))?;
                     RouteAction::Http(Arc::new(HttpRoute {
                         client,
                         site,

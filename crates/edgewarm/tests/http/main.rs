@@ -100,5 +100,6 @@ mod headers;
 mod hints;
 mod poisoning;
 mod requests;
+mod site;
 mod standing;
 mod upgrades;
