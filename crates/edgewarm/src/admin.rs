@@ -1,7 +1,7 @@
 //! The admin listener: `/metrics` (OpenMetrics text), `/pools` (JSON, per warm pool),
 //! `/origins` (JSON, every standing set of every kind: an `http` route's HTTP/2 connections with age, streams and PING RTT, its HTTP/1.1 pool, a `prewarm` route's pools;
 //! each server group's servers and their states, and each named upstream with the routes naming it), `/certificates` (JSON, each terminating route's certificate: names, issuer,
-//! validity, days left), `/cache` (JSON, each cache's occupancy), `POST /cache/purge?url=…|prefix=…|tag=…`, `/ready` (200 while accepting, 503 while
+//! validity, days left), `/routes` (JSON, each `http` route's upstream and its rules in the order they are tried, with hit counts), `/cache` (JSON, each cache's occupancy), `POST /cache/purge?url=…|prefix=…|tag=…`, `/ready` (200 while accepting, 503 while
 //! starting or draining, so a load balancer stops sending first), `/live` (200 while the
 //! process runs). Plain HTTP/1.1 on loopback by default; hyper does the HTTP.
 
@@ -36,6 +36,8 @@ pub struct AdminState {
     pub certificates: Arc<std::sync::Mutex<Vec<serde_json::Value>>>,
     /// ACME certificates: shown live (they change between loads), renewed on request.
     pub acme: Arc<crate::acme::Acme>,
+    /// `/routes`: each http route's rules in the order they are tried, with their hits.
+    pub routes: Arc<dyn Fn() -> serde_json::Value + Send + Sync>,
     /// `/limits`: each listener's clients with the most connections, each route's rate state.
     pub limits: Arc<dyn Fn() -> serde_json::Value + Send + Sync>,
     /// The fleet purges go through (`fleet:`), if any.
@@ -181,6 +183,7 @@ async fn respond(req: &Request<Incoming>, state: &AdminState) -> Response<Full<B
         }
         "/cache" => json(serde_json::json!({ "caches": state.caches.occupancy() })),
         "/limits" => json((state.limits)()),
+        "/routes" => json((state.routes)()),
         "/fleet" => match &state.fleet {
             Some(fleet) => json(fleet.status()),
             None => json(serde_json::json!({ "fleet": null })),
@@ -195,7 +198,7 @@ async fn respond(req: &Request<Incoming>, state: &AdminState) -> Response<Full<B
         "/live" => text(StatusCode::OK, "live\n"),
         _ => text(
             StatusCode::NOT_FOUND,
-            "not found: try /metrics /pools /origins /cache /certificates /limits /fleet /ready /live\n",
+            "not found: try /metrics /pools /origins /routes /cache /certificates /limits /fleet /ready /live\n",
         ),
     }
 }

@@ -158,6 +158,10 @@ impl Server {
                 let admin = &self.bound_config.lock().unwrap_or_else(|p| p.into_inner()).admin;
                 crate::config::limits::AccessList { allow: admin.allow.clone(), deny: admin.deny.clone() }
             },
+            routes: {
+                let snapshot = self.snapshot.subscribe();
+                Arc::new(move || snapshot.borrow().routes.listing())
+            },
             limits: {
                 let (clients, rates) = (self.listeners.clients.clone(), self.layers.limits.clone());
                 Arc::new(move || {

@@ -251,6 +251,23 @@ impl RouteTable {
         })
     }
 
+    /// `/routes`: every `http` route by name, its default upstream, and its rules in the order
+    /// they are tried, with the requests each took since the load.
+    pub fn listing(&self) -> serde_json::Value {
+        let mut routes: Vec<_> = self
+            .http_routes()
+            .map(|(name, h)| {
+                serde_json::json!({
+                    "route": name.as_str(),
+                    "upstream": h.backend.name.as_str(),
+                    "rules": h.site.as_ref().map(Site::listing).unwrap_or_default(),
+                })
+            })
+            .collect();
+        routes.sort_by(|a, b| a["route"].as_str().cmp(&b["route"].as_str()));
+        serde_json::json!({ "routes": routes })
+    }
+
     /// Every `prewarm` route, for syncing pools.
     pub fn prewarm_routes(&self) -> impl Iterator<Item = (&RouteName, &PrewarmRoute)> {
         let all = self.exact.values().chain(self.wildcard.values()).chain(&self.no_sni).chain(&self.default);

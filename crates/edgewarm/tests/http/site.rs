@@ -80,6 +80,21 @@ async fn one_route_serves_a_site_by_its_rules() {
         let second = get("POST", &format!("/api/post-{h2}")).await.0.status;
         assert_eq!((first.as_u16(), second.as_u16()), (if h2 { 429 } else { 200 }, 429), "one rate for both clients");
     }
+    // `/routes`: the rules in the order they are tried, each with its hits.
+    let (status, body) = admin_get(edge.admin, "/routes").await;
+    assert_eq!(status, 200, "{body}");
+    let routes: serde_json::Value = serde_json::from_str(&body).unwrap();
+    let route = &routes["routes"][0];
+    assert_eq!((&route["route"], &route["upstream"]), (&"b.test".into(), &"app".into()), "{routes}");
+    let rules = route["rules"].as_array().unwrap();
+    let order: Vec<_> = rules.iter().map(|r| r["rule"].as_str().unwrap()).collect();
+    assert_eq!(order, ["rules[1]", "rules[3]", "rules[2]", "rules[0]"], "exact, then prefixes: {routes}");
+    // /healthz and /old/ once per client; /api/'s POSTs twice (the refused counted: the rule
+    // met them); /static/ at least its store, its hit and its 404 per client (the climb is
+    // /api/climb by the time a rule is chosen, and the default's: no rule counts it).
+    let hits: Vec<_> = rules.iter().map(|r| r["hits"].as_u64().unwrap()).collect();
+    assert_eq!(hits[..3], [2, 4, 2], "{routes}");
+    assert!(hits[3] >= 6, "{routes}");
     let requests = app_stats.requests.load(Ordering::Relaxed);
     assert_eq!(requests, 5, "A took /api/x, the climb and the first POST, per client but the refused");
 
