@@ -20,6 +20,7 @@ bench_workdir
 bench_http_pki
 origin=18443 edge=19443 nginx_proxy=19444 haproxy_port=19445 admin=19900 nginx_fwd=19447 haproxy_fwd=19448
 edge_bare=19449 admin_bare=19902 edge_group=19460 admin_group=19903 edge_limits=19461 admin_limits=19904
+edge_rules=19462 admin_rules=19905
 bench_h2_origin $origin 2
 bench_edge_cert b.test
 bench_peer nginx-https.conf "127.0.0.1:$nginx_proxy" "127.0.0.1:$origin"
@@ -41,6 +42,20 @@ bench_http_edge $edge_limits $admin_limits $origin \
     allow: [\"127.0.0.0/8\"]" \
   | sed "s|{listen: \"127.0.0.1:$edge_limits\"|{listen: \"127.0.0.1:$edge_limits\", max_connections_per_client: 1000, deny: [\"192.0.2.0/24\"]|" > "$dir/limits.yaml"
 
+# The same route with 1,000 rules (exact and prefix, half each), the one every request meets
+# (`exact: /`, sent on to the route's upstream) written last: what normalizing the path and
+# finding the rule costs.
+{
+  echo "    rules:"
+  for i in $(seq 0 498); do
+    echo "      - {exact: /e$i/page, respond: {status: 404}}"
+    echo "      - {prefix: /p$i/, respond: {status: 404}}"
+  done
+  echo "      - {prefix: /x/, respond: {status: 404}}"
+  echo "      - {exact: /}"
+} > "$dir/rules.part"
+bench_http_edge $edge_rules $admin_rules $origin "$(cat "$dir/rules.part")" > "$dir/rules.yaml"
+
 declare -A pid
 nginx -c "$dir/origin.conf" & pids+=($!)
 nginx -c "$dir/nginx-https.conf" & pids+=($!); pid[nginx]=$!
@@ -51,7 +66,8 @@ RUST_LOG=warn "$edgewarm" run --config "$dir/edge.yaml" 2>"$dir/edge.log" & pids
 RUST_LOG=warn "$edgewarm" run --config "$dir/bare.yaml" 2>"$dir/bare.log" & pids+=($!); pid[bare]=$!
 RUST_LOG=warn "$edgewarm" run --config "$dir/group.yaml" 2>"$dir/group.log" & pids+=($!); pid[group]=$!
 RUST_LOG=warn "$edgewarm" run --config "$dir/limits.yaml" 2>"$dir/limits.log" & pids+=($!); pid[limits]=$!
-contenders=("edgewarm:$edge" "bare:$edge_bare" "group:$edge_group" "limits:$edge_limits" "nginx:$nginx_proxy" "haproxy:$haproxy_port" "nginx+fwd:$nginx_fwd" "haproxy+fwd:$haproxy_fwd")
+RUST_LOG=warn "$edgewarm" run --config "$dir/rules.yaml" 2>"$dir/rules.log" & pids+=($!); pid[rules]=$!
+contenders=("edgewarm:$edge" "bare:$edge_bare" "group:$edge_group" "limits:$edge_limits" "rules:$edge_rules" "nginx:$nginx_proxy" "haproxy:$haproxy_port" "nginx+fwd:$nginx_fwd" "haproxy+fwd:$haproxy_fwd")
 baselines=(${BASELINE:-}) base_ports=()
 for i in "${!baselines[@]}"; do
   port=$((19450 + i)) name="baseline$((i + 1))"
@@ -59,7 +75,7 @@ for i in "${!baselines[@]}"; do
   RUST_LOG=warn "${baselines[$i]}" run --config "$dir/$name.yaml" 2>"$dir/$name.log" & pids+=($!); pid[$name]=$!
   contenders+=("$name:$port") base_ports+=("$port")
 done
-wait_ports $origin $edge $edge_bare $edge_group $edge_limits $nginx_proxy $haproxy_port $nginx_fwd $haproxy_fwd "${base_ports[@]}"
+wait_ports $origin $edge $edge_bare $edge_group $edge_limits $edge_rules $nginx_proxy $haproxy_port $nginx_fwd $haproxy_fwd "${base_ports[@]}"
 
 rps() { # port -> requests/s
   h2load -c 50 -m 10 -n "$requests" --connect-to="127.0.0.1:$1" "https://b.test:$1/" 2>/dev/null \
@@ -94,6 +110,7 @@ echo "| edgewarm http route | $e | 1.00 | $ce | 1.00 |"
 row bare "edgewarm http route, forward_headers: []"
 row group "edgewarm http route, two servers (origins:, balance: latency)"
 row limits "edgewarm http route, limits configured and not hit (rate, allow, per-client cap, deny)"
+row rules "edgewarm http route, 1,000 rules, the one met written last"
 row nginx "nginx 1.22 (HTTPS/1.1 keep-alive upstream)"
 row nginx+fwd "nginx 1.22, adding edgewarm's forwarding headers"
 row haproxy "HAProxy 2.6 (h2 upstream, http-reuse always)"

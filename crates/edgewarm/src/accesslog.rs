@@ -192,7 +192,7 @@ impl RequestLog {
             upstream: None,
             retries: 0,
             detail: None,
-            grpc: crate::http::grpc::requested(req.headers()),
+            grpc: false,
         }
     }
 

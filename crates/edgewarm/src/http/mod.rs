@@ -31,6 +31,7 @@ pub(crate) mod retry;
 pub(crate) mod service;
 pub(crate) mod site;
 pub(crate) mod upgrade;
+pub(crate) mod way;
 
 use bytes::Bytes;
 

@@ -28,7 +28,7 @@ use super::grpc;
 use super::interim::ToClient;
 use super::respond::ProxyError;
 use super::retry::{Next, Policy};
-use super::site::Way;
+use super::way::Way;
 use super::{Body, BoxError, ClientBody};
 use crate::accesslog::RequestLog;
 use crate::config::HeaderPolicy;
@@ -154,7 +154,7 @@ impl Service {
         B::Error: Into<BoxError>,
     {
         let started = Instant::now();
-        let mut rlog = RequestLog::new(&req, self.conn.client, &self.route);
+        let mut rlog = self.request_log(&req);
         let mut way = match self.way(&req) {
             Ok(way) => way,
             Err(e) => return self.fail(rlog, started, &e, None),
@@ -168,6 +168,14 @@ impl Service {
             Ok(sent) => self.respond(sent, rlog, started, way.policy()),
             Err(e) => self.fail(rlog, started, &e, way.policy()),
         }
+    }
+
+    /// The request's log line, begun: whether it is gRPC is read here (the log does not know
+    /// what gRPC is; the answers given to it are [`grpc`]'s).
+    pub(crate) fn request_log<B>(&self, req: &Request<B>) -> RequestLog {
+        let mut rlog = RequestLog::new(req, self.conn.client, &self.route);
+        rlog.grpc = grpc::requested(req.headers());
+        rlog
     }
 
     async fn proxy<B>(

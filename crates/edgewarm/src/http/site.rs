@@ -3,9 +3,6 @@
 //! with which path, under which limits) or answered here (a redirect, a fixed response).
 //! On a route without rules every request goes the route's one way, its target as sent.
 
-use std::sync::Arc;
-use std::time::Duration;
-
 use bytes::Bytes;
 use http::{header, HeaderValue, Request, Response};
 use http_body_util::{BodyExt, Empty, Full};
@@ -13,33 +10,8 @@ use http_body_util::{BodyExt, Empty, Full};
 use super::forward::BadRequest;
 use super::respond::ProxyError;
 use super::service::Service;
-use super::Body;
-use crate::config::HeaderPolicy;
-use crate::metrics::RouteName;
-use crate::origin::seam::Origin;
-use crate::route::site::{Action, Rule};
-
-/// Where one request goes.
-pub(crate) struct Way<'s> {
-    /// The target sent on: its path normalized and rewritten on a route with rules.
-    pub(crate) target: http::Uri,
-    /// The rule it met.
-    pub(crate) rule: Option<&'s Rule>,
-    pub(crate) origin: &'s Arc<dyn Origin>,
-    /// The upstream it goes to (for the log).
-    pub(crate) upstream: &'s RouteName,
-    /// The edge's own answer (a redirect or a `respond` rule): nothing is sent on.
-    pub(crate) answer: Option<Response<Body>>,
-    pub(crate) max_body: u64,
-    pub(crate) timeout: Duration,
-}
-
-impl Way<'_> {
-    /// The rule's header policy, applied after the route's (none where it writes nothing).
-    pub(crate) fn policy(&self) -> Option<&HeaderPolicy> {
-        self.rule.map(|r| &r.headers).filter(|p| !p.is_empty())
-    }
-}
+use super::way::Way;
+use crate::route::site::Action;
 
 impl Service {
     /// The way `req` goes: refused (CONNECT, a target that cannot be forwarded or names a host

@@ -13,7 +13,7 @@ use hyper::body::Incoming;
 
 use super::respond::ProxyError;
 use super::service::Service;
-use super::site::Way;
+use super::way::Way;
 use super::{forward, Body};
 use crate::accesslog::RequestLog;
 use crate::origin::seam::Upgrade;
@@ -40,7 +40,7 @@ impl Service {
         let started = Instant::now();
         // Busy until answered; after a 101 the relay (in `conn.upgrades`) keeps it in use.
         let _busy = self.conn.activity.as_ref().map(crate::limits::reclaim::Activity::begin);
-        let mut rlog = RequestLog::new(&req, self.conn.client, &self.route);
+        let mut rlog = self.request_log(&req);
         let mut way = match self.way(&req) {
             Ok(way) => way,
             Err(e) => return self.fail(rlog, started, &e, None),

@@ -3,7 +3,9 @@
 //!
 //! A rule that names another upstream, or has a `cache`, `limits` or `early_hints` of its own,
 //! gets a seam of its own: the server's layers wrapped around that upstream's, with the rule's
-//! settings, known as `ROUTE#rules[i]` (its cache, its rates, its metrics' label). So a stored
+//! settings, known as `ROUTE#rules[i]` (its cache, its rates, its metrics' label; a cache it
+//! takes from the route is kept in memory only, the route's disk tier being the route's store's
+//! directory). So a stored
 //! response is never shared between rules that send one path to different upstreams: each
 //! such rule has its own store. Every other rule rides the route's seam (same upstream, same
 //! layers): what it changes (the path, the header policy, a limit of the service's) is applied
@@ -20,7 +22,7 @@ use crate::route::Backend;
 
 pub struct Forward {
     /// Where the rule's requests go when not on the route's seam.
-    own: Option<Own>,
+    own: Option<Box<Own>>,
     /// `strip_prefix` (`/`) or `replace_prefix`: what takes the matched prefix's place.
     replace: Option<String>,
     pub max_request_body: Option<u64>,
@@ -61,15 +63,14 @@ impl Forward {
                 settings = config.naming(&settings, named).unwrap_or(settings);
             }
             let backend = backend(&settings)?;
-            settings.cache = rule.cache.clone().or(settings.cache);
+            // A store of the rule's own under the route's settings, in memory: a disk tier is
+            // one store's directory, and the route's store has it.
+            let inherited = settings.cache.take().map(|c| crate::config::CacheConfig { disk: None, ..c });
+            settings.cache = rule.cache.clone().or(inherited);
             settings.limits = rule.limits.clone().or(settings.limits);
             settings.early_hints = rule.early_hints.clone().or(settings.early_hints);
-            Some(Own {
-                name: RouteName::new(&format!("{route}#{name}")),
-                backend,
-                config: settings,
-                seam: OnceLock::new(),
-            })
+            let name = RouteName::new(&format!("{route}#{name}"));
+            Some(Box::new(Own { name, backend, config: settings, seam: OnceLock::new() }))
         } else {
             None
         };
@@ -84,7 +85,7 @@ impl Forward {
 
     /// The rule's own seam, if it has one (`None`: the route's).
     pub(crate) fn own(&self) -> Option<&Own> {
-        self.own.as_ref()
+        self.own.as_deref()
     }
 
     /// Where its requests go: its own seam, once attached; `None` for the route's.
