@@ -19,6 +19,8 @@ test origin's pattern). Options:
     --send-goaway    after the requests send a GOAWAY of our own (as a client going away)
     --key-update     before every request but the first, update the 1-RTT keys (RFC 9001 §6)
     --encoder HEX    before the requests send these bytes on our QPACK encoder stream
+    --hex-paths      the PATH of every REQUEST after this option is written in hex, sent as
+                     those bytes (a NUL argv cannot carry, a ':' the REQUEST syntax splits on)
     --late-fin       end each request without a body in a packet of its own, after its head
                      (as h3's client may): the server cannot tell from the head that no body comes
     --hold S         after the requests keep the connection open up to S seconds, until the
@@ -124,7 +126,7 @@ class Client(QuicConnectionProtocol):
     async def request(self, method, path, authority, size, extra=()):
         sid = self._quic.get_next_available_stream_id()
         headers = [(b":method", method.encode()), (b":scheme", b"https"), (b":authority", authority.encode()),
-                   (b":path", path.encode()), (b"user-agent", b"edgewarm-test-aioquic")]
+                   (b":path", path_bytes(path)), (b"user-agent", b"edgewarm-test-aioquic")]
         headers += [(k.encode(), v.encode()) for k, v in extra]
         if size is not None:
             headers.append((b"content-length", str(size).encode()))
@@ -161,6 +163,10 @@ class Client(QuicConnectionProtocol):
                 "stop_sending": st["stop_sending"], "reset": st["reset"]}
 
 
+def path_bytes(path):
+    return path if isinstance(path, bytes) else path.encode()
+
+
 def configuration(args, tickets):
     c = QuicConfiguration(is_client=True, alpn_protocols=H3_ALPN, server_name=args["sni"])
     c.load_verify_locations(args["ca"])
@@ -173,6 +179,7 @@ def configuration(args, tickets):
 def parse(argv):
     args = {"host": argv[0], "port": int(argv[1]), "sni": argv[2], "ca": argv[3], "requests": [], "clients": 1}
     headers = []
+    hex_paths = False
     it = iter(argv[4:])
     for a in it:
         if a == "--header":
@@ -207,9 +214,12 @@ def parse(argv):
             args["encoder"] = bytes.fromhex(next(it))
         elif a == "--late-fin":
             args["late_fin"] = True
+        elif a == "--hex-paths":
+            hex_paths = True
         else:
             parts = a.split(":")
-            args["requests"].append((parts[0], parts[1], int(parts[2]) if len(parts) > 2 else None, headers))
+            path = bytes.fromhex(parts[1]) if hex_paths else parts[1]
+            args["requests"].append((parts[0], path, int(parts[2]) if len(parts) > 2 else None, headers))
     return args
 
 
@@ -274,7 +284,7 @@ def capture(args):
     method, path, _, _ = args["requests"][0]
     sid = quic.get_next_available_stream_id()
     h3.send_headers(sid, [(b":method", method.encode()), (b":scheme", b"https"),
-                          (b":authority", args["sni"].encode()), (b":path", path.encode())], end_stream=True)
+                          (b":authority", args["sni"].encode()), (b":path", path_bytes(path))], end_stream=True)
     datagrams = [d for d, _ in quic.datagrams_to_send(now=time.time())]
     with open(args["capture"], "wb") as f:
         pickle.dump(datagrams, f)

@@ -11,7 +11,7 @@ use tracing_subscriber::Layer;
 use super::*;
 
 /// One event's fields, rendered as the JSON log renders them (`-` for a value left out).
-type Line = HashMap<&'static str, String>;
+pub(super) type Line = HashMap<&'static str, String>;
 
 /// Every `edgewarm::access` event since the layer was installed, from every test of this binary
 /// (they run at once: a test keeps only its own routes' lines).
@@ -40,7 +40,7 @@ impl<S: tracing::Subscriber> Layer<S> for Capture {
 /// The capture, installed process-wide once: connections are served on the edge's worker
 /// threads, which a thread-local subscriber would not see. Only the access log is enabled, so
 /// the other tests of this binary log nothing more than before.
-fn capture() {
+pub(super) fn capture() {
     static INSTALLED: OnceLock<()> = OnceLock::new();
     INSTALLED.get_or_init(|| {
         let only_access = tracing_subscriber::filter::filter_fn(|m| m.target() == "edgewarm::access");
@@ -53,12 +53,18 @@ fn capture() {
 /// written when its response body has ended at the edge, which may be just after the client
 /// has read it.
 async fn request_lines(route: &str, n: usize) -> Vec<Line> {
+    request_lines_where(route, n, |_| true).await
+}
+
+/// [`request_lines`], of those lines only the ones `keep` takes.
+pub(super) async fn request_lines_where(route: &str, n: usize, keep: impl Fn(&Line) -> bool) -> Vec<Line> {
     for _ in 0..2000 {
         let lines: Vec<Line> = LINES
             .lock()
             .unwrap()
             .iter()
             .filter(|l| l.get("message").is_some_and(|m| m == "request") && l.get("route").is_some_and(|r| r == route))
+            .filter(|l| keep(l))
             .cloned()
             .collect();
         if lines.len() >= n {

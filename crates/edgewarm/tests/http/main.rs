@@ -85,6 +85,7 @@ async fn echo_round_trips(tls: &mut (impl tokio::io::AsyncRead + tokio::io::Asyn
 }
 
 mod access_log;
+mod bypass;
 mod cache;
 mod cache_disk;
 mod certificates;

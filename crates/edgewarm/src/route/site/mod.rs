@@ -45,7 +45,8 @@ pub struct Rule {
 
 /// What a rule does with the requests it meets.
 pub enum Action {
-    Forward(Forward),
+    /// Boxed: a forward carries its own limits, cache and policies, far larger than the rest.
+    Forward(Box<Forward>),
     Redirect(Redirect),
     Respond(Respond),
 }
@@ -75,7 +76,7 @@ impl Site {
             } else if let Some(r) = &rule.respond {
                 Action::Respond(Respond::new(r))
             } else {
-                Action::Forward(Forward::new(config, route, &name, h, rule, backend)?)
+                Action::Forward(Box::new(Forward::new(config, route, &name, h, rule, backend)?))
             };
             let headers = match &rule.header_policy {
                 Some(headers) => headers.compile(&at("header_policy"))?,
@@ -107,7 +108,7 @@ impl Site {
     /// Every rule's own seam, to attach.
     pub(crate) fn forwards(&self) -> impl Iterator<Item = &Forward> {
         self.rules.iter().filter_map(|r| match &r.action {
-            Action::Forward(f) => Some(f),
+            Action::Forward(f) => Some(&**f),
             _ => None,
         })
     }
