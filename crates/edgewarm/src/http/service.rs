@@ -28,7 +28,7 @@ use super::grpc;
 use super::interim::ToClient;
 use super::respond::ProxyError;
 use super::retry::{Next, Policy};
-use super::way::Way;
+use super::way::{Begun, Way};
 use super::{Body, BoxError, ClientBody};
 use crate::accesslog::RequestLog;
 use crate::config::HeaderPolicy;
@@ -154,16 +154,10 @@ impl Service {
         B::Error: Into<BoxError>,
     {
         let started = Instant::now();
-        let mut rlog = self.request_log(&req);
-        let mut way = match self.way(&req) {
-            Ok(way) => way,
-            Err(e) => return self.fail(rlog, started, &e, None),
+        let (mut rlog, way) = match self.begin(&req, started) {
+            Begun::Way(rlog, way) => (*rlog, way),
+            Begun::Answered(answer) => return answer,
         };
-        rlog.rule = way.rule.map(|r| r.name.clone());
-        rlog.upstream = Some(way.upstream.clone());
-        if let Some(answer) = way.answer.take() {
-            return self.answered(rlog, started, answer, way.policy());
-        }
         match self.proxy(req, &way, interim, &mut rlog, started).await {
             Ok(sent) => self.respond(sent, rlog, started, way.policy()),
             Err(e) => self.fail(rlog, started, &e, way.policy()),

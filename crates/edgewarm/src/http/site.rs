@@ -3,6 +3,8 @@
 //! with which path, under which limits) or answered here (a redirect, a fixed response).
 //! On a route without rules every request goes the route's one way, its target as sent.
 
+use std::time::Instant;
+
 use bytes::Bytes;
 use http::{header, HeaderValue, Request, Response};
 use http_body_util::{BodyExt, Empty, Full};
@@ -10,10 +12,26 @@ use http_body_util::{BodyExt, Empty, Full};
 use super::forward::BadRequest;
 use super::respond::ProxyError;
 use super::service::Service;
-use super::way::Way;
+use super::way::{Begun, Way};
 use crate::route::site::Action;
 
 impl Service {
+    /// A request's log line and its way; or, when the edge answers it itself (refused, or a
+    /// rule's redirect or response), that answer, logged.
+    pub(crate) fn begin<B>(&self, req: &Request<B>, started: Instant) -> Begun<'_> {
+        let mut rlog = self.request_log(req);
+        let mut way = match self.way(req) {
+            Ok(way) => way,
+            Err(e) => return Begun::Answered(self.fail(rlog, started, &e, None)),
+        };
+        rlog.rule = way.rule.map(|r| r.name.clone());
+        rlog.upstream = Some(way.upstream.clone());
+        match way.answer.take() {
+            Some(answer) => Begun::Answered(self.answered(rlog, started, answer, way.policy())),
+            None => Begun::Way(Box::new(rlog), way),
+        }
+    }
+
     /// The way `req` goes: refused (CONNECT, a target that cannot be forwarded or names a host
     /// the route does not serve, a path origins would read differently), answered, or sent on.
     pub(crate) fn way<B>(&self, req: &Request<B>) -> Result<Way<'_>, ProxyError> {

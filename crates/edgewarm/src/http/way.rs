@@ -33,3 +33,9 @@ impl Way<'_> {
         self.rule.map(|r| &r.headers).filter(|p| !p.is_empty())
     }
 }
+
+/// A request begun: its log line and its way on, or the edge's answer already given.
+pub(crate) enum Begun<'s> {
+    Way(Box<crate::accesslog::RequestLog>, Way<'s>),
+    Answered(Response<Body>),
+}

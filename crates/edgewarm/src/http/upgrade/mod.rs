@@ -13,7 +13,7 @@ use hyper::body::Incoming;
 
 use super::respond::ProxyError;
 use super::service::Service;
-use super::way::Way;
+use super::way::{Begun, Way};
 use super::{forward, Body};
 use crate::accesslog::RequestLog;
 use crate::origin::seam::Upgrade;
@@ -40,16 +40,10 @@ impl Service {
         let started = Instant::now();
         // Busy until answered; after a 101 the relay (in `conn.upgrades`) keeps it in use.
         let _busy = self.conn.activity.as_ref().map(crate::limits::reclaim::Activity::begin);
-        let mut rlog = self.request_log(&req);
-        let mut way = match self.way(&req) {
-            Ok(way) => way,
-            Err(e) => return self.fail(rlog, started, &e, None),
+        let (mut rlog, way) = match self.begin(&req, started) {
+            Begun::Way(rlog, way) => (*rlog, way),
+            Begun::Answered(answer) => return answer,
         };
-        rlog.rule = way.rule.map(|r| r.name.clone());
-        rlog.upstream = Some(way.upstream.clone());
-        if let Some(answer) = way.answer.take() {
-            return self.answered(rlog, started, answer, way.policy());
-        }
         match self.upgrade(req, &way, &mut rlog).await {
             Ok(response) => self.answered(rlog, started, response, way.policy()),
             Err(e) => self.fail(rlog, started, &e, way.policy()),
