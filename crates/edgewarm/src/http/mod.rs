@@ -18,6 +18,7 @@
 //! - [`respond`]: every error the edge answers itself, the origin's included: status, metric
 //!   label, whose fault; [`grpc`]: the same answers as a gRPC client reads them.
 
+pub(crate) mod answered;
 pub(crate) mod body;
 pub(crate) mod claims;
 pub(crate) mod client;

@@ -95,13 +95,13 @@ pub(crate) struct Service {
     pub(crate) route: RouteName,
     pub(super) http: Arc<HttpRoute>,
     pub(crate) origin: Arc<dyn Origin>,
-    route_metrics: Arc<RouteHttpMetrics>,
+    pub(super) route_metrics: Arc<RouteHttpMetrics>,
     /// X-Forwarded-For and Forwarded values for this client, built once.
     pub(crate) facts: ClientFacts,
     /// Other routes' requests on this connection ([`super::coalesce`]); none in a sibling.
     coalesce: Option<Coalesce<Service>>,
     /// The listener's header policy with the route's merged into it, once per connection.
-    headers: Arc<HeaderPolicy>,
+    pub(super) headers: Arc<HeaderPolicy>,
 }
 
 impl Service {
@@ -402,52 +402,6 @@ impl Service {
             }
             rlog.finish(started, sent, &metrics);
         }
-    }
-
-    /// An error answered by the edge: counted by reason, logged with its detail, with the
-    /// route's header policy, or the listener's alone for a request refused before its route
-    /// was known (a name this route does not serve: the route's headers are not its).
-    pub(crate) fn fail(
-        &self,
-        mut rlog: RequestLog,
-        started: Instant,
-        e: &ProxyError,
-        rule: Option<&HeaderPolicy>,
-    ) -> Response<Body> {
-        rlog.detail = Some(e.to_string());
-        self.conn.metrics.error(&self.route, e.reason(), e.fault());
-        let mut response = e.response();
-        let policy = if e.unrouted() { &self.conn.headers } else { &self.headers };
-        policy.response.apply(response.headers_mut());
-        if let Some(rule) = rule.filter(|_| !e.unrouted()) {
-            rule.response.apply(response.headers_mut());
-        }
-        // To a gRPC client, as a gRPC status (logged with the status meant).
-        let to_grpc = rlog.grpc;
-        grpc::answer(to_grpc, self.logged(rlog, started, response), e.text())
-    }
-
-    /// A response edgewarm gives itself on the route (an upgrade's answer), with the route's
-    /// header policy: counted and logged now; a gRPC client's as a gRPC status ([`grpc`]).
-    pub(crate) fn answered(
-        &self,
-        rlog: RequestLog,
-        started: Instant,
-        mut response: Response<Body>,
-        rule: Option<&HeaderPolicy>,
-    ) -> Response<Body> {
-        self.headers.response.apply(response.headers_mut());
-        if let Some(rule) = rule {
-            rule.response.apply(response.headers_mut());
-        }
-        let (to_grpc, status) = (rlog.grpc, response.status());
-        grpc::answer(to_grpc, self.logged(rlog, started, response), grpc::reason(status))
-    }
-
-    fn logged(&self, mut rlog: RequestLog, started: Instant, response: Response<Body>) -> Response<Body> {
-        rlog.status = response.status().as_u16();
-        rlog.finish(started, 0, &self.route_metrics);
-        response
     }
 
     /// The request policy, on a request built for the origin: after the forwarding headers,
