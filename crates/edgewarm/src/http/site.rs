@@ -86,7 +86,11 @@ impl Service {
                 }
             }
         }
-        way.target = with_path(&way.target, &path, query)?;
+        // Most requests ask for a path already in normal form, which no rule rewrites: the
+        // target goes on as it came, unparsed again.
+        if path != way.target.path() {
+            way.target = with_path(&way.target, &path, query)?;
+        }
         Ok(way)
     }
 }
