@@ -162,8 +162,10 @@ pub(crate) struct RequestLog {
     pub(crate) server: Option<std::sync::Arc<str>>,
     /// The route's rule it met (`rules[3]`), on a route with rules.
     pub(crate) rule: Option<std::sync::Arc<str>>,
-    /// The upstream it was sent to (or would have been): a name from the file.
+    /// The upstream it was sent to: a name from the file (none for the edge's own answer).
     pub(crate) upstream: Option<RouteName>,
+    /// Counted by its upstream too (a route with rules, where that is the rule's to say).
+    pub(crate) by_upstream: bool,
     pub(crate) detail: Option<String>,
     /// The request is gRPC: the edge's own answers to it are gRPC's ([`crate::http::grpc`]);
     /// `status` stays the HTTP status the edge meant.
@@ -190,6 +192,7 @@ impl RequestLog {
             server: None,
             rule: None,
             upstream: None,
+            by_upstream: false,
             retries: 0,
             detail: None,
             grpc: false,
@@ -207,6 +210,9 @@ impl RequestLog {
         self.bytes_down = bytes_down;
         self.duration = started.elapsed();
         metrics.request(self.status, self.duration);
+        if let (true, Some(upstream)) = (self.by_upstream, &self.upstream) {
+            metrics.upstream(upstream, self.status);
+        }
         self.emit();
     }
 

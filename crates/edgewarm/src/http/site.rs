@@ -25,10 +25,13 @@ impl Service {
             Err(e) => return Begun::Answered(self.fail(rlog, started, &e, None)),
         };
         rlog.rule = way.rule.map(|r| r.name.clone());
-        rlog.upstream = Some(way.upstream.clone());
         match way.answer.take() {
             Some(answer) => Begun::Answered(self.answered(rlog, started, answer, way.policy())),
-            None => Begun::Way(Box::new(rlog), way),
+            None => {
+                rlog.upstream = Some(way.upstream.clone());
+                rlog.by_upstream = self.http.site.is_some();
+                Begun::Way(Box::new(rlog), way)
+            }
         }
     }
 

@@ -77,6 +77,14 @@ pub struct RouteStatus {
     pub status: StatusClass,
     pub protocol: ClientProtocol,
 }
+/// A request on a route with rules, by the upstream its rule (or the route's default) sent it
+/// to: names from the file only.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RouteUpstream {
+    pub route: RouteName,
+    pub upstream: RouteName,
+    pub status: StatusClass,
+}
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct RouteError {
     pub route: RouteName,
@@ -91,6 +99,7 @@ pub struct HttpMetrics {
     pub errors: Family<RouteError, Counter>,
     pub retries: Family<RouteLabel, Counter>,
     pub early_hints: Family<RouteHintSource, Counter>,
+    pub upstreams: Family<RouteUpstream, Counter>,
 }
 impl HttpMetrics {
     pub(super) fn new() -> Self {
@@ -100,6 +109,7 @@ impl HttpMetrics {
             errors: Family::default(),
             retries: Family::default(),
             early_hints: Family::default(),
+            upstreams: Family::default(),
         }
     }
 
@@ -108,6 +118,11 @@ impl HttpMetrics {
         r.register("request_duration_seconds", "Request to end of response", self.duration.clone());
         r.register("errors", "Requests answered by edgewarm with an error, by reason", self.errors.clone());
         r.register("retries", "Requests sent again because the origin refused the stream", self.retries.clone());
+        r.register(
+            "upstream_requests",
+            "Requests on http routes with rules, by the upstream they were sent to and status class",
+            self.upstreams.clone(),
+        );
         r.register(
             "early_hints",
             "103 Early Hints sent to clients (HTTP/2 and HTTP/3), by route and by where they came from",
@@ -132,6 +147,8 @@ impl HttpMetrics {
             early_hints: [HintSource::Learned, HintSource::Origin].map(|source| {
                 self.early_hints.get_or_create(&RouteHintSource { route: route.clone(), source }).clone()
             }),
+            route: route.clone(),
+            upstreams: self.upstreams.clone(),
         }
     }
 
@@ -150,22 +167,35 @@ pub struct RouteHttpMetrics {
     duration: Histogram,
     /// 103s sent, by [`HintSource`] (in its order).
     early_hints: [Counter; 2],
+    route: RouteName,
+    upstreams: Family<RouteUpstream, Counter>,
 }
 impl RouteHttpMetrics {
     pub fn request(&self, status: u16, took: std::time::Duration) {
-        let i = match status {
-            100..=199 => 0,
-            200..=299 => 1,
-            300..=399 => 2,
-            400..=499 => 3,
-            _ => 4,
-        };
-        self.by_class[i].inc();
+        self.by_class[class(status) as usize].inc();
         self.duration.observe(took.as_secs_f64());
+    }
+
+    /// A request on a route with rules went to `upstream` (looked up per request: the upstream
+    /// is the rule's, known only then).
+    pub fn upstream(&self, upstream: &RouteName, status: u16) {
+        let labels = RouteUpstream { route: self.route.clone(), upstream: upstream.clone(), status: class(status) };
+        self.upstreams.get_or_create(&labels).inc();
     }
 
     /// A `103 Early Hints` went to the client.
     pub fn early_hint(&self, source: HintSource) {
         self.early_hints[source as usize].inc();
+    }
+}
+
+/// A status's class.
+fn class(status: u16) -> StatusClass {
+    match status {
+        100..=199 => StatusClass::Informational,
+        200..=299 => StatusClass::Success,
+        300..=399 => StatusClass::Redirect,
+        400..=499 => StatusClass::ClientError,
+        _ => StatusClass::ServerError,
     }
 }

@@ -95,6 +95,19 @@ async fn one_route_serves_a_site_by_its_rules() {
     let hits: Vec<_> = rules.iter().map(|r| r["hits"].as_u64().unwrap()).collect();
     assert_eq!(hits[..3], [2, 4, 2], "{routes}");
     assert!(hits[3] >= 6, "{routes}");
+    // Requests by the upstream their rule chose: names from the file, the edge's own answers
+    // in none.
+    edge.settle().await;
+    let by = |upstream: &str, status: &str| {
+        edge.metric(
+            "edgewarm_http_upstream_requests_total",
+            &[("route", "b.test"), ("upstream", upstream), ("status", status)],
+        )
+    };
+    assert_eq!(by("app", "2xx"), 5.0, "/api/x, the climb and the first POST");
+    assert_eq!(by("app", "4xx"), 3.0, "the refused POSTs");
+    assert_eq!(by("assets", "4xx"), 2.0, "B's 404s");
+    assert!(by("assets", "2xx") >= 4.0, "the stored and the hits");
     let requests = app_stats.requests.load(Ordering::Relaxed);
     assert_eq!(requests, 5, "A took /api/x, the climb and the first POST, per client but the refused");
 
